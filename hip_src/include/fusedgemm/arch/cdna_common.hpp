@@ -1,0 +1,62 @@
+// AMD CDNA3 / CDNA4 (gfx942, gfx950): numeric helpers and the MFMA 16x16 accumulator layout they share.
+//
+// MFMA 16x16 layouts (wave64): operand lane l holds row l % 16 of A (column l % 16 of B) and a run of K
+// values chosen by l / 16; the result lane l holds column l % 16, rows 4 * (l / 16) + 0..3. The A and B
+// operand layouts are mirror images, so loading both with the same lane -> (row, K chunk) map gives the
+// right dot products whatever order of k the hardware assigns inside a register.
+#pragma once
+#include "../platform.hpp"
+
+namespace fg {
+namespace arch {
+
+typedef float f32x4 __attribute__((ext_vector_type(4)));
+typedef int i32x4 __attribute__((ext_vector_type(4)));
+typedef int i32x8 __attribute__((ext_vector_type(8)));
+
+FG_DEVICE float fast_exp2(float x) { return __builtin_amdgcn_exp2f(x); }
+
+FG_DEVICE float half_bits_to_float(u16 h) { return static_cast<float>(__builtin_bit_cast(_Float16, h)); }
+FG_DEVICE u16 float_to_half_bits(float f) { return __builtin_bit_cast(u16, static_cast<_Float16>(f)); }
+
+// Round-to-nearest-even; NaN stays NaN (quiet).
+FG_DEVICE u16 float_to_bf16_bits(float f) {
+  u32 u = float_to_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<u16>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<u16>(u >> 16);
+}
+
+FG_DEVICE long vec_half_as_long(const Vec16& v, int half) {
+  return __builtin_bit_cast(long, (unsigned long long)v.w[2 * half] |
+                                      ((unsigned long long)v.w[2 * half + 1] << 32));
+}
+
+struct CdnaAtomBase {
+  static constexpr int kWarpSize = 64;
+  static constexpr int kRowsPerLane = 1;
+  static constexpr int kAccPerLane = 4;
+  static constexpr int kStoreVec = 1;  // a lane's accumulators are one column, four rows
+  FG_DEVICE static int lane_row(int lane, int /*i*/) { return lane & 15; }
+  FG_DEVICE static int acc_row(int lane, int e) { return 4 * (lane >> 4) + e; }
+  FG_DEVICE static int acc_col(int lane, int /*e*/) { return lane & 15; }
+};
+
+struct CdnaAccF32 {
+  struct Acc {
+    f32x4 c;
+  };
+  FG_DEVICE static void zero(Acc& acc) { acc.c = f32x4{0.f, 0.f, 0.f, 0.f}; }
+  FG_DEVICE static float get(const Acc& acc, int e) { return acc.c[e]; }
+};
+
+struct CdnaAccI32 {
+  struct Acc {
+    i32x4 c;
+  };
+  FG_DEVICE static void zero(Acc& acc) { acc.c = i32x4{0, 0, 0, 0}; }
+  FG_DEVICE static float get(const Acc& acc, int e) { return static_cast<float>(acc.c[e]); }
+};
+
+}  // namespace arch
+}  // namespace fg

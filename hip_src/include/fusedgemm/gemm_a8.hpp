@@ -1,0 +1,144 @@
+// gemm_a8: C[M, N] = epilogue(A[M, K] . B[N, K]^T) for 8-bit A and a preshuffled 8-bit B.
+//
+// Layers: this template (tiling, mainloop, epilogue) is arch-neutral. What an arch contributes is its
+// MmaAtom (arch/*.hpp): the lane -> (row, K chunk) map of one 16x16 tile and the MMA instruction.
+//
+// Preshuffled B (the aiter / hipBLASLt (16,16) layout, 1-byte elements so Kp = 16):
+//     off(n, k) = (n / 16) * 16K + (k / 16) * 256 + (n % 16) * 16 + (k % 16)
+// so the 16-byte vector (row n, K chunk c) of a 16-row block sits at block_base + c * 256 + (n % 16) * 16.
+// A is plain row-major [M, K]; the lane reads the same (row, chunk) vector of it.
+//
+// Ragged tiles are masked: rows >= M and 16-row blocks >= N load zeros and store nothing; K chunks past
+// K / 16 load zeros. Requirements (checked on the host): N % 16 == 0, K % 16 == 0, A / B / C 16/16/4-byte
+// aligned.
+#pragma once
+#include "arch/select.hpp"
+#include "epilogue.hpp"
+
+namespace fg {
+
+// Tile configuration: a block of kWarpsM x kWarpsN warps; each warp owns kTilesM x kTilesN 16x16 tiles.
+template <int kWarpsM_, int kWarpsN_, int kTilesM_, int kTilesN_>
+struct GemmA8Config {
+  static constexpr int kWarpsM = kWarpsM_;
+  static constexpr int kWarpsN = kWarpsN_;
+  static constexpr int kTilesM = kTilesM_;
+  static constexpr int kTilesN = kTilesN_;
+  static constexpr int kWarpTileM = 16 * kTilesM;
+  static constexpr int kWarpTileN = 16 * kTilesN;
+  static constexpr int kBlockM = kWarpsM * kWarpTileM;
+  static constexpr int kBlockN = kWarpsN * kWarpTileN;
+  static_assert(kWarpsM * kWarpsN <= 16, "at most 16 warps per block");
+};
+
+// Names of the shipped configurations (the Python side chooses by name; see runtime/configs.py).
+using ConfigM16N128 = GemmA8Config<1, 4, 1, 2>;   // decode: 16 rows, 4 warps side by side along N
+using ConfigM128N128 = GemmA8Config<2, 4, 4, 2>;  // prefill: 128 x 128, 8 warps, each 64 x 32
+
+template <class In, class Out, class Act, class Cfg>
+FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,      // [M, K] row-major
+                            const u8* __restrict__ b,      // [N, K] preshuffled (16,16)
+                            u16* __restrict__ out,         // [M, N] row-major, bf16 or fp16 bits
+                            const void* __restrict__ bias,  // [N] (kind below) or null
+                            const float* __restrict__ scale_a, const float* __restrict__ scale_b,
+                            int M, int N, int K, int bias_kind, int scale_a_stride, int scale_b_stride,
+                            float alpha) {
+  using Atom = arch::MmaAtom<In>;
+  using Frag = typename Atom::Frag;
+  using Acc = typename Atom::Acc;
+  constexpr int kVecsPerFrag = Atom::kRowsPerLane * Atom::kChunksPerLane;
+
+  const int lane = static_cast<int>(threadIdx.x) % Atom::kWarpSize;
+  const int warp = static_cast<int>(threadIdx.x) / Atom::kWarpSize;
+  const int m_warp = static_cast<int>(blockIdx.y) * Cfg::kBlockM + (warp / Cfg::kWarpsN) * Cfg::kWarpTileM;
+  const int n_warp = static_cast<int>(blockIdx.x) * Cfg::kBlockN + (warp % Cfg::kWarpsN) * Cfg::kWarpTileN;
+  if (m_warp >= M || n_warp >= N) return;  // no barriers in this kernel: an idle warp may leave
+
+  const int num_chunks = K / 16;
+
+  // Per-lane base pointers and validity, hoisted out of the K loop.
+  const u8* a_ptr[Cfg::kTilesM][Atom::kRowsPerLane];
+  bool a_ok[Cfg::kTilesM][Atom::kRowsPerLane];
+#pragma unroll
+  for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+    for (int i = 0; i < Atom::kRowsPerLane; ++i) {
+      const int row = m_warp + 16 * tm + Atom::lane_row(lane, i);
+      a_ok[tm][i] = row < M;
+      a_ptr[tm][i] = a + static_cast<i64>(a_ok[tm][i] ? row : 0) * K;
+    }
+  const u8* b_ptr[Cfg::kTilesN][Atom::kRowsPerLane];
+  bool b_ok[Cfg::kTilesN];
+#pragma unroll
+  for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
+    const int n_block = n_warp / 16 + tn;
+    b_ok[tn] = 16 * n_block < N;
+#pragma unroll
+    for (int i = 0; i < Atom::kRowsPerLane; ++i)
+      b_ptr[tn][i] = b + static_cast<i64>(b_ok[tn] ? n_block : 0) * 16 * K + 16 * Atom::lane_row(lane, i);
+  }
+
+  Acc acc[Cfg::kTilesM][Cfg::kTilesN];
+#pragma unroll
+  for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+    for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::zero(acc[tm][tn]);
+
+  // NOTE: no manual unroll: the predicated tail keeps the loop count dynamic; see docs/perf-notes.md.
+  for (int c0 = 0; c0 < num_chunks; c0 += Atom::kChunksPerStep) {
+    Frag fa[Cfg::kTilesM];
+    Frag fb[Cfg::kTilesN];
+#pragma unroll
+    for (int j = 0; j < Atom::kChunksPerLane; ++j) {
+      const int chunk = c0 + Atom::lane_chunk(lane, j);
+      const bool chunk_ok = chunk < num_chunks;
+#pragma unroll
+      for (int i = 0; i < Atom::kRowsPerLane; ++i) {
+        const int v = i * Atom::kChunksPerLane + j;
+#pragma unroll
+        for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+          fa[tm].v[v] = (chunk_ok && a_ok[tm][i]) ? load_vec16(a_ptr[tm][i] + 16 * chunk) : zero_vec16();
+#pragma unroll
+        for (int tn = 0; tn < Cfg::kTilesN; ++tn)
+          fb[tn].v[v] = (chunk_ok && b_ok[tn]) ? load_vec16(b_ptr[tn][i] + 256 * chunk) : zero_vec16();
+      }
+    }
+#pragma unroll
+    for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+      for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::mma(acc[tm][tn], fa[tm], fb[tn]);
+  }
+  static_assert(kVecsPerFrag == sizeof(Frag) / sizeof(Vec16), "fragment holds rows x chunks vectors");
+
+  // Epilogue: each accumulator value becomes one output element, rounded once.
+  using Epilogue = EpilogueScaleBiasAct<Act>;
+#pragma unroll
+  for (int tm = 0; tm < Cfg::kTilesM; ++tm) {
+#pragma unroll
+    for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
+      if (!b_ok[tn]) continue;
+#pragma unroll
+      for (int e = 0; e < Atom::kAccPerLane; e += Atom::kStoreVec) {
+        const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
+        if (row >= M) continue;
+        const int col = n_warp + 16 * tn + Atom::acc_col(lane, e);
+        const float row_scale = alpha * load_scale(scale_a, scale_a_stride, row);
+        u16 y[Atom::kStoreVec];
+#pragma unroll
+        for (int s = 0; s < Atom::kStoreVec; ++s) {
+          const float scale = row_scale * load_scale(scale_b, scale_b_stride, col + s);
+          const float bias_v = load_bias(bias, bias_kind, col + s);
+          y[s] = Out::from_float(Epilogue::apply(Atom::get(acc[tm][tn], e + s), scale, bias_v));
+        }
+        u16* dst = out + static_cast<i64>(row) * N + col;
+        if constexpr (Atom::kStoreVec == 2) {
+          *reinterpret_cast<u32*>(dst) = static_cast<u32>(y[0]) | (static_cast<u32>(y[1]) << 16);
+        } else {
+          dst[0] = y[0];
+        }
+      }
+    }
+  }
+}
+
+}  // namespace fg

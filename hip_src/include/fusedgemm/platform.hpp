@@ -1,0 +1,71 @@
+// Portable kernel-language basics shared by every arch.
+//
+// hip_src is the one source. On AMD it is compiled as HIP by clang; on NVIDIA, ci/hipify.py renames it
+// mechanically into cuda_src and nvcc compiles it. Code here uses only constructs that exist in both
+// (threadIdx, blockIdx, __global__, __device__, __launch_bounds__) plus plain C++.
+//
+// The AMD build runs with -nogpuinc (no ROCm install is needed to build code objects), so when the HIP
+// headers are absent we declare the few pieces of the HIP kernel language we use ourselves.
+#pragma once
+
+#if defined(__HIP_DEVICE_COMPILE__) || defined(__AMDGCN__) || defined(__HIP__)
+#define FG_AMD 1
+#else
+#define FG_NVIDIA 1
+#endif
+
+#if defined(FG_AMD) && __has_include(<hip/hip_runtime.h>) && !defined(FG_NO_HIP_HEADERS)
+#include <hip/hip_runtime.h>
+#elif defined(FG_AMD)
+// Minimal HIP kernel language for header-less builds (clang -nogpuinc).
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __host__ __attribute__((host))
+#define __shared__ __attribute__((shared))
+#define __launch_bounds__(threads) __attribute__((amdgpu_flat_work_group_size(1, threads)))
+#define __forceinline__ inline __attribute__((always_inline))
+namespace fg_hip_builtin {
+struct ThreadIdx {
+  __device__ unsigned get_x() const { return __builtin_amdgcn_workitem_id_x(); }
+  __declspec(property(get = get_x)) unsigned x;
+};
+struct BlockIdx {
+  __device__ unsigned get_x() const { return __builtin_amdgcn_workgroup_id_x(); }
+  __device__ unsigned get_y() const { return __builtin_amdgcn_workgroup_id_y(); }
+  __device__ unsigned get_z() const { return __builtin_amdgcn_workgroup_id_z(); }
+  __declspec(property(get = get_x)) unsigned x;
+  __declspec(property(get = get_y)) unsigned y;
+  __declspec(property(get = get_z)) unsigned z;
+};
+}  // namespace fg_hip_builtin
+static constexpr fg_hip_builtin::ThreadIdx threadIdx{};
+static constexpr fg_hip_builtin::BlockIdx blockIdx{};
+static __device__ inline void __syncthreads() { __builtin_amdgcn_s_barrier(); }
+#endif
+
+#define FG_DEVICE __device__ __forceinline__
+
+namespace fg {
+
+using u8 = unsigned char;
+using u16 = unsigned short;
+using u32 = unsigned int;
+using i64 = long long;
+
+// One 16-byte vector: the unit of every global load of A and of the preshuffled B.
+struct alignas(16) Vec16 {
+  u32 w[4];
+};
+
+FG_DEVICE Vec16 zero_vec16() { return Vec16{{0u, 0u, 0u, 0u}}; }
+
+FG_DEVICE Vec16 load_vec16(const u8* p) { return *reinterpret_cast<const Vec16*>(p); }
+
+FG_DEVICE float bits_to_float(u32 u) { return __builtin_bit_cast(float, u); }
+FG_DEVICE u32 float_to_bits(float f) { return __builtin_bit_cast(u32, f); }
+
+// Element types of the 8-bit GEMM. The tag only selects the MMA atom; bytes are moved untyped.
+struct Fp8E4M3 {};   // e4m3fn on sm_90 and gfx950 (OCP), e4m3fnuz on gfx942 (the arch header decides)
+struct Int8 {};
+
+}  // namespace fg

@@ -1,0 +1,14 @@
+"""fusedgemm: GPU GEMM kernels with fused epilogues for AMD Instinct (gfx942, gfx950) and NVIDIA Hopper (sm_90a).
+
+    wq = fusedgemm.preshuffle(w8)                                  # [N, K] fp8/int8 weight, tagged layout
+    y  = fusedgemm.gemm_a8(x8, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu")
+"""
+from .epilogues import ACTIVATIONS, EPILOGUES
+from .gemm_a8 import FP8_DTYPE_FOR_ARCH, gemm_a8
+from .preshuffle import LAYOUT_16x16, PreshuffledWeight, preshuffle, unshuffle
+from .runtime.arch import SUPPORTED_ARCHES, UnsupportedArchError
+from . import ops as _ops  # registers torch.ops.fusedgemm.*
+
+__all__ = ["ACTIVATIONS", "EPILOGUES", "FP8_DTYPE_FOR_ARCH", "LAYOUT_16x16", "PreshuffledWeight", "SUPPORTED_ARCHES",
+           "UnsupportedArchError", "gemm_a8", "preshuffle", "unshuffle"]
+__version__ = "0.1.0"

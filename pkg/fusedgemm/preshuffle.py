@@ -1,0 +1,90 @@
+"""The preshuffled weight format shared by every arch's kernel.
+
+The (16,16) layout that aiter's `shuffle_weight`, FlyDSL and hipBLASLt (HIPBLASLT_ORDER_COL16_4R16) read:
+with Kp = 16 / element_bytes,
+
+    off(n, k) = (n // 16) * (16*K) + (k // Kp) * (16*Kp) + (n % 16) * Kp + (k % Kp)
+
+16-row blocks; inside a block, for each 16-byte chunk of K, 16 rows x 16 bytes stored contiguously. One
+lane's 16-byte load is one MMA operand pack (two on CDNA3 and sm_90).
+
+A preshuffled weight is a `PreshuffledWeight`: the shuffled tensor plus its layout tag. Kernels accept
+only that, so an unshuffled tensor can never be read as a shuffled one.
+"""
+from __future__ import annotations
+
+import torch
+
+LAYOUT_16x16 = "aiter-16x16"
+_BLOCK_N = 16
+_CHUNK_BYTES = 16
+
+
+def _chunk_elems(dtype: torch.dtype) -> int:
+    size = torch.empty((), dtype=dtype).element_size()
+    if _CHUNK_BYTES % size:
+        raise TypeError(f"preshuffle: element size {size} of {dtype} does not divide 16 bytes")
+    return _CHUNK_BYTES // size
+
+
+class PreshuffledWeight:
+    """A weight [N, K] stored in a tagged preshuffled layout. `data` has shape [N, K] but its bytes are
+    permuted; use `unshuffle` to get the nn.Linear layout back."""
+
+    __slots__ = ("data", "layout")
+
+    def __init__(self, data: torch.Tensor, layout: str = LAYOUT_16x16):
+        if layout != LAYOUT_16x16:
+            raise ValueError(f"unknown preshuffle layout {layout!r}; expected {LAYOUT_16x16!r}")
+        self.data = data
+        self.layout = layout
+
+    shape = property(lambda self: self.data.shape)
+    dtype = property(lambda self: self.data.dtype)
+    device = property(lambda self: self.data.device)
+
+    def to(self, *args, **kwargs) -> "PreshuffledWeight":
+        moved = self.data.to(*args, **kwargs)
+        if moved.dtype != self.data.dtype:
+            raise TypeError(f"a preshuffled weight keeps its dtype ({self.data.dtype}); converting to {moved.dtype} "
+                            "would reinterpret the layout: unshuffle, convert, preshuffle again")
+        return PreshuffledWeight(moved.contiguous(), self.layout)
+
+    def cuda(self, device=None) -> "PreshuffledWeight":
+        return self.to(torch.device("cuda") if device is None else device)
+
+    def cpu(self) -> "PreshuffledWeight":
+        return self.to("cpu")
+
+    def __repr__(self) -> str:
+        n, k = self.data.shape
+        return f"PreshuffledWeight(N={n}, K={k}, dtype={self.data.dtype}, device={self.data.device}, layout={self.layout!r})"
+
+
+def preshuffle(w: torch.Tensor) -> PreshuffledWeight:
+    """[N, K] weight (nn.Linear layout) -> PreshuffledWeight in the (16,16) layout. Bit-exact, any device."""
+    if isinstance(w, PreshuffledWeight):
+        raise TypeError("preshuffle: the weight is already preshuffled")
+    if not isinstance(w, torch.Tensor):
+        raise TypeError(f"preshuffle: expected a torch.Tensor, got {type(w).__name__}")
+    if w.dim() != 2:
+        raise ValueError(f"preshuffle: expected a 2-D weight [N, K], got shape {tuple(w.shape)}")
+    n, k = w.shape
+    kp = _chunk_elems(w.dtype)
+    if n % _BLOCK_N or k % kp:
+        raise ValueError(f"preshuffle: need N % 16 == 0 and K % {kp} == 0 for {w.dtype}, got N={n}, K={k}")
+    raw = w.contiguous().view(torch.uint8) if w.element_size() == 1 else w.contiguous()
+    shuffled = raw.reshape(n // _BLOCK_N, _BLOCK_N, k // kp, kp).permute(0, 2, 1, 3).contiguous().reshape(n, k)
+    return PreshuffledWeight(shuffled.view(w.dtype) if w.element_size() == 1 else shuffled)
+
+
+def unshuffle(wq: PreshuffledWeight) -> torch.Tensor:
+    """Inverse of preshuffle: back to the [N, K] nn.Linear layout, bit for bit."""
+    if not isinstance(wq, PreshuffledWeight):
+        raise TypeError(f"unshuffle: expected a PreshuffledWeight, got {type(wq).__name__}")
+    d = wq.data
+    n, k = d.shape
+    kp = _chunk_elems(d.dtype)
+    raw = d.view(torch.uint8) if d.element_size() == 1 else d
+    out = raw.reshape(n // _BLOCK_N, k // kp, _BLOCK_N, kp).permute(0, 2, 1, 3).contiguous().reshape(n, k)
+    return out.view(d.dtype) if d.element_size() == 1 else out

@@ -1,0 +1,1 @@
+"""Runtime: arch detection, code-object build cache, code-object metadata, kernel launchers."""

@@ -1,0 +1,138 @@
+"""Every bad input gets a clear error (checked on CPU tensors with an explicit arch)."""
+import pytest
+import torch
+
+import fusedgemm as fg
+from fusedgemm.gemm_a8 import check_gemm_a8_args
+
+FP8 = torch.float8_e4m3fn
+M, N, K = 8, 32, 64
+
+
+def make(dtype=FP8, m=M, n=N, k=K):
+    a = torch.randn(m, k).to(dtype) if dtype != torch.int8 else torch.randint(-8, 8, (m, k), dtype=torch.int8)
+    w = torch.randn(n, k).to(dtype) if dtype != torch.int8 else torch.randint(-8, 8, (n, k), dtype=torch.int8)
+    return a, fg.preshuffle(w)
+
+
+def check(a, b, bias=None, scale_a=None, scale_b=None, epilogue="none", out_dtype=torch.bfloat16, out=None,
+          arch="sm_90a"):
+    return check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, arch=arch)
+
+
+def test_valid_inputs_pass():
+    a, b = make()
+    p = check(a, b, torch.randn(N), scale_a=torch.rand(M), scale_b=torch.rand(N), epilogue="bias_silu")
+    assert (p["m"], p["n"], p["k"], p["act"], p["sa_stride"], p["sb_stride"]) == (M, N, K, "silu", 1, 1)
+    p = check(a, b, scale_a=2.0, scale_b=torch.tensor([3.0]), epilogue="gelu")
+    assert p["alpha"] == 2.0 and p["sa"] is None and p["sb_stride"] == 0
+    a8, b8 = make(torch.int8)
+    assert check(a8, b8, arch="gfx942")["in_kind"] == "int8"
+    af, bf = make(torch.float8_e4m3fnuz)
+    assert check(af, bf, arch="gfx942")["in_kind"] == "fp8"
+
+
+@pytest.mark.parametrize("bad,match", [
+    (dict(epilogue="swish"), "unknown epilogue 'swish'"),
+    (dict(epilogue="bias_relu"), "adds a bias, but bias is None"),
+    (dict(bias=torch.randn(N)), "does not use one"),
+    (dict(bias=torch.randn(N + 16), epilogue="bias"), r"bias must have shape \[N=32\]"),
+    (dict(bias=torch.randn(N, dtype=torch.float64), epilogue="bias"), "bias must be torch.bfloat16"),
+    (dict(bias=torch.randn(N).half(), epilogue="bias"), "bias must be torch.bfloat16"),
+    (dict(bias=torch.randn(2 * N)[::2], epilogue="bias"), "bias must be contiguous"),
+    (dict(bias=[0.0] * N, epilogue="bias"), "bias must be a tensor"),
+    (dict(scale_a=torch.rand(M + 1)), "scale_a must hold 1 or 8 values"),
+    (dict(scale_b=torch.rand(M)), "scale_b must hold 1 or 32 values"),
+    (dict(scale_a=torch.rand(M).double()), "scale_a must be float32"),
+    (dict(scale_b=torch.rand(N).half()), "scale_b must be float32"),
+    (dict(scale_a=True), "scale_a must be a float32 tensor, a Python number or None"),
+    (dict(scale_a=torch.rand(2 * M)[::2]), "scale_a must be contiguous"),
+    (dict(out_dtype=torch.float32), "out_dtype must be torch.bfloat16 or torch.float16"),
+    (dict(out=torch.empty(M, N, dtype=torch.float16)), r"out must be \[8, 32\] torch.bfloat16"),
+    (dict(out=torch.empty(M, N + 16, dtype=torch.bfloat16)), r"out must be \[8, 32\]"),
+    (dict(out=torch.empty(N, M, dtype=torch.bfloat16).T), "out must be contiguous"),
+    (dict(out=torch.empty(M * N + 1, dtype=torch.bfloat16)[1:].view(M, N)), "out must be 4-byte aligned"),
+    (dict(out=torch.empty(M, N, dtype=torch.bfloat16, device="meta")), "out is on meta"),
+])
+def test_bad_arguments(bad, match):
+    a, b = make()
+    with pytest.raises((TypeError, ValueError), match=match):
+        check(a, b, **bad)
+
+
+def test_bad_a():
+    a, b = make()
+    with pytest.raises(TypeError, match="A must be float8_e4m3fn, float8_e4m3fnuz or int8, got torch.bfloat16"):
+        check(a.to(torch.bfloat16), b)
+    with pytest.raises(TypeError, match="A must be a torch.Tensor"):
+        check(a.tolist(), b)
+    with pytest.raises(ValueError, match="A must be 2-D"):
+        check(a.reshape(2, 4, K), b)
+    with pytest.raises(ValueError, match="K must agree"):
+        check(torch.randn(M, K + 16).to(FP8), b)
+    with pytest.raises(ValueError, match="A must be contiguous"):
+        check(torch.randn(K, M).to(FP8).T, b)
+    raw = torch.empty(M * K + 8, dtype=torch.uint8)
+    misaligned = raw[8:].view(FP8).view(M, K) if raw.data_ptr() % 16 == 0 else raw[:M * K].view(FP8).view(M, K)
+    with pytest.raises(ValueError, match="A must be 16-byte aligned"):
+        check(misaligned, b)
+
+
+def test_b_must_be_preshuffled_and_match():
+    a, b = make()
+    with pytest.raises(TypeError, match="B must be preshuffled: pass fusedgemm.preshuffle"):
+        check(a, fg.unshuffle(b))
+    with pytest.raises(TypeError, match="B must be a PreshuffledWeight"):
+        check(a, "weights")
+    _, b8 = make(torch.int8)
+    with pytest.raises(TypeError, match="B was preshuffled as torch.int8 but A is torch.float8_e4m3fn"):
+        check(a, b8)
+    wrong_tag = fg.PreshuffledWeight(b.data)
+    object.__setattr__(wrong_tag, "layout", "something-else")
+    with pytest.raises(ValueError, match="layout 'something-else'"):
+        check(a, wrong_tag)
+
+
+def test_shape_rules():
+    with pytest.raises(ValueError, match="K must be a positive multiple of 16, got K=40"):
+        a = torch.randn(M, 40).to(FP8)
+        check(a, fg.PreshuffledWeight(torch.randn(N, 40).to(FP8)))
+    a = torch.randn(M, K).to(FP8)
+    with pytest.raises(ValueError, match="N must be a multiple of 16, got N=24"):
+        check(a, fg.PreshuffledWeight(torch.randn(24, K).to(FP8)))
+
+
+def test_fp8_variant_must_match_the_arch():
+    a, b = make(torch.float8_e4m3fn)
+    with pytest.raises(TypeError, match="gfx942 needs fp8 as torch.float8_e4m3fnuz, got torch.float8_e4m3fn"):
+        check(a, b, arch="gfx942")
+    af, bf = make(torch.float8_e4m3fnuz)
+    for arch in ("sm_90a", "gfx950"):
+        with pytest.raises(TypeError, match=f"{arch} needs fp8 as torch.float8_e4m3fn, got torch.float8_e4m3fnuz"):
+            check(af, bf, arch=arch)
+
+
+def test_tensors_on_different_devices():
+    a, b = make()
+    with pytest.raises(ValueError, match="B is on meta, expected cpu"):
+        check(a, b.to("meta"))
+    with pytest.raises(ValueError, match="scale_a is on meta"):
+        check(a, b, scale_a=torch.rand(M, device="meta"))
+
+
+def test_cpu_tensors_rejected_by_the_public_op():
+    a, b = make()
+    with pytest.raises(ValueError, match="tensors must be on a GPU"):
+        fg.gemm_a8(a, b)
+
+
+def test_unsupported_arch_is_named():
+    from fusedgemm.runtime.arch import arch_from_properties
+
+    assert arch_from_properties(is_hip=False, major=9, minor=0) == "sm_90a"
+    assert arch_from_properties(is_hip=True, gcn_arch_name="gfx942:sramecc+:xnack-") == "gfx942"
+    assert arch_from_properties(is_hip=True, gcn_arch_name="gfx950") == "gfx950"
+    with pytest.raises(fg.UnsupportedArchError, match=r"NVIDIA A100.*arch sm_80.*supported arches: sm_90a, gfx942, gfx950"):
+        arch_from_properties(is_hip=False, major=8, minor=0, device_name="NVIDIA A100")
+    with pytest.raises(fg.UnsupportedArchError, match="arch gfx90a"):
+        arch_from_properties(is_hip=True, gcn_arch_name="gfx90a:sramecc+:xnack-")

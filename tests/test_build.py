@@ -1,0 +1,149 @@
+"""The three code objects build on a CPU-only machine; their ISA and metadata are what we designed.
+
+Builds go through the same BuildSpec the runtime uses (cached, so a second run is fast)."""
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fusedgemm.runtime import kernels
+from fusedgemm.runtime.arch import SUPPORTED_ARCHES
+from fusedgemm.runtime.build import BuildSpec, code_object_dir, find_nvidia_tool
+from fusedgemm.runtime.codeobject import cubin_params, hsaco_kernels, hsaco_params
+
+ROOT = Path(__file__).resolve().parents[1]
+UNIT_KERNELS = {"gemm_a8": (kernels.gemm_a8_kernel_names, kernels.GEMM_A8)}
+# The MMA instructions each arch's kernels must use, by input kind.
+EXPECTED_MMA = {
+    ("sm_90a", "fp8"): r"\bHMMA\.16816\.F32\b",  # sm_90 runs fp8 mma.sync as f16 HMMA
+    ("sm_90a", "i8"): r"\bIMMA\.16832\.S8\.S8\b",
+    ("gfx942", "fp8"): r"\bv_mfma_f32_16x16x32_fp8_fp8\b",
+    ("gfx942", "i8"): r"\bv_mfma_i32_16x16x32_i8\b",
+    ("gfx950", "fp8"): r"\bv_mfma_f32_16x16x128_f8f6f4\b",
+    ("gfx950", "i8"): r"\bv_mfma_i32_16x16x64_i8\b",
+}
+
+
+@pytest.fixture(scope="session", params=sorted(SUPPORTED_ARCHES))
+def built(request):
+    arch = request.param
+    spec = BuildSpec("gemm_a8", arch)
+    return arch, code_object_dir(spec), spec
+
+
+def test_cuda_src_is_fresh():
+    proc = subprocess.run([sys.executable, str(ROOT / "ci" / "hipify.py"), "--check"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_hipify_is_a_mechanical_rename():
+    sys.path.insert(0, str(ROOT / "ci"))
+    try:
+        import hipify
+    finally:
+        sys.path.pop(0)
+    src = "#include <hip/hip_runtime.h>\nhipStream_t s; hipLaunchKernelGGL(k); HIP_LAUNCH_PARAM_END; __HIP__"
+    assert hipify.convert(src) == ("#include <cuda_runtime.h>\ncudaStream_t s; cudaLaunchKernelGGL(k); "
+                                   "CUDA_LAUNCH_PARAM_END; __HIP__")
+
+
+def _kernel_names(unit):
+    return UNIT_KERNELS[unit][0]()
+
+
+def test_every_kernel_is_in_the_code_object_with_the_packed_layout(built):
+    """Kernel-argument metadata of the code object == the Python packing (offsets and sizes)."""
+    arch, d, spec = built
+    data = (d / spec.file_name()).read_bytes()
+    names, sig = _kernel_names("gemm_a8"), UNIT_KERNELS["gemm_a8"][1]
+    want = list(zip(sig.offsets, sig.sizes))
+    if arch.startswith("sm_"):
+        params = cubin_params(data)
+        for name in names:
+            assert name in params, f"{name} missing from the cubin"
+            assert [(p.offset, p.size) for p in params[name]] == want, name
+    else:
+        kmeta = hsaco_kernels(data)
+        for name in names:
+            assert name in kmeta, f"{name} missing from the hsaco"
+            assert [(p.offset, p.size) for p in hsaco_params(kmeta[name])] == want, name
+            assert kmeta[name][".kernarg_segment_size"] >= sig.struct.size
+
+
+def test_packing_layout_is_natural_alignment():
+    sig = kernels.GEMM_A8
+    assert sig.offsets == (0, 8, 16, 24, 32, 40, 48, 52, 56, 60, 64, 68, 72)
+    assert sig.struct.size == 76
+
+
+def test_cubin_param_reader_agrees_with_cuobjdump(built):
+    arch, d, spec = built
+    if not arch.startswith("sm_"):
+        pytest.skip("cubin only")
+    text = subprocess.run([find_nvidia_tool("cuobjdump"), "-elf", str(d / spec.file_name())], check=True,
+                          capture_output=True, text=True).stdout
+    name = _kernel_names("gemm_a8")[0]
+    section = text.split(f"\n.nv.info.{name}\n")[1].split("\n.nv.info.")[0]
+    found = sorted((int(o, 16), int(off, 16), int(sz, 16)) for o, off, sz in
+                   re.findall(r"Ordinal\s*:\s*(0x[0-9a-f]+)\s+Offset\s*:\s*(0x[0-9a-f]+)\s+Size\s*:\s*(0x[0-9a-f]+)", section))
+    ours = [(p.ordinal, p.offset, p.size) for p in cubin_params((d / spec.file_name()).read_bytes())[name]]
+    assert found == ours
+
+
+def _split_sass(text):
+    funcs, cur = {}, None
+    for line in text.splitlines():
+        m = re.match(r"\s*Function : (\S+)", line)
+        if m:
+            cur = m.group(1)
+            funcs[cur] = []
+        elif cur:
+            funcs[cur].append(line)
+    return {k: "\n".join(v) for k, v in funcs.items()}
+
+
+def _split_amdgcn_asm(text):
+    funcs = {}
+    for m in re.finditer(r"^(fg_\w+):[^\n]*$(.*?)^\.Lfunc_end", text, re.S | re.M):
+        funcs[m.group(1)] = m.group(2)
+    return funcs
+
+
+def test_isa_mma_instructions_and_no_spills(built):
+    arch, d, spec = built
+    names = _kernel_names("gemm_a8")
+    if arch.startswith("sm_"):
+        sass = subprocess.run([find_nvidia_tool("cuobjdump"), "-sass", str(d / spec.file_name())], check=True,
+                              capture_output=True, text=True).stdout
+        bodies = _split_sass(sass)
+        log = (d / "gemm_a8.log").read_text()
+        spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
+        assert len(spills) == len(names) and all(s == ("0", "0", "0") for s in spills), spills
+    else:
+        bodies = _split_amdgcn_asm((d / "gemm_a8.s").read_text())
+        kmeta = hsaco_kernels((d / spec.file_name()).read_bytes())
+        for name in names:
+            k = kmeta[name]
+            assert (k[".private_segment_fixed_size"], k[".vgpr_spill_count"], k[".sgpr_spill_count"]) == (0, 0, 0), name
+    for name in names:
+        kind = name.split("_")[3]  # fg_gemm_a8_<kind>_...
+        body = bodies[name]
+        assert re.search(EXPECTED_MMA[(arch, kind)], body), f"{name}: no {EXPECTED_MMA[(arch, kind)]}"
+        if arch.startswith("sm_"):
+            assert not re.search(r"\b(LDL|STL)\b", body), f"{name}: local memory traffic"
+            assert "LDG.E.128" in body, f"{name}: operand loads are not 16 bytes wide"
+        else:
+            assert "scratch_" not in body and "buffer_store" not in body, name
+            assert "global_load_dwordx4" in body, f"{name}: operand loads are not 16 bytes wide"
+
+
+def test_hsaco_targets(built):
+    arch, d, spec = built
+    if arch.startswith("sm_"):
+        pytest.skip("hsaco only")
+    from fusedgemm.runtime.codeobject import hsaco_metadata
+
+    meta = hsaco_metadata((d / spec.file_name()).read_bytes())
+    assert meta["amdhsa.target"].startswith(f"amdgcn-amd-amdhsa--{arch}")

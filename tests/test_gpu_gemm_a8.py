@@ -1,0 +1,216 @@
+"""gemm_a8 on a GPU against the float64 oracle (skipped without a GPU; run on an H100/H200 or MI300X)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import fusedgemm as fg
+from fusedgemm.reference import gemm_a8_reference, rel_error
+from fusedgemm.runtime import kernels
+
+pytestmark = pytest.mark.gpu
+
+OUT_DTYPES = [torch.bfloat16, torch.float16]
+# Norm-relative error of one rounding to the output type is at most half an ulp: 2^-8 (bf16), 2^-11 (fp16).
+ONE_ROUNDING = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+
+
+def arch():
+    from fusedgemm.runtime.arch import device_arch
+
+    return device_arch(torch.cuda.current_device())
+
+
+def in_dtype(kind):
+    return torch.int8 if kind == "int8" else fg.FP8_DTYPE_FOR_ARCH[arch()]
+
+
+def make_problem(kind, m, n, k, *, epilogue="bias_silu", out_dtype=torch.bfloat16, scalar_scales=False,
+                 bias_dtype=None):
+    """Fresh random inputs scaled so outputs are O(1) (activations see both signs)."""
+    dev = "cuda"
+    dtype = in_dtype(kind)
+    if dtype == torch.int8:
+        a = torch.randint(-127, 128, (m, k), dtype=torch.int8, device=dev)
+        w = torch.randint(-127, 128, (n, k), dtype=torch.int8, device=dev)
+        base = 1.0 / (127.0 * 127.0 * math.sqrt(k) / 3.0)
+    else:
+        a = torch.randn(m, k, device=dev).to(dtype)
+        w = torch.randn(n, k, device=dev).to(dtype)
+        base = 1.0 / math.sqrt(k)
+    if scalar_scales:
+        sa, sb = torch.tensor([base * 1.5], device=dev), 2.0 / 3.0
+    else:
+        sa = (torch.rand(m, device=dev) + 0.5) * base
+        sb = torch.rand(n, device=dev) + 0.5
+    uses_bias = epilogue.startswith("bias")
+    bias = torch.randn(n, device=dev).to(bias_dtype or out_dtype) if uses_bias else None
+    return a, w, bias, sa, sb
+
+
+def run_and_check(kind, m, n, k, epilogue="bias_silu", out_dtype=torch.bfloat16, **kw):
+    a, w, bias, sa, sb = make_problem(kind, m, n, k, epilogue=epilogue, out_dtype=out_dtype, **kw)
+    wq = fg.preshuffle(w)
+    out = torch.full((m, n), float("nan"), dtype=out_dtype, device="cuda")  # poisoned
+    got = fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, epilogue=epilogue, out_dtype=out_dtype, out=out)
+    torch.cuda.synchronize()
+    assert got is out
+    ref = gemm_a8_reference(a, w, bias, scale_a=sa, scale_b=sb, epilogue=epilogue, out_dtype=out_dtype, unrounded=True)
+    assert not torch.isnan(got).any(), "unwritten (poisoned) output elements remain"
+    err = rel_error(got, ref)
+    return err, (a, w, wq, bias, sa, sb, got, ref)
+
+
+def blas_plus_epilogue(a, w, bias, sa, sb, epilogue, out_dtype):
+    """What users run today: a vendor GEMM rounding its output, then separate bias and activation kernels.
+    fp8: torch._scaled_mm with row-wise scales (cuBLASLt supports those with bf16 output only, so fp16 output
+    is converted from that); int8: torch._int_mm, then the scales in fp32, rounded to out_dtype."""
+    act = "none" if epilogue == "bias" else epilogue.replace("bias_", "")
+    if a.dtype == torch.int8:
+        y = (torch._int_mm(a, w.T).float() * sa[:, None] * sb[None, :]).to(out_dtype)
+    else:
+        y = torch._scaled_mm(a, w.T, scale_a=sa.reshape(-1, 1), scale_b=sb.reshape(1, -1),
+                             out_dtype=torch.bfloat16).to(out_dtype)
+    if bias is not None:
+        y = y + bias.to(out_dtype)
+    fns = {"none": lambda x: x, "relu": torch.relu, "silu": F.silu, "gelu": lambda x: F.gelu(x, approximate="tanh"),
+           "gelu_erf": F.gelu}
+    return fns[act](y)
+
+
+@pytest.mark.parametrize("kind", ["fp8", "int8"])
+@pytest.mark.parametrize("epilogue", fg.EPILOGUES)
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES)
+def test_every_dtype_epilogue_out_dtype(kind, epilogue, out_dtype, seed):
+    err, _ = run_and_check(kind, 33, 48 * 4, 512, epilogue=epilogue, out_dtype=out_dtype)
+    assert err <= ONE_ROUNDING[out_dtype], err
+    print(f"rel_err {kind} {epilogue} {out_dtype}: {err:.3e}")
+
+
+@pytest.mark.parametrize("kind", ["fp8", "int8"])
+@pytest.mark.parametrize("m", [1, 7, 33, 1000])
+@pytest.mark.parametrize("n", [16, 48, 1040])
+def test_ragged_m_and_n(kind, m, n, seed):
+    err, _ = run_and_check(kind, m, n, 256)
+    assert err <= ONE_ROUNDING[torch.bfloat16], err
+
+
+@pytest.mark.parametrize("kind", ["fp8", "int8"])
+@pytest.mark.parametrize("k", [16, 32, 48, 96, 4096, 16384])
+@pytest.mark.parametrize("m", [5, 130])
+def test_k_range(kind, k, m, seed):
+    err, _ = run_and_check(kind, m, 96, k, epilogue="bias_gelu")
+    assert err <= ONE_ROUNDING[torch.bfloat16], err
+
+
+def test_every_config_is_exercised():
+    """Configs the heuristic can pick (by M) are all hit by the M values tested above."""
+    from fusedgemm.gemm_a8 import _choose_config
+
+    picked = {_choose_config(m, 64, 64).name for m in (1, 7, 33, 1000, 5, 130)}
+    assert picked == set(kernels.GEMM_A8_CONFIGS)
+
+
+@pytest.mark.parametrize("bias_dtype", [torch.float32, None])
+@pytest.mark.parametrize("kind", ["fp8", "int8"])
+def test_scalar_scales_and_fp32_bias(kind, bias_dtype, seed):
+    err, _ = run_and_check(kind, 20, 64, 128, epilogue="bias_relu", scalar_scales=True, bias_dtype=bias_dtype)
+    assert err <= ONE_ROUNDING[torch.bfloat16], err
+
+
+def test_no_scales_means_one(seed):
+    a, w, *_ = make_problem("fp8", 9, 32, 64)
+    got = fg.gemm_a8(a, fg.preshuffle(w), epilogue="none")
+    ref = gemm_a8_reference(a, w, epilogue="none", unrounded=True)
+    assert rel_error(got, ref) <= ONE_ROUNDING[torch.bfloat16]
+
+
+@pytest.mark.parametrize("kind", ["fp8", "int8"])
+@pytest.mark.parametrize("out_dtype", OUT_DTYPES)
+@pytest.mark.parametrize("epilogue", ["bias_silu", "bias_gelu", "bias_relu", "bias"])
+def test_error_no_worse_than_blas_plus_epilogue(kind, out_dtype, epilogue, seed):
+    m = 64  # _int_mm needs M > 16
+    err, (a, w, wq, bias, sa, sb, got, ref) = run_and_check(kind, m, 256, 1024, epilogue=epilogue,
+                                                            out_dtype=out_dtype)
+    base = rel_error(blas_plus_epilogue(a, w, bias, sa, sb, epilogue, out_dtype), ref)
+    print(f"{kind} {epilogue} {out_dtype}: fused {err:.3e}  blas+epilogue {base:.3e}")
+    assert err <= base * 1.02, (err, base)
+
+
+def test_out_into_a_slice_detects_writes_past_the_end(seed):
+    m, n, k = 37, 1040, 128
+    a, w, bias, sa, sb = make_problem("fp8", m, n, k)
+    guard = 4096
+    buf = torch.full((guard + m * n + guard,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out = buf[guard: guard + m * n].view(m, n)
+    fg.gemm_a8(a, fg.preshuffle(w), bias, scale_a=sa, scale_b=sb, epilogue="bias_silu", out=out)
+    torch.cuda.synchronize()
+    assert torch.isnan(buf[:guard]).all() and torch.isnan(buf[guard + m * n:]).all(), "wrote outside out"
+    assert not torch.isnan(out).any()
+
+
+def test_empty_m_and_deterministic(seed):
+    a, w, bias, sa, sb = make_problem("fp8", 0, 64, 64)
+    y = fg.gemm_a8(a, fg.preshuffle(w), bias, scale_a=sa, scale_b=sb, epilogue="bias_silu")
+    assert y.shape == (0, 64)
+    a, w, bias, sa, sb = make_problem("fp8", 70, 128, 512)
+    wq = fg.preshuffle(w)
+    y1 = fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu")
+    y2 = fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu")
+    assert torch.equal(y1, y2)
+
+
+def test_graph_capture_on_side_stream_100_replays(seed):
+    m, n, k = 24, 256, 512
+    a, w, bias, sa, sb = make_problem("fp8", m, n, k)
+    wq = fg.preshuffle(w)
+    static_a, static_sa = a.clone(), sa.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        fg.gemm_a8(static_a, wq, bias, scale_a=static_sa, scale_b=sb, epilogue="bias_silu")  # warm-up / load
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=side):
+        static_out = fg.gemm_a8(static_a, wq, bias, scale_a=static_sa, scale_b=sb, epilogue="bias_silu")
+    for _ in range(100):
+        new_a, _, _, new_sa, _ = make_problem("fp8", m, n, k)
+        static_a.copy_(new_a)
+        static_sa.copy_(new_sa)
+        g.replay()
+        eager = fg.gemm_a8(new_a, wq, bias, scale_a=new_sa, scale_b=sb, epilogue="bias_silu")
+        assert torch.equal(static_out, eager)
+
+
+def test_two_streams_at_once(seed):
+    probs = [make_problem(kind, 300, 1024, 2048) for kind in ("fp8", "int8")]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    outs = []
+    for (a, w, bias, sa, sb), s in zip(probs, streams):
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            outs.append(fg.gemm_a8(a, fg.preshuffle(w), bias, scale_a=sa, scale_b=sb, epilogue="bias_silu"))
+    torch.cuda.synchronize()
+    for (a, w, bias, sa, sb), y in zip(probs, outs):
+        ref = gemm_a8_reference(a, w, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu", unrounded=True)
+        assert rel_error(y, ref) <= ONE_ROUNDING[torch.bfloat16]
+
+
+def test_torch_compile_traces_the_op(seed):
+    a, w, bias, sa, sb = make_problem("fp8", 16, 128, 256)
+    wq = fg.preshuffle(w)
+
+    def f(x, s):
+        return fg.gemm_a8(x, wq, bias, scale_a=s, scale_b=sb, epilogue="bias_silu") * 2
+
+    compiled = torch.compile(f, fullgraph=True)
+    assert torch.equal(compiled(a, sa), f(a, sa))
+
+
+def test_wrong_fp8_variant_on_this_device():
+    other = torch.float8_e4m3fnuz if fg.FP8_DTYPE_FOR_ARCH[arch()] == torch.float8_e4m3fn else torch.float8_e4m3fn
+    a = torch.randn(16, 64, device="cuda").to(other)
+    wq = fg.preshuffle(torch.randn(32, 64, device="cuda").to(other))
+    with pytest.raises(TypeError, match="needs fp8 as"):
+        fg.gemm_a8(a, wq)

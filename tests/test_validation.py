@@ -136,3 +136,18 @@ def test_unsupported_arch_is_named():
         arch_from_properties(is_hip=False, major=8, minor=0, device_name="NVIDIA A100")
     with pytest.raises(fg.UnsupportedArchError, match="arch gfx90a"):
         arch_from_properties(is_hip=True, gcn_arch_name="gfx90a:sramecc+:xnack-")
+
+
+def test_op_is_registered_with_a_fake_implementation():
+    """torch.compile sees fusedgemm::gemm_a8 as an ordinary op: its fake implementation gives the output's
+    shape and dtype without a GPU."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    with FakeTensorMode():
+        a = torch.empty(5, 64, dtype=FP8)
+        b = torch.empty(32, 64, dtype=FP8)
+        y = torch.ops.fusedgemm.gemm_a8(a, b, None, None, None, 1.0, "none", torch.float16)
+        assert y.shape == (5, 32) and y.dtype == torch.float16
+        with pytest.raises(ValueError, match="must agree in K"):
+            torch.ops.fusedgemm.gemm_a8(a, torch.empty(32, 48, dtype=FP8), None, None, None, 1.0, "none",
+                                        torch.float16)

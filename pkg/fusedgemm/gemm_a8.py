@@ -186,15 +186,9 @@ def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = N
     out_dtype: torch.bfloat16 or torch.float16. out: optional [M, N] contiguous output to write.
     Runs on torch.cuda.current_stream(); no host synchronisation; CUDA-graph capturable.
     """
-    p = check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out)
     if torch.compiler.is_compiling():
-        from . import ops
-
-        y = ops.gemm_a8_op(a, b.data, bias, p["sa"], p["sb"], p["alpha"], epilogue, out_dtype)
-        if out is not None:
-            out.copy_(y)
-            return out
-        return y
+        return _gemm_a8_traced(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out)
+    p = check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out)
     if out is None:
         out = torch.empty((p["m"], p["n"]), dtype=out_dtype, device=a.device)
     if a.device.index != torch.cuda.current_device():
@@ -205,3 +199,22 @@ def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = N
         launch_gemm_a8(a, b.data, bias, p["sa"], p["sa_stride"], p["sb"], p["sb_stride"], p["alpha"], p["act"],
                        p["in_kind"], out)
     return out
+
+
+def _gemm_a8_traced(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out):
+    """Under torch.compile: call the registered op (its real implementation validates everything at run
+    time; its fake implementation checks shapes at trace time). Python-number scales fold into alpha."""
+    from . import ops
+
+    if not isinstance(b, PreshuffledWeight):
+        raise TypeError(f"gemm_a8: B must be a PreshuffledWeight from fusedgemm.preshuffle, got {type(b).__name__}")
+    alpha = 1.0
+    if isinstance(scale_a, (int, float)) and not isinstance(scale_a, bool):
+        alpha, scale_a = alpha * float(scale_a), None
+    if isinstance(scale_b, (int, float)) and not isinstance(scale_b, bool):
+        alpha, scale_b = alpha * float(scale_b), None
+    y = ops.gemm_a8_op(a, b.data, bias, scale_a, scale_b, alpha, epilogue, out_dtype)
+    if out is not None:
+        out.copy_(y)
+        return out
+    return y

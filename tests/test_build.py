@@ -14,7 +14,8 @@ from fusedgemm.runtime.build import BuildSpec, code_object_dir, find_nvidia_tool
 from fusedgemm.runtime.codeobject import cubin_params, hsaco_kernels, hsaco_params
 
 ROOT = Path(__file__).resolve().parents[1]
-UNIT_KERNELS = {"gemm_a8": (kernels.gemm_a8_kernel_names, kernels.GEMM_A8)}
+UNIT_KERNELS = {"gemm_a8": (kernels.gemm_a8_kernel_names, kernels.GEMM_A8),
+                "bmm_tiny": (kernels.bmm_tiny_kernel_names, kernels.BMM_TINY)}
 # The MMA instructions each arch's kernels must use, by input kind.
 EXPECTED_MMA = {
     ("sm_90a", "fp8"): r"\bHMMA\.16816\.F32\b",  # sm_90 runs fp8 mma.sync as f16 HMMA
@@ -30,6 +31,13 @@ EXPECTED_MMA = {
 def built(request):
     arch = request.param
     spec = BuildSpec("gemm_a8", arch)
+    return arch, code_object_dir(spec), spec
+
+
+@pytest.fixture(scope="session", params=sorted(SUPPORTED_ARCHES))
+def built_bmm(request):
+    arch = request.param
+    spec = BuildSpec("bmm_tiny", arch)
     return arch, code_object_dir(spec), spec
 
 
@@ -147,3 +155,32 @@ def test_hsaco_targets(built):
 
     meta = hsaco_metadata((d / spec.file_name()).read_bytes())
     assert meta["amdhsa.target"].startswith(f"amdgcn-amd-amdhsa--{arch}")
+
+
+def test_bmm_tiny_code_objects(built_bmm):
+    """bmm_tiny: every kernel present, argument layout == metadata, FMA arithmetic, no spills."""
+    arch, d, spec = built_bmm
+    data = (d / spec.file_name()).read_bytes()
+    names, sig = _kernel_names("bmm_tiny"), kernels.BMM_TINY
+    want = list(zip(sig.offsets, sig.sizes))
+    if arch.startswith("sm_"):
+        params = cubin_params(data)
+        assert all([(p.offset, p.size) for p in params[n]] == want for n in names)
+        log = (d / "bmm_tiny.log").read_text()
+        spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
+        assert len(spills) == len(names) and all(s == ("0", "0", "0") for s in spills), spills
+        sass = _split_sass(subprocess.run([find_nvidia_tool("cuobjdump"), "-sass", str(d / spec.file_name())],
+                                          check=True, capture_output=True, text=True).stdout)
+        assert all("FFMA" in sass[n] for n in names)
+    else:
+        kmeta = hsaco_kernels(data)
+        for n in names:
+            assert [(p.offset, p.size) for p in hsaco_params(kmeta[n])] == want, n
+            assert (kmeta[n][".private_segment_fixed_size"], kmeta[n][".vgpr_spill_count"]) == (0, 0), n
+        bodies = _split_amdgcn_asm((d / "bmm_tiny.s").read_text())
+        assert all(re.search(r"v_(pk_)?fma(c|k)?_f32", bodies[n]) for n in names)
+
+
+def test_bmm_tiny_layout():
+    sig = kernels.BMM_TINY
+    assert sig.offsets == (0, 8, 16, 24, 28, 32, 36, 40, 48, 52, 56, 64, 68, 72, 76, 80)

@@ -2,13 +2,15 @@
 
     wq = fusedgemm.preshuffle(w8)                                  # [N, K] fp8/int8 weight, tagged layout
     y  = fusedgemm.gemm_a8(x8, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu")
+    c  = fusedgemm.bmm(a, b)                                       # tiny batched GEMM (m, n, k <= 64)
 """
+from .bmm import bmm, bmm_tiny
 from .epilogues import ACTIVATIONS, EPILOGUES
 from .gemm_a8 import FP8_DTYPE_FOR_ARCH, gemm_a8
 from .preshuffle import LAYOUT_16x16, PreshuffledWeight, preshuffle, unshuffle
 from .runtime.arch import SUPPORTED_ARCHES, UnsupportedArchError
 from . import ops as _ops  # registers torch.ops.fusedgemm.*
 
-__all__ = ["ACTIVATIONS", "EPILOGUES", "FP8_DTYPE_FOR_ARCH", "LAYOUT_16x16", "PreshuffledWeight", "SUPPORTED_ARCHES",
+__all__ = ["ACTIVATIONS", "EPILOGUES", "bmm", "bmm_tiny", "FP8_DTYPE_FOR_ARCH", "LAYOUT_16x16", "PreshuffledWeight", "SUPPORTED_ARCHES",
            "UnsupportedArchError", "gemm_a8", "preshuffle", "unshuffle"]
 __version__ = "0.1.0"

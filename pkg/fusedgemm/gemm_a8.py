@@ -165,7 +165,7 @@ def launch_gemm_a8(a: torch.Tensor, b_data: torch.Tensor, bias, sa, sa_stride: i
     bias_kind = kernels.BIAS_KIND[None if bias is None else _BIAS_NAME[bias.dtype]]
     stream = torch.cuda.current_stream(dev).cuda_stream
     warp = 32 if torch.version.hip is None else 64
-    kernel(grid, cfg.warps * warp, stream,
+    kernel(grid, cfg.warps * warp, 0, stream,
            a.data_ptr(), b_data.data_ptr(), out.data_ptr(), 0 if bias is None else bias.data_ptr(),
            0 if sa is None else sa.data_ptr(), 0 if sb is None else sb.data_ptr(),
            m, n, k, bias_kind, sa_stride, sb_stride, alpha)

@@ -30,3 +30,35 @@ def _gemm_a8_fake(a, b, bias, scale_a, scale_b, alpha, epilogue, out_dtype):
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1]:
         raise ValueError(f"gemm_a8: A [M, K] and B [N, K] must agree in K, got {tuple(a.shape)} and {tuple(b.shape)}")
     return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
+
+
+@torch.library.custom_op("fusedgemm::bmm_tiny", mutates_args=())
+def bmm_tiny_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    from .bmm import _bmm_tiny_forward
+
+    return _bmm_tiny_forward(a, b)
+
+
+@bmm_tiny_op.register_fake
+def _bmm_tiny_fake(a, b):
+    if a.dim() != 3 or b.dim() not in (2, 3) or b.shape[-2] != a.shape[2]:
+        raise ValueError(f"bmm_tiny: a [B, m, k] and b [B|1, k, n] / [k, n] must agree, got {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}")
+    return a.new_empty((a.shape[0], a.shape[1], b.shape[-1]))
+
+
+def _bmm_tiny_setup(ctx, inputs, output):
+    ctx.save_for_backward(*inputs)
+
+
+def _bmm_tiny_backward(ctx, grad):
+    from .bmm import _reduce_broadcast_grad
+
+    a, b = ctx.saved_tensors
+    b3 = b.unsqueeze(0) if b.dim() == 2 else b
+    grad_a = bmm_tiny_op(grad, b3.transpose(1, 2)) if ctx.needs_input_grad[0] else None
+    grad_b = _reduce_broadcast_grad(bmm_tiny_op(a.transpose(1, 2), grad), b) if ctx.needs_input_grad[1] else None
+    return grad_a, grad_b
+
+
+bmm_tiny_op.register_autograd(_bmm_tiny_backward, setup_context=_bmm_tiny_setup)

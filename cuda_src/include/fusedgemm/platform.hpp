@@ -38,9 +38,14 @@ struct BlockIdx {
   __declspec(property(get = get_y)) unsigned y;
   __declspec(property(get = get_z)) unsigned z;
 };
+struct BlockDim {
+  __device__ unsigned get_x() const { return __builtin_amdgcn_workgroup_size_x(); }
+  __declspec(property(get = get_x)) unsigned x;
+};
 }  // namespace fg_hip_builtin
 static constexpr fg_hip_builtin::ThreadIdx threadIdx{};
 static constexpr fg_hip_builtin::BlockIdx blockIdx{};
+static constexpr fg_hip_builtin::BlockDim blockDim{};
 static __device__ inline void __syncthreads() { __builtin_amdgcn_s_barrier(); }
 #endif
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from .arch import SUPPORTED_ARCHES, vendor_of
 
 # Source units: each is one translation unit (hip_src/<unit>.hip, cuda_src/<unit>.cu) = one code object.
-UNITS = ("gemm_a8",)
+UNITS = ("gemm_a8", "bmm_tiny")
 
 CXX_STD = "-std=c++17"
 NVCC_FLAGS = ("-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", CXX_STD, "-Xptxas", "-v", "-split-compile=0",

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import struct
 
-_CTYPES = {"ptr": ("Q", 8), "i32": ("i", 4), "f32": ("f", 4)}
+_CTYPES = {"ptr": ("Q", 8), "i64": ("q", 8), "i32": ("i", 4), "f32": ("f", 4)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,3 +75,22 @@ def gemm_a8_kernel_name(in_kind: str, out_dtype: str, act: str, config: str) -> 
 def gemm_a8_kernel_names() -> list[str]:
     return [gemm_a8_kernel_name(i, o, a, c) for c in GEMM_A8_CONFIGS for i in GEMM_A8_IN for o in GEMM_A8_OUT
             for a in GEMM_A8_ACTS]
+
+
+BMM_TINY = Signature((
+    ("a", "ptr"), ("b", "ptr"), ("c", "ptr"), ("batch", "i32"), ("m", "i32"), ("n", "i32"), ("k", "i32"),
+    ("sab", "i64"), ("sam", "i32"), ("sak", "i32"), ("sbb", "i64"), ("sbk", "i32"), ("sbn", "i32"),
+    ("tx", "i32"), ("ty", "i32"), ("elems", "i32"),
+))
+BMM_TINY_DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+BMM_TINY_MICROTILES = (1, 2, 4, 8)  # R: each thread computes an R x R block of C
+BMM_TINY_MAX_DIM = 64
+BMM_TINY_MAX_THREADS = 256  # kBmmTinyMaxThreads in hip_src/include/fusedgemm/bmm_tiny.hpp
+
+
+def bmm_tiny_kernel_name(dtype: str, r: int) -> str:
+    return f"fg_bmm_tiny_{BMM_TINY_DTYPES[dtype]}_r{r}"
+
+
+def bmm_tiny_kernel_names() -> list[str]:
+    return [bmm_tiny_kernel_name(d, r) for d in BMM_TINY_DTYPES for r in BMM_TINY_MICROTILES]

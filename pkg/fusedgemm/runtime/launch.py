@@ -58,8 +58,8 @@ class _CudaBackend:
     def function(self, module, name: str):
         return self.check(self.drv.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
 
-    def launch(self, func, grid, block, stream: int, extra_addr: int):
-        err, = self.drv.cuLaunchKernel(func, grid[0], grid[1], grid[2], block, 1, 1, 0, stream, None, extra_addr)
+    def launch(self, func, grid, block, smem: int, stream: int, extra_addr: int):
+        err, = self.drv.cuLaunchKernel(func, grid[0], grid[1], grid[2], block, 1, 1, smem, stream, None, extra_addr)
         if err != self.success:
             self.check((err,), "cuLaunchKernel")
 
@@ -88,8 +88,8 @@ class _HipBackend:
     def function(self, module, name: str):
         return self.check(self.hip.hipModuleGetFunction(module, name.encode()), f"hipModuleGetFunction({name})")
 
-    def launch(self, func, grid, block, stream: int, extra_addr: int):
-        result = self.hip.hipModuleLaunchKernel(func, grid[0], grid[1], grid[2], block, 1, 1, 0, stream, None,
+    def launch(self, func, grid, block, smem: int, stream: int, extra_addr: int):
+        result = self.hip.hipModuleLaunchKernel(func, grid[0], grid[1], grid[2], block, 1, 1, smem, stream, None,
                                                 extra_addr)
         self.check(result, "hipModuleLaunchKernel")
 
@@ -118,10 +118,11 @@ class Kernel:
         self._pack_into = signature.struct.pack_into
         self._args = _ArgBuffer(signature.struct.size, be.tags)
 
-    def __call__(self, grid, block: int, stream: int, *args):
+    def __call__(self, grid, block: int, smem: int, stream: int, *args):
+        """grid (x, y, z), threads per block, dynamic shared-memory bytes, stream handle, kernel arguments."""
         a = self._args
         self._pack_into(a.buf, 0, *args)
-        self._launch(self._func, grid, block, stream, a.extra_addr)
+        self._launch(self._func, grid, block, smem, stream, a.extra_addr)
 
 
 class Module:

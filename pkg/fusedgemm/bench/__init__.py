@@ -1,0 +1,1 @@
+"""Benchmarks: python -m fusedgemm.bench {gemm_a8,bmm_tiny} [options]."""

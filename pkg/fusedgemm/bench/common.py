@@ -1,0 +1,86 @@
+"""Timing helpers shared by the benchmarks: CUDA events, L2 flushed before every run, medians."""
+from __future__ import annotations
+
+import math
+import statistics
+import time
+
+import torch
+
+_L2_FLUSH_BYTES = 256 * 1024 * 1024
+
+
+class Timer:
+    """Median device time of fn() in microseconds, with the L2 flushed (a 256 MB write) before each run."""
+
+    def __init__(self, reps: int = 50, warmup: int = 5):
+        self.reps, self.warmup = reps, warmup
+        self.flush_buf = torch.empty(_L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+
+    def __call__(self, fn) -> float:
+        for _ in range(self.warmup):
+            fn()
+        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
+        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
+        for s, e in zip(starts, ends):
+            self.flush_buf.zero_()
+            s.record()
+            fn()
+            e.record()
+        torch.cuda.synchronize()
+        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+
+
+def copy_bandwidth_gbs(timer: Timer, nbytes: int = 1 << 30) -> float:
+    """Device-to-device copy bandwidth counting bytes read plus written (GB/s), measured now."""
+    src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    us = timer(lambda: dst.copy_(src))
+    del src, dst
+    return 2 * nbytes / (us * 1e-6) / 1e9
+
+
+def host_us_per_call(fn, calls: int = 2000) -> float:
+    """CPU time per eager call (µs): mean over `calls` back-to-back calls on a problem too small to queue up."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / calls * 1e6
+
+
+def geomean(xs) -> float:
+    xs = [x for x in xs if x and x > 0 and math.isfinite(x)]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def device_info() -> dict:
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return {"gpu": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,
+            "date": time.strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def progress(iterable, total: int, desc: str):
+    try:
+        from tqdm import tqdm
+
+        return tqdm(iterable, total=total, desc=desc, leave=False)
+    except ImportError:
+        return iterable
+
+
+def print_table(rows: list[dict], cols: list[tuple[str, str, str]]):
+    """cols: (key, header, format)."""
+    widths = [max(len(h), *(len(format(r.get(k, float("nan")), f)) if r.get(k) is not None else 3 for r in rows))
+              for k, h, f in cols]
+    print("  ".join(h.rjust(w) for (_k, h, _f), w in zip(cols, widths)))
+    for r in rows:
+        cells = []
+        for (k, _h, f), w in zip(cols, widths):
+            v = r.get(k)
+            cells.append(("-" if v is None else format(v, f)).rjust(w))
+        print("  ".join(cells))

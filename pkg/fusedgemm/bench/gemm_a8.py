@@ -1,0 +1,191 @@
+"""python -m fusedgemm.bench gemm_a8: fused 8-bit GEMM against the BLAS + epilogue paths, same process.
+
+Baselines, fp8: (a) torch._scaled_mm (row-wise scales) + bias + activation, (b) _scaled_mm(bias=) +
+activation, (c) _scaled_mm alone, (d) torch.compile of (a). int8: (a) torch._int_mm + scales + bias +
+activation, (c) _int_mm alone, (d) torch.compile of (a). Floor = max(min bytes / copy bandwidth measured now,
+flops / dense peak). Median of CUDA-event timings, L2 flushed before each run.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from importlib import resources
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .common import Timer, copy_bandwidth_gbs, device_info, geomean, host_us_per_call, print_table, progress
+
+# Dense 8-bit tensor-core peaks (TFLOP/s, datasheet) by arch.
+PEAK_8BIT_TFLOPS = {"sm_90a": 1979.0, "gfx942": 2615.0, "gfx950": 4600.0}
+ACTS = {"none": lambda x: x, "relu": torch.relu, "silu": F.silu, "gelu": lambda x: F.gelu(x, approximate="tanh"),
+        "gelu_erf": F.gelu}
+BANDS = [("M<=64", lambda m: m <= 64), ("M=256..1024", lambda m: 256 <= m <= 1024), ("M>=4096", lambda m: m >= 4096)]
+
+
+def load_grid(path: str | None) -> tuple[list[int], dict]:
+    text = Path(path).read_text() if path else resources.files(__package__).joinpath("llm_shapes.json").read_text()
+    grid = json.loads(text)
+    return grid["M"], grid["shapes"]
+
+
+def _baselines(kind, a, w, bias, sa, sb, act_name, out_dtype, compile_it):
+    act = ACTS[act_name]
+    wt = w.T
+    if kind == "fp8":
+        sa2, sb2 = sa.reshape(-1, 1), sb.reshape(1, -1)
+
+        def mm():
+            return torch._scaled_mm(a, wt, scale_a=sa2, scale_b=sb2, out_dtype=out_dtype)
+
+        def a_path():
+            y = mm()
+            return act(y + bias) if bias is not None else act(y)
+
+        def b_path():
+            return act(torch._scaled_mm(a, wt, scale_a=sa2, scale_b=sb2, bias=bias, out_dtype=out_dtype))
+
+        paths = {"a": a_path, "b": b_path if bias is not None else None, "c": mm}
+    else:
+        def mm():
+            return torch._int_mm(a, wt)
+
+        def a_path():
+            y = (mm().float() * sa[:, None] * sb[None, :]).to(out_dtype)
+            return act(y + bias) if bias is not None else act(y)
+
+        paths = {"a": a_path, "b": None, "c": mm}
+    if compile_it:
+        paths["d"] = torch.compile(a_path, dynamic=False)
+    return paths
+
+
+def run(argv=None) -> int:
+    import fusedgemm as fg
+    from fusedgemm.runtime.arch import device_arch
+
+    p = argparse.ArgumentParser(prog="python -m fusedgemm.bench gemm_a8", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--dtype", choices=["fp8", "int8"], default="fp8")
+    p.add_argument("--epilogue", default="bias_silu", choices=fg.EPILOGUES)
+    p.add_argument("--out-dtype", choices=["bfloat16", "float16"], default="bfloat16")
+    p.add_argument("--shapes", help="shape grid JSON (default: the LLM grid shipped with the package)")
+    p.add_argument("--only", nargs="+", help="shape names to run (default: all)")
+    p.add_argument("--M", type=int, nargs="+", help="M values (default: the grid's)")
+    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--no-compile", action="store_true", help="skip baseline (d), torch.compile of (a)")
+    p.add_argument("--json", help="write rows and summary as JSON here")
+    p.add_argument("--plot", help="write a PNG: speedup over (a) vs M, one line per shape")
+    args = p.parse_args(argv)
+
+    arch = device_arch(torch.cuda.current_device())
+    out_dtype = getattr(torch, args.out_dtype)
+    in_dtype = torch.int8 if args.dtype == "int8" else fg.FP8_DTYPE_FOR_ARCH[arch]
+    ms, shapes = load_grid(args.shapes)
+    ms = args.M or ms
+    shapes = {k: v for k, v in shapes.items() if not args.only or k in args.only}
+    uses_bias = args.epilogue.startswith("bias")
+    act_name = "none" if args.epilogue == "bias" else args.epilogue.replace("bias_", "")
+    timer = Timer(reps=args.reps)
+    bw = copy_bandwidth_gbs(timer)
+    peak = PEAK_8BIT_TFLOPS[arch]
+    info = device_info()
+    print(f"{info['gpu']} ({arch})  torch {info['torch']}  copy {bw:.0f} GB/s  peak {args.dtype} {peak:.0f} "
+          f"TFLOP/s (datasheet)  epilogue {args.epilogue}  out {args.out_dtype}")
+
+    rows = []
+    cases = [(name, s, m) for name, s in shapes.items() for m in ms]
+    for name, s, m in progress(cases, len(cases), "gemm_a8"):
+        n, k = s["N"], s["K"]
+        if in_dtype == torch.int8:
+            a = torch.randint(-127, 128, (m, k), dtype=torch.int8, device="cuda")
+            w = torch.randint(-127, 128, (n, k), dtype=torch.int8, device="cuda")
+        else:
+            a = torch.randn(m, k, device="cuda").to(in_dtype)
+            w = torch.randn(n, k, device="cuda").to(in_dtype)
+        sa = torch.rand(m, device="cuda") / math.sqrt(k)
+        sb = torch.rand(n, device="cuda")
+        bias = torch.randn(n, device="cuda").to(out_dtype) if uses_bias else None
+        wq = fg.preshuffle(w)
+        out = torch.empty(m, n, dtype=out_dtype, device="cuda")
+
+        def ours():
+            return fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, epilogue=args.epilogue, out_dtype=out_dtype,
+                              out=out)
+
+        row = dict(shape=name, M=m, N=n, K=k, fg_us=timer(ours))
+        for key, fn in _baselines(args.dtype, a, w, bias, sa, sb, act_name, out_dtype, not args.no_compile).items():
+            try:
+                row[f"{key}_us"] = timer(fn) if fn is not None else None
+            except Exception as exc:  # a baseline the library cannot run for this shape (e.g. _int_mm M <= 16)
+                row[f"{key}_us"] = None
+                row[f"{key}_error"] = str(exc).splitlines()[0][:120]
+        nbytes = m * k + n * k + m * n * out.element_size() + (n * bias.element_size() if uses_bias else 0) + 4 * (m + n)
+        flops = 2.0 * m * n * k
+        row["floor_us"] = max(nbytes / (bw * 1e9), flops / (peak * 1e12)) * 1e6
+        row["pct_floor"] = 100.0 * row["floor_us"] / row["fg_us"]
+        row["tflops"] = flops / (row["fg_us"] * 1e-6) / 1e12
+        row["gbs"] = nbytes / (row["fg_us"] * 1e-6) / 1e9
+        for key in ("a", "b", "c", "d"):
+            t = row.get(f"{key}_us")
+            row[f"x_{key}"] = t / row["fg_us"] if t else None
+        rows.append(row)
+        del a, w, wq, out
+
+    cols = [("shape", "shape", "s"), ("M", "M", "d"), ("N", "N", "d"), ("K", "K", "d"), ("fg_us", "fg us", ".1f"),
+            ("a_us", "(a) us", ".1f"), ("b_us", "(b) us", ".1f"), ("c_us", "(c) us", ".1f"), ("d_us", "(d) us", ".1f"),
+            ("floor_us", "floor us", ".1f"), ("pct_floor", "% floor", ".0f"), ("tflops", "TFLOP/s", ".0f"),
+            ("gbs", "GB/s", ".0f"), ("x_a", "x(a)", ".2f"), ("x_b", "x(b)", ".2f"), ("x_c", "x(c)", ".2f"),
+            ("x_d", "x(d)", ".2f")]
+    print_table(rows, cols)
+    summary = {}
+    for band, pred in BANDS:
+        sel = [r for r in rows if pred(r["M"])]
+        if sel:
+            summary[band] = {f"x_{k}": geomean(r[f"x_{k}"] for r in sel) for k in ("a", "b", "c", "d")}
+            summary[band]["floor_ratio"] = geomean(r["fg_us"] / r["floor_us"] for r in sel)
+            print(f"geomean {band:12}: " + "  ".join(f"x({k[2:]}) {v:.2f}" for k, v in summary[band].items()
+                                                     if k.startswith("x_")) + f"  time/floor {summary[band]['floor_ratio']:.2f}")
+
+    # Host overhead: CPU time per eager call on a tiny problem.
+    a1 = torch.randn(16, 256, device="cuda").to(in_dtype) if in_dtype != torch.int8 else \
+        torch.randint(-8, 8, (32, 256), dtype=torch.int8, device="cuda")
+    w1 = torch.randn(256, 256, device="cuda").to(in_dtype) if in_dtype != torch.int8 else \
+        torch.randint(-8, 8, (256, 256), dtype=torch.int8, device="cuda")
+    wq1 = fg.preshuffle(w1)
+    sa1, sb1 = torch.rand(a1.shape[0], device="cuda"), torch.rand(256, device="cuda")
+    b1 = torch.randn(256, device="cuda").to(out_dtype)
+    xb, wb = torch.randn(16, 256, device="cuda", dtype=torch.bfloat16), torch.randn(256, 256, device="cuda",
+                                                                                   dtype=torch.bfloat16)
+    host = {"fusedgemm.gemm_a8": host_us_per_call(lambda: fg.gemm_a8(a1, wq1, b1, scale_a=sa1, scale_b=sb1,
+                                                                      epilogue="bias_silu")),
+            "torch.mm": host_us_per_call(lambda: torch.mm(xb, wb))}
+    if in_dtype != torch.int8:
+        host["torch._scaled_mm"] = host_us_per_call(lambda: torch._scaled_mm(
+            a1, w1.T, scale_a=sa1.reshape(-1, 1), scale_b=sb1.reshape(1, -1), out_dtype=torch.bfloat16))
+    print("host us per eager call: " + "  ".join(f"{k} {v:.1f}" for k, v in host.items()))
+
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": info, "arch": arch, "copy_gbs": bw, "peak_tflops": peak, "args": vars(args),
+                       "rows": rows, "summary": summary, "host_us": host}, f, indent=1)
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(8, 5))
+        for name in shapes:
+            sel = [r for r in rows if r["shape"] == name]
+            ax.plot([r["M"] for r in sel], [r["x_a"] or float("nan") for r in sel], marker="o", label=name)
+        ax.axhline(1.0, color="gray", lw=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("M (tokens)")
+        ax.set_ylabel("speedup over (a) BLAS + epilogue")
+        ax.set_title(f"gemm_a8 {args.dtype} {args.epilogue} on {info['gpu']}")
+        ax.legend()
+        fig.savefig(args.plot, dpi=120, bbox_inches="tight")
+    return 0

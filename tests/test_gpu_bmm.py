@@ -1,0 +1,135 @@
+"""bmm_tiny / bmm on a GPU against the float64 oracle (skipped without a GPU)."""
+import warnings
+
+import pytest
+import torch
+
+import fusedgemm as fg
+from fusedgemm.reference import rel_error
+
+pytestmark = pytest.mark.gpu
+
+# fp32 accumulation of k <= 64 products: far below 1e-5; bf16/fp16 outputs: one rounding.
+TOL = {torch.float32: 1e-5, torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11}
+SHAPES = [(12, 12, 64), (12, 64, 12), (64, 64, 64), (3, 7, 5), (16, 16, 16), (1, 1, 1), (64, 1, 64), (1, 64, 33)]
+
+
+def oracle(a, b):
+    b3 = b.unsqueeze(0) if b.dim() == 2 else b
+    return torch.matmul(a.double().cpu(), b3.double().cpu())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("batch", [2, 1024])
+def test_matches_oracle(dtype, m, n, k, batch, seed):
+    a = torch.randn(batch, m, k, device="cuda").to(dtype)
+    b = torch.randn(batch, k, n, device="cuda").to(dtype)
+    out = torch.full((batch, m, n), float("nan"), device="cuda", dtype=dtype)
+    y = fg.bmm_tiny(a, b, out=out)
+    assert y is out and not torch.isnan(y).any()
+    assert rel_error(y, oracle(a, b)) <= TOL[dtype]
+
+
+@pytest.mark.parametrize("b_shape", ["kn", "1kn"])
+def test_broadcast_b(b_shape, seed):
+    a = torch.randn(500, 12, 64, device="cuda")
+    b = torch.randn(64, 12, device="cuda") if b_shape == "kn" else torch.randn(1, 64, 12, device="cuda")
+    assert rel_error(fg.bmm_tiny(a, b), oracle(a, b)) <= TOL[torch.float32]
+
+
+def test_strided_views_need_no_copy(seed):
+    at = torch.randn(300, 64, 12, device="cuda").transpose(1, 2)  # [300, 12, 64], non-contiguous
+    bt = torch.randn(300, 12, 64, device="cuda").transpose(1, 2)  # [300, 64, 12]
+    sl = torch.randn(600, 12, 64, device="cuda")[::2]              # batch stride 2x
+    assert rel_error(fg.bmm_tiny(at, bt), oracle(at, bt)) <= TOL[torch.float32]
+    assert rel_error(fg.bmm_tiny(sl, bt), oracle(sl, bt)) <= TOL[torch.float32]
+
+
+def test_nan_inf_propagate_like_torch_bmm():
+    a = torch.randn(64, 12, 64, device="cuda")
+    b = torch.randn(64, 64, 12, device="cuda")
+    a[3, 2, 5] = float("nan")
+    a[7, 0, 0] = float("inf")
+    b[9, 1, 4] = float("-inf")
+    ours, ref = fg.bmm_tiny(a, b), torch.bmm(a, b)
+    assert torch.equal(torch.isnan(ours), torch.isnan(ref))
+    assert torch.equal(torch.isinf(ours), torch.isinf(ref))
+    finite = torch.isfinite(ref)
+    torch.testing.assert_close(ours[finite], ref[finite], rtol=1e-5, atol=1e-5)
+
+
+def test_empty_and_k0():
+    assert fg.bmm_tiny(torch.randn(0, 3, 4, device="cuda"), torch.randn(4, 5, device="cuda")).shape == (0, 3, 5)
+    y = fg.bmm_tiny(torch.randn(4, 3, 0, device="cuda"), torch.randn(0, 5, device="cuda"))
+    assert torch.equal(y, torch.zeros(4, 3, 5, device="cuda"))
+
+
+def test_dispatch(monkeypatch, seed):
+    import fusedgemm.bmm as bmm_mod
+
+    calls = []
+    real = bmm_mod.launch_bmm_tiny
+    monkeypatch.setattr(bmm_mod, "launch_bmm_tiny", lambda *a, **k: calls.append(1) or real(*a, **k))
+    a, b = torch.randn(64, 12, 64, device="cuda"), torch.randn(64, 64, 12, device="cuda")
+    y = fg.bmm(a, b)
+    assert calls and rel_error(y, oracle(a, b)) <= TOL[torch.float32]
+    calls.clear()
+    big_a, big_b = torch.randn(4, 65, 64, device="cuda"), torch.randn(4, 64, 12, device="cuda")
+    assert torch.equal(fg.bmm(big_a, big_b), torch.bmm(big_a, big_b)) and not calls  # > 64: torch.bmm
+    one_a, one_b = torch.randn(1, 12, 64, device="cuda"), torch.randn(1, 64, 12, device="cuda")
+    assert torch.equal(fg.bmm(one_a, one_b), torch.bmm(one_a, one_b)) and not calls  # batch 1: torch.bmm
+    monkeypatch.setenv("FUSEDGEMM_DISABLE_TINY_GEMM", "1")
+    assert torch.equal(fg.bmm(a, b), torch.bmm(a, b)) and not calls  # gate flipped: exactly torch.bmm
+
+
+def test_fallback_warns_once(monkeypatch, seed):
+    import fusedgemm.bmm as bmm_mod
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("simulated: no code object")
+
+    monkeypatch.setattr(bmm_mod, "launch_bmm_tiny", broken)
+    monkeypatch.setattr(bmm_mod, "_warned_fallback", False)
+    a, b = torch.randn(8, 12, 64, device="cuda"), torch.randn(8, 64, 12, device="cuda")
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        y1, y2 = fg.bmm(a, b), fg.bmm(a, b)
+    assert [str(x.message) for x in w if "tiny-GEMM kernel unavailable" in str(x.message)].__len__() == 1
+    assert torch.equal(y1, torch.bmm(a, b)) and torch.equal(y2, y1)
+
+
+@pytest.mark.parametrize("broadcast", [False, True])
+def test_gradients_match_torch_bmm(broadcast, seed):
+    a = torch.randn(256, 12, 64, device="cuda", requires_grad=True)
+    b = torch.randn(64, 12, device="cuda", requires_grad=True) if broadcast else \
+        torch.randn(256, 64, 12, device="cuda", requires_grad=True)
+    g = torch.randn(256, 12, 12, device="cuda")
+    ga, gb = torch.autograd.grad(fg.bmm(a, b), (a, b), g)
+    ra, rb = torch.autograd.grad(torch.matmul(a, b), (a, b), g)
+    torch.testing.assert_close(ga, ra, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(gb, rb, rtol=1e-5, atol=1e-4)
+
+
+def test_gradcheck_float64_through_the_fallback(seed):
+    a = torch.randn(4, 3, 5, device="cuda", dtype=torch.float64, requires_grad=True)
+    b = torch.randn(4, 5, 7, device="cuda", dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(fg.bmm, (a, b))
+
+
+def test_graph_capture(seed):
+    a, b = torch.randn(1024, 12, 64, device="cuda"), torch.randn(1024, 64, 12, device="cuda")
+    fg.bmm_tiny(a, b)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        y = fg.bmm_tiny(a, b)
+    for _ in range(5):
+        a.copy_(torch.randn_like(a))
+        g.replay()
+        assert torch.equal(y, fg.bmm_tiny(a, b))
+
+
+def test_torch_compile(seed):
+    a, b = torch.randn(64, 12, 64, device="cuda"), torch.randn(64, 64, 12, device="cuda")
+    f = torch.compile(lambda x, y: fg.bmm_tiny(x, y) + 1, fullgraph=True)
+    assert torch.equal(f(a, b), fg.bmm_tiny(a, b) + 1)

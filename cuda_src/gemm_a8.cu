@@ -5,7 +5,7 @@
 #include "include/fusedgemm/gemm_a8.hpp"
 
 #define FG_GEMM_A8_ENTRY(IN_NAME, IN, OUT_NAME, OUT, ACT_NAME, ACT, CFG_NAME, CFG)                         \
-  extern "C" __global__ void __launch_bounds__(CFG::kWarpsM* CFG::kWarpsN* fg::arch::MmaAtom<IN>::kWarpSize) \
+  extern "C" __global__ void __launch_bounds__(CFG::kWarps* fg::arch::MmaAtom<IN>::kWarpSize) \
       fg_gemm_a8_##IN_NAME##_##OUT_NAME##_##ACT_NAME##_##CFG_NAME(                                           \
           const fg::u8* __restrict__ a, const fg::u8* __restrict__ b, fg::u16* __restrict__ out,            \
           const void* __restrict__ bias, const float* __restrict__ scale_a,                                  \
@@ -30,5 +30,6 @@
   FG_GEMM_A8_OUTS(fp8, fg::Fp8E4M3, CFG_NAME, CFG)     \
   FG_GEMM_A8_OUTS(i8, fg::Int8, CFG_NAME, CFG)
 
-FG_GEMM_A8_CONFIG(m16n128, fg::ConfigM16N128)
+FG_GEMM_A8_CONFIG(m16n16k8, fg::ConfigM16N16K8)
+FG_GEMM_A8_CONFIG(m64n16k8, fg::ConfigM64N16K8)
 FG_GEMM_A8_CONFIG(m128n128, fg::ConfigM128N128)

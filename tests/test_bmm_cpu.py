@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import fusedgemm as fg
-from fusedgemm.bmm import _BmmTinyFn, _check, plan_bmm_tiny
+from fusedgemm.tiny_gemm import _BmmTinyFn, _check, plan_bmm_tiny
 
 
 @pytest.mark.parametrize("b,m,n,k", [(1024, 12, 12, 64), (1024, 12, 64, 12), (16384, 64, 64, 64), (7, 3, 7, 5),

@@ -66,7 +66,7 @@ def test_empty_and_k0():
 
 
 def test_dispatch(monkeypatch, seed):
-    import fusedgemm.bmm as bmm_mod
+    import fusedgemm.tiny_gemm as bmm_mod
 
     calls = []
     real = bmm_mod.launch_bmm_tiny
@@ -84,7 +84,7 @@ def test_dispatch(monkeypatch, seed):
 
 
 def test_fallback_warns_once(monkeypatch, seed):
-    import fusedgemm.bmm as bmm_mod
+    import fusedgemm.tiny_gemm as bmm_mod
 
     def broken(*args, **kwargs):
         raise RuntimeError("simulated: no code object")

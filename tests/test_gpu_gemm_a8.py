@@ -108,7 +108,7 @@ def test_every_config_is_exercised():
     """Configs the heuristic can pick (by M) are all hit by the M values tested above."""
     from fusedgemm.gemm_a8 import _choose_config
 
-    picked = {_choose_config(m, 64, 64).name for m in (1, 7, 33, 1000, 5, 130)}
+    picked = {_choose_config(m, 64, 64).name for m in (1, 7, 33, 1000, 5, 130, 20)}
     assert picked == set(kernels.GEMM_A8_CONFIGS)
 
 

@@ -4,7 +4,7 @@
     y  = fusedgemm.gemm_a8(x8, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu")
     c  = fusedgemm.bmm(a, b)                                       # tiny batched GEMM (m, n, k <= 64)
 """
-from .bmm import bmm, bmm_tiny
+from .tiny_gemm import bmm, bmm_tiny
 from .epilogues import ACTIVATIONS, EPILOGUES
 from .gemm_a8 import FP8_DTYPE_FOR_ARCH, gemm_a8
 from .preshuffle import LAYOUT_16x16, PreshuffledWeight, preshuffle, unshuffle

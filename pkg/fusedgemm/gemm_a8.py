@@ -70,8 +70,10 @@ def _scale_args(scale, name: str, length: int, device, check_ptr: bool):
 
 
 def _choose_config(m: int, n: int, k: int) -> kernels.TileConfig:
-    """Decode-size M takes 16-row tiles (no wasted rows); larger M takes 128x128 tiles (operand reuse)."""
-    name = "m16n128" if m <= 32 else "m128n128"
+    """Decode-size M (<= 64): one 16-column slab of B per block with 8-way split-K inside the block, so
+    N/16 blocks of 8 warps stream the weight with many loads in flight; 16 or 64 rows per tile. Larger M:
+    128 x 128 tiles (operand reuse)."""
+    name = "m16n16k8" if m <= 16 else "m64n16k8" if m <= 64 else "m128n128"
     cfg = kernels.GEMM_A8_CONFIGS[name]
     if _PRINT_CONFIGS:
         print(f"[fusedgemm] gemm_a8 M={m} N={n} K={k} -> {name}")

@@ -34,7 +34,7 @@ def _gemm_a8_fake(a, b, bias, scale_a, scale_b, alpha, epilogue, out_dtype):
 
 @torch.library.custom_op("fusedgemm::bmm_tiny", mutates_args=())
 def bmm_tiny_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    from .bmm import _bmm_tiny_forward
+    from .tiny_gemm import _bmm_tiny_forward
 
     return _bmm_tiny_forward(a, b)
 
@@ -52,7 +52,7 @@ def _bmm_tiny_setup(ctx, inputs, output):
 
 
 def _bmm_tiny_backward(ctx, grad):
-    from .bmm import _reduce_broadcast_grad
+    from .tiny_gemm import _reduce_broadcast_grad
 
     a, b = ctx.saved_tensors
     b3 = b.unsqueeze(0) if b.dim() == 2 else b

@@ -4,7 +4,7 @@
 // staged in shared memory as fp32; a tile of ty x tx threads computes it, each thread an R x R register
 // micro-tile, so every shared-memory read feeds R multiply-adds. Inputs may have any strides (transposed
 // views, a broadcast B with batch stride 0), so no copy is ever needed on the host.
-// Host side (pkg/fusedgemm/bmm.py) picks R, tx, ty, elems and the dynamic shared-memory size.
+// Host side (pkg/fusedgemm/tiny_gemm.py) picks R, tx, ty, elems and the dynamic shared-memory size.
 #pragma once
 #include "arch/select.hpp"
 #include "epilogue.hpp"
@@ -29,6 +29,45 @@ struct InF16 {
 
 constexpr int kBmmTinyMaxThreads = 256;
 
+constexpr int kStageLoadsInFlight = 8;  // global loads each thread issues before storing any
+
+// Copy X[first + e][i][j] (i < rows, j < cols; element address e * s_batch + i * s_i + j * s_j) into
+// smem[e * per_elem + i * d_i + j * d_j] as fp32, for e < count. Iterates in the order of the smaller
+// global stride so a warp's loads coalesce (a transposed view is read along its contiguous dimension), and
+// keeps kStageLoadsInFlight loads outstanding per thread: staging is latency-bound otherwise.
+template <class T>
+FG_DEVICE void stage_matrix(const typename T::Storage* __restrict__ src, i64 s_batch, int s_i, int s_j, int first,
+                            int count, int rows, int cols, float* smem, int per_elem, int d_i, int d_j) {
+  const int tid = static_cast<int>(threadIdx.x);
+  const int nthreads = static_cast<int>(blockDim.x);
+  const bool j_fastest = (s_j < 0 ? -s_j : s_j) <= (s_i < 0 ? -s_i : s_i);
+  const int inner = j_fastest ? cols : rows;
+  const int per = rows * cols;
+  const int total = count * per;
+  for (int base = tid; base < total; base += nthreads * kStageLoadsInFlight) {
+    float v[kStageLoadsInFlight];
+    int dst[kStageLoadsInFlight];
+#pragma unroll
+    for (int u = 0; u < kStageLoadsInFlight; ++u) {
+      const int idx = base + u * nthreads;
+      dst[u] = -1;
+      if (idx < total) {
+        const int e = idx / per;
+        const int rem = idx - e * per;
+        const int outer_i = rem / inner;
+        const int inner_i = rem - outer_i * inner;
+        const int i = j_fastest ? outer_i : inner_i;
+        const int j = j_fastest ? inner_i : outer_i;
+        v[u] = T::to_float(src[(first + e) * s_batch + static_cast<i64>(i) * s_i + static_cast<i64>(j) * s_j]);
+        dst[u] = e * per_elem + i * d_i + j * d_j;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kStageLoadsInFlight; ++u)
+      if (dst[u] >= 0) smem[dst[u]] = v[u];
+  }
+}
+
 template <class T, int R>
 FG_DEVICE void bmm_tiny_block(const typename T::Storage* __restrict__ a,  // [batch, m, k], strides below
                               const typename T::Storage* __restrict__ b,  // [batch or 1, k, n]
@@ -43,22 +82,14 @@ FG_DEVICE void bmm_tiny_block(const typename T::Storage* __restrict__ a,  // [ba
   const int first = static_cast<int>(blockIdx.x) * elems;
   const int count = (batch - first) < elems ? (batch - first) : elems;
 
-  // Stage: As[e][kk][r] = A[first+e][r][kk] (zero padding for r >= m), Bs[e][kk][col] likewise.
-  for (int idx = tid; idx < count * k * m_pad; idx += nthreads) {
-    const int e = idx / (k * m_pad);
-    const int rem = idx - e * k * m_pad;
-    const int kk = rem / m_pad;
-    const int r = rem - kk * m_pad;
-    smem[e * per_elem + rem] = r < m ? T::to_float(a[(first + e) * sab + static_cast<i64>(r) * sam + kk * sak]) : 0.f;
+  // Zero the padding rows of As and columns of Bs (the micro-tiles read them; results there are dropped).
+  if (m_pad != m || n_pad != n) {
+    for (int idx = tid; idx < count * per_elem; idx += nthreads) smem[idx] = 0.f;
+    __syncthreads();
   }
-  for (int idx = tid; idx < count * k * n_pad; idx += nthreads) {
-    const int e = idx / (k * n_pad);
-    const int rem = idx - e * k * n_pad;
-    const int kk = rem / n_pad;
-    const int col = rem - kk * n_pad;
-    smem[e * per_elem + k * m_pad + rem] =
-        col < n ? T::to_float(b[(first + e) * sbb + static_cast<i64>(kk) * sbk + col * sbn]) : 0.f;
-  }
+  // As[e][kk][r] = A[first+e][r][kk]  (transposed: a thread's R rows are contiguous);  Bs[e][kk][col].
+  stage_matrix<T>(a, sab, sam, sak, first, count, m, k, smem, per_elem, 1, m_pad);
+  stage_matrix<T>(b, sbb, sbk, sbn, first, count, k, n, smem + k * m_pad, per_elem, n_pad, 1);
   __syncthreads();
 
   const int threads_per_elem = tx * ty;

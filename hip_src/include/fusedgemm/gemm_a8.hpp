@@ -17,23 +17,31 @@
 
 namespace fg {
 
-// Tile configuration: a block of kWarpsM x kWarpsN warps; each warp owns kTilesM x kTilesN 16x16 tiles.
-template <int kWarpsM_, int kWarpsN_, int kTilesM_, int kTilesN_>
+// Tile configuration: a block of kWarpsM x kWarpsN x kWarpsK warps; each warp owns kTilesM x kTilesN 16x16
+// tiles. kWarpsK > 1 is split-K inside the block: warp w takes K steps w, w + kWarpsK, ... and the partial
+// accumulators are summed through shared memory before the epilogue (deterministic, no atomics). That is
+// how decode-size problems (few output tiles) still put enough loads in flight on every SM.
+template <int kWarpsM_, int kWarpsN_, int kWarpsK_, int kTilesM_, int kTilesN_>
 struct GemmA8Config {
   static constexpr int kWarpsM = kWarpsM_;
   static constexpr int kWarpsN = kWarpsN_;
+  static constexpr int kWarpsK = kWarpsK_;
+  static constexpr int kWarps = kWarpsM * kWarpsN * kWarpsK;
   static constexpr int kTilesM = kTilesM_;
   static constexpr int kTilesN = kTilesN_;
   static constexpr int kWarpTileM = 16 * kTilesM;
   static constexpr int kWarpTileN = 16 * kTilesN;
   static constexpr int kBlockM = kWarpsM * kWarpTileM;
   static constexpr int kBlockN = kWarpsN * kWarpTileN;
-  static_assert(kWarpsM * kWarpsN <= 16, "at most 16 warps per block");
+  static_assert(kWarps <= 16, "at most 16 warps per block");
+  static_assert(kWarpsK == 1 || (kWarpsM == 1 && kWarpsN == 1),
+                "split-K blocks have all warps on one output tile (so the whole block exits together)");
 };
 
-// Names of the shipped configurations (the Python side chooses by name; see runtime/configs.py).
-using ConfigM16N128 = GemmA8Config<1, 4, 1, 2>;   // decode: 16 rows, 4 warps side by side along N
-using ConfigM128N128 = GemmA8Config<2, 4, 4, 2>;  // prefill: 128 x 128, 8 warps, each 64 x 32
+// The shipped configurations (names must match runtime/kernels.py GEMM_A8_CONFIGS).
+using ConfigM16N16K8 = GemmA8Config<1, 1, 8, 1, 1>;   // decode, M <= 16: 16 x 16 tile, 8-way split-K
+using ConfigM64N16K8 = GemmA8Config<1, 1, 8, 4, 1>;   // decode, M <= 64: 64 x 16 tile, 8-way split-K
+using ConfigM128N128 = GemmA8Config<2, 4, 1, 4, 2>;  // prefill: 128 x 128, 8 warps, each 64 x 32
 
 template <class In, class Out, class Act, class Cfg>
 FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,      // [M, K] row-major
@@ -49,7 +57,8 @@ FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,      // [M, K] row-major
   constexpr int kVecsPerFrag = Atom::kRowsPerLane * Atom::kChunksPerLane;
 
   const int lane = static_cast<int>(threadIdx.x) % Atom::kWarpSize;
-  const int warp = static_cast<int>(threadIdx.x) / Atom::kWarpSize;
+  const int warp_k = static_cast<int>(threadIdx.x) / Atom::kWarpSize / (Cfg::kWarpsM * Cfg::kWarpsN);
+  const int warp = static_cast<int>(threadIdx.x) / Atom::kWarpSize % (Cfg::kWarpsM * Cfg::kWarpsN);
   const int m_warp = static_cast<int>(blockIdx.y) * Cfg::kBlockM + (warp / Cfg::kWarpsN) * Cfg::kWarpTileM;
   const int n_warp = static_cast<int>(blockIdx.x) * Cfg::kBlockN + (warp % Cfg::kWarpsN) * Cfg::kWarpTileN;
   if (m_warp >= M || n_warp >= N) return;  // no barriers in this kernel: an idle warp may leave
@@ -85,7 +94,7 @@ FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,      // [M, K] row-major
     for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::zero(acc[tm][tn]);
 
   // NOTE: no manual unroll: the predicated tail keeps the loop count dynamic; see docs/perf-notes.md.
-  for (int c0 = 0; c0 < num_chunks; c0 += Atom::kChunksPerStep) {
+  for (int c0 = warp_k * Atom::kChunksPerStep; c0 < num_chunks; c0 += Cfg::kWarpsK * Atom::kChunksPerStep) {
     Frag fa[Cfg::kTilesM];
     Frag fb[Cfg::kTilesN];
 #pragma unroll
@@ -112,32 +121,54 @@ FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,      // [M, K] row-major
 
   // Epilogue: each accumulator value becomes one output element, rounded once.
   using Epilogue = EpilogueScaleBiasAct<Act>;
+  auto store_tile = [&](const Acc& tile, int tm, int tn) {
 #pragma unroll
-  for (int tm = 0; tm < Cfg::kTilesM; ++tm) {
+    for (int e = 0; e < Atom::kAccPerLane; e += Atom::kStoreVec) {
+      const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
+      if (row >= M) continue;
+      const int col = n_warp + 16 * tn + Atom::acc_col(lane, e);
+      const float row_scale = alpha * load_scale(scale_a, scale_a_stride, row);
+      u16 y[Atom::kStoreVec];
 #pragma unroll
-    for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
-      if (!b_ok[tn]) continue;
-#pragma unroll
-      for (int e = 0; e < Atom::kAccPerLane; e += Atom::kStoreVec) {
-        const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
-        if (row >= M) continue;
-        const int col = n_warp + 16 * tn + Atom::acc_col(lane, e);
-        const float row_scale = alpha * load_scale(scale_a, scale_a_stride, row);
-        u16 y[Atom::kStoreVec];
-#pragma unroll
-        for (int s = 0; s < Atom::kStoreVec; ++s) {
-          const float scale = row_scale * load_scale(scale_b, scale_b_stride, col + s);
-          const float bias_v = load_bias(bias, bias_kind, col + s);
-          y[s] = Out::from_float(Epilogue::apply(Atom::get(acc[tm][tn], e + s), scale, bias_v));
-        }
-        u16* dst = out + static_cast<i64>(row) * N + col;
-        if constexpr (Atom::kStoreVec == 2) {
-          *reinterpret_cast<u32*>(dst) = static_cast<u32>(y[0]) | (static_cast<u32>(y[1]) << 16);
-        } else {
-          dst[0] = y[0];
-        }
+      for (int s = 0; s < Atom::kStoreVec; ++s) {
+        const float scale = row_scale * load_scale(scale_b, scale_b_stride, col + s);
+        const float bias_v = load_bias(bias, bias_kind, col + s);
+        y[s] = Out::from_float(Epilogue::apply(Atom::get(tile, e + s), scale, bias_v));
+      }
+      u16* dst = out + static_cast<i64>(row) * N + col;
+      if constexpr (Atom::kStoreVec == 2) {
+        *reinterpret_cast<u32*>(dst) = static_cast<u32>(y[0]) | (static_cast<u32>(y[1]) << 16);
+      } else {
+        dst[0] = y[0];
       }
     }
+  };
+
+  if constexpr (Cfg::kWarpsK == 1) {
+#pragma unroll
+    for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+      for (int tn = 0; tn < Cfg::kTilesN; ++tn)
+        if (b_ok[tn]) store_tile(acc[tm][tn], tm, tn);
+  } else {
+    // Split-K: every warp parks its partial tiles in shared memory; tile t is then summed and stored by
+    // warp t % kWarpsK (same lane layout in every warp, so lane l sums slot l of each warp).
+    __shared__ Acc partial[Cfg::kWarpsK][Cfg::kTilesM][Cfg::kTilesN][Atom::kWarpSize];
+#pragma unroll
+    for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+      for (int tn = 0; tn < Cfg::kTilesN; ++tn) partial[warp_k][tm][tn][lane] = acc[tm][tn];
+    __syncthreads();
+#pragma unroll
+    for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+      for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
+        if ((tm * Cfg::kTilesN + tn) % Cfg::kWarpsK != warp_k || !b_ok[tn]) continue;
+        Acc sum = partial[0][tm][tn][lane];
+#pragma unroll
+        for (int w = 1; w < Cfg::kWarpsK; ++w) Atom::add(sum, partial[w][tm][tn][lane]);
+        store_tile(sum, tm, tn);
+      }
   }
 }
 

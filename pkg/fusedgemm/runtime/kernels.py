@@ -63,7 +63,8 @@ class TileConfig:
 
 # Must match the Config* aliases in hip_src/include/fusedgemm/gemm_a8.hpp and FG_GEMM_A8_CONFIG lines.
 GEMM_A8_CONFIGS = {
-    "m16n128": TileConfig("m16n128", 16, 128, 4),
+    "m16n16k8": TileConfig("m16n16k8", 16, 16, 8),
+    "m64n16k8": TileConfig("m64n16k8", 64, 16, 8),
     "m128n128": TileConfig("m128n128", 128, 128, 8),
 }
 

@@ -36,6 +36,8 @@ class _CudaBackend:
         self.tags = (int(driver.CU_LAUNCH_PARAM_BUFFER_POINTER), int(driver.CU_LAUNCH_PARAM_BUFFER_SIZE),
                      int(driver.CU_LAUNCH_PARAM_END))
         self.success = driver.CUresult.CUDA_SUCCESS
+        self.invalid_context = driver.CUresult.CUDA_ERROR_INVALID_CONTEXT
+        self.module_ctx: dict[int, object] = {}  # function handle -> the context its module was loaded in
 
     def check(self, result, what: str):
         err = result[0]
@@ -56,10 +58,18 @@ class _CudaBackend:
         return self.check(self.drv.cuModuleLoadData(image), "cuModuleLoadData")
 
     def function(self, module, name: str):
-        return self.check(self.drv.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
+        func = self.check(self.drv.cuModuleGetFunction(module, name.encode()), f"cuModuleGetFunction({name})")
+        self.module_ctx[int(func)] = self.check(self.drv.cuCtxGetCurrent(), "cuCtxGetCurrent")
+        return func
 
     def launch(self, func, grid, block, smem: int, stream: int, extra_addr: int):
         err, = self.drv.cuLaunchKernel(func, grid[0], grid[1], grid[2], block, 1, 1, smem, stream, None, extra_addr)
+        if err == self.invalid_context:
+            # A thread that has not touched this device yet (e.g. autograd's backward worker): make the
+            # module's context current and launch again.
+            self.check(self.drv.cuCtxSetCurrent(self.module_ctx[int(func)]), "cuCtxSetCurrent")
+            err, = self.drv.cuLaunchKernel(func, grid[0], grid[1], grid[2], block, 1, 1, smem, stream, None,
+                                           extra_addr)
         if err != self.success:
             self.check((err,), "cuLaunchKernel")
 

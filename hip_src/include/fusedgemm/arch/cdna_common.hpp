@@ -48,6 +48,7 @@ struct CdnaAccF32 {
   };
   FG_DEVICE static void zero(Acc& acc) { acc.c = f32x4{0.f, 0.f, 0.f, 0.f}; }
   FG_DEVICE static float get(const Acc& acc, int e) { return acc.c[e]; }
+  FG_DEVICE static void add(Acc& acc, const Acc& other) { acc.c += other.c; }
 };
 
 struct CdnaAccI32 {
@@ -56,6 +57,7 @@ struct CdnaAccI32 {
   };
   FG_DEVICE static void zero(Acc& acc) { acc.c = i32x4{0, 0, 0, 0}; }
   FG_DEVICE static float get(const Acc& acc, int e) { return static_cast<float>(acc.c[e]); }
+  FG_DEVICE static void add(Acc& acc, const Acc& other) { acc.c += other.c; }  // int32: exact
 };
 
 }  // namespace arch

@@ -72,6 +72,10 @@ struct MmaAtom<Fp8E4M3> : Sm90MmaAtomBase<Fp8E4M3> {
     for (int e = 0; e < 8; ++e) acc.c[e] = 0.f;
   }
   FG_DEVICE static float get(const Acc& acc, int e) { return acc.c[e]; }
+  FG_DEVICE static void add(Acc& acc, const Acc& other) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc.c[e] += other.c[e];
+  }
   FG_DEVICE static void mma(Acc& acc, const Frag& a, const Frag& b) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
@@ -99,6 +103,10 @@ struct MmaAtom<Int8> : Sm90MmaAtomBase<Int8> {
     for (int e = 0; e < 8; ++e) acc.c[e] = 0;
   }
   FG_DEVICE static float get(const Acc& acc, int e) { return static_cast<float>(acc.c[e]); }
+  FG_DEVICE static void add(Acc& acc, const Acc& other) {  // int32: exact, converted once in get()
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc.c[e] += other.c[e];
+  }
   FG_DEVICE static void mma(Acc& acc, const Frag& a, const Frag& b) {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

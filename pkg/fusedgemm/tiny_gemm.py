@@ -27,11 +27,11 @@ def _ceil_div(a: int, b: int) -> int:
 def plan_bmm_tiny(batch: int, m: int, n: int, k: int, dtype_name: str, r: int | None = None):
     """Launch plan: micro-tile R, thread tile (tx, ty), elements per block, threads, smem bytes, grid.
 
-    R is the smallest micro-tile that keeps one element within 64 threads, so each thread does at least
-    R*R multiply-adds per shared-memory read pair; blocks pack as many elements as 256 threads and 48 KB
-    of shared memory allow."""
+    R is the smallest micro-tile that fits one element in one 256-thread block (most threads for staging
+    and compute); blocks pack as many elements as 256 threads and 48 KB of shared memory allow."""
     if r is None:
-        r = next(r for r in kernels.BMM_TINY_MICROTILES if _ceil_div(m, r) * _ceil_div(n, r) <= 64)
+        r = next(r for r in kernels.BMM_TINY_MICROTILES
+                 if _ceil_div(m, r) * _ceil_div(n, r) <= kernels.BMM_TINY_MAX_THREADS)
     tx, ty = _ceil_div(n, r), _ceil_div(m, r)
     per_elem_bytes = 4 * k * r * (tx + ty)
     elems = max(1, min(kernels.BMM_TINY_MAX_THREADS // (tx * ty), _SMEM_CAP // per_elem_bytes, batch))

@@ -34,8 +34,25 @@ def _in_kind(dtype: torch.dtype, what: str) -> str:
     raise TypeError(f"gemm_a8: {what} must be float8_e4m3fn, float8_e4m3fnuz or int8, got {dtype}")
 
 
+from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor  # noqa: E402
+
+
 def _is_fake(t: torch.Tensor) -> bool:
-    return torch._guards.detect_fake_mode((t,)) is not None or t.device.type == "meta"
+    return isinstance(t, _FakeTensor) or t.device.type == "meta"
+
+
+def current_raw_stream(device_index: int) -> int:
+    """The current stream's handle, cheaply (this is on the per-call hot path)."""
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return get(device_index) if get is not None else torch.cuda.current_stream(device_index).cuda_stream
+
+
+def current_device_index() -> int:
+    get = getattr(torch._C, "_cuda_getDevice", None)
+    return get() if get is not None else torch.cuda.current_device()
+
+
+_KERNELS: dict[tuple, object] = {}
 
 
 def _check_tensor_placement(t: torch.Tensor, name: str, device: torch.device, align: int, check_ptr: bool):
@@ -162,10 +179,13 @@ def launch_gemm_a8(a: torch.Tensor, b_data: torch.Tensor, bias, sa, sa_stride: i
     if grid[1] > _MAX_GRID_Y:
         raise ValueError(f"gemm_a8: M={m} is too large for one launch (at most {_MAX_GRID_Y * cfg.block_m} rows)")
     dev = a.device.index
-    name = kernels.gemm_a8_kernel_name(in_kind, _OUT_NAME[out.dtype], act, cfg.name)
-    kernel = module_for("gemm_a8", dev).kernel(name, kernels.GEMM_A8)
+    key = (dev, in_kind, out.dtype, act, cfg.name)
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        name = kernels.gemm_a8_kernel_name(in_kind, _OUT_NAME[out.dtype], act, cfg.name)
+        kernel = _KERNELS[key] = module_for("gemm_a8", dev).kernel(name, kernels.GEMM_A8)
     bias_kind = kernels.BIAS_KIND[None if bias is None else _BIAS_NAME[bias.dtype]]
-    stream = torch.cuda.current_stream(dev).cuda_stream
+    stream = current_raw_stream(dev)
     warp = 32 if torch.version.hip is None else 64
     kernel(grid, cfg.warps * warp, 0, stream,
            a.data_ptr(), b_data.data_ptr(), out.data_ptr(), 0 if bias is None else bias.data_ptr(),
@@ -193,7 +213,7 @@ def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = N
     p = check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out)
     if out is None:
         out = torch.empty((p["m"], p["n"]), dtype=out_dtype, device=a.device)
-    if a.device.index != torch.cuda.current_device():
+    if a.device.index != current_device_index():
         with torch.cuda.device(a.device):
             launch_gemm_a8(a, b.data, bias, p["sa"], p["sa_stride"], p["sb"], p["sb_stride"], p["alpha"], p["act"],
                            p["in_kind"], out)

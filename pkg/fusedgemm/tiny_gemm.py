@@ -12,6 +12,7 @@ import warnings
 
 import torch
 
+from .gemm_a8 import current_device_index, current_raw_stream
 from .runtime import kernels
 
 _DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -27,13 +28,13 @@ def _ceil_div(a: int, b: int) -> int:
 def plan_bmm_tiny(batch: int, m: int, n: int, k: int, dtype_name: str, r: int | None = None):
     """Launch plan: micro-tile R, thread tile (tx, ty), elements per block, threads, smem bytes, grid.
 
-    R is the smallest micro-tile that fits one element in one 256-thread block (most threads for staging
-    and compute); blocks pack as many elements as 256 threads and 48 KB of shared memory allow."""
+    R is the smallest micro-tile that keeps one element within 64 threads (at least R*R multiply-adds per
+    pair of shared-memory reads); blocks pack as many elements as 256 threads and 48 KB of shared memory
+    allow, so the per-block fixed costs (barrier, staging latency) are shared."""
     if r is None:
-        r = next(r for r in kernels.BMM_TINY_MICROTILES
-                 if _ceil_div(m, r) * _ceil_div(n, r) <= kernels.BMM_TINY_MAX_THREADS)
+        r = next(r for r in kernels.BMM_TINY_MICROTILES if _ceil_div(m, r) * _ceil_div(n, r) <= 64)
     tx, ty = _ceil_div(n, r), _ceil_div(m, r)
-    per_elem_bytes = 4 * k * r * (tx + ty)
+    per_elem_bytes = 4 * k * r * (tx + ty)  # A [m_pad, k] + B [k, n_pad] in fp32 (B counted even if broadcast)
     elems = max(1, min(kernels.BMM_TINY_MAX_THREADS // (tx * ty), _SMEM_CAP // per_elem_bytes, batch))
     threads = min(kernels.BMM_TINY_MAX_THREADS, _ceil_div(elems * tx * ty, 64) * 64)
     return dict(name=kernels.bmm_tiny_kernel_name(dtype_name, r), r=r, tx=tx, ty=ty, elems=elems, threads=threads,
@@ -86,7 +87,7 @@ def launch_bmm_tiny(a: torch.Tensor, b3: torch.Tensor, out: torch.Tensor, r: int
     dev = a.device.index
     kern = module_for("bmm_tiny", dev).kernel(plan["name"], kernels.BMM_TINY)
     sbb = 0 if b3.shape[0] == 1 else b3.stride(0)
-    kern(plan["grid"], plan["threads"], plan["smem"], torch.cuda.current_stream(dev).cuda_stream,
+    kern(plan["grid"], plan["threads"], plan["smem"], current_raw_stream(dev),
          a.data_ptr(), b3.data_ptr(), out.data_ptr(), batch, m, n, k, a.stride(0), a.stride(1), a.stride(2),
          sbb, b3.stride(1), b3.stride(2), plan["tx"], plan["ty"], plan["elems"])
     return out
@@ -96,7 +97,7 @@ def _bmm_tiny_forward(a, b, out=None):
     batch, m, n, k, b3 = _check(a, b, out)
     if out is None:
         out = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
-    if a.device.index != torch.cuda.current_device():
+    if a.device.index != current_device_index():
         with torch.cuda.device(a.device):
             return launch_bmm_tiny(a, b3, out)
     return launch_bmm_tiny(a, b3, out)

@@ -21,8 +21,12 @@ namespace fg {
 // tiles. kWarpsK > 1 is split-K inside the block: warp w takes K steps w, w + kWarpsK, ... and the partial
 // accumulators are summed through shared memory before the epilogue (deterministic, no atomics). That is
 // how decode-size problems (few output tiles) still put enough loads in flight on every SM.
-template <int kWarpsM_, int kWarpsN_, int kWarpsK_, int kTilesM_, int kTilesN_>
+//
+// kStepsInFlight: K steps whose operands a warp loads before it issues their MMAs. Memory-bound (decode)
+// shapes need many 16-byte loads outstanding per SM to cover DRAM latency (Little's law).
+template <int kWarpsM_, int kWarpsN_, int kWarpsK_, int kTilesM_, int kTilesN_, int kStepsInFlight_ = 1>
 struct GemmA8Config {
+  static constexpr int kStepsInFlight = kStepsInFlight_;
   static constexpr int kWarpsM = kWarpsM_;
   static constexpr int kWarpsN = kWarpsN_;
   static constexpr int kWarpsK = kWarpsK_;
@@ -39,8 +43,8 @@ struct GemmA8Config {
 };
 
 // The shipped configurations (names must match runtime/kernels.py GEMM_A8_CONFIGS).
-using ConfigM16N16K8 = GemmA8Config<1, 1, 8, 1, 1>;   // decode, M <= 16: 16 x 16 tile, 8-way split-K
-using ConfigM64N16K8 = GemmA8Config<1, 1, 8, 4, 1>;   // decode, M <= 64: 64 x 16 tile, 8-way split-K
+using ConfigM16N16K8 = GemmA8Config<1, 1, 8, 1, 1, 4>;  // decode, M <= 16: 16 x 16 tile, 8-way split-K
+using ConfigM64N16K8 = GemmA8Config<1, 1, 8, 4, 1, 2>;  // decode, M <= 64: 64 x 16 tile, 8-way split-K
 using ConfigM128N128 = GemmA8Config<2, 4, 1, 4, 2>;  // prefill: 128 x 128, 8 warps, each 64 x 32
 
 template <class In, class Out, class Act, class Cfg>
@@ -93,29 +97,34 @@ FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,      // [M, K] row-major
 #pragma unroll
     for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::zero(acc[tm][tn]);
 
-  // NOTE: no manual unroll: the predicated tail keeps the loop count dynamic; see docs/perf-notes.md.
-  for (int c0 = warp_k * Atom::kChunksPerStep; c0 < num_chunks; c0 += Cfg::kWarpsK * Atom::kChunksPerStep) {
-    Frag fa[Cfg::kTilesM];
-    Frag fb[Cfg::kTilesN];
+  constexpr int kStride = Cfg::kWarpsK * Atom::kChunksPerStep;  // chunks between a warp's consecutive steps
+  for (int c0 = warp_k * Atom::kChunksPerStep; c0 < num_chunks; c0 += Cfg::kStepsInFlight * kStride) {
+    Frag fa[Cfg::kStepsInFlight][Cfg::kTilesM];
+    Frag fb[Cfg::kStepsInFlight][Cfg::kTilesN];
 #pragma unroll
-    for (int j = 0; j < Atom::kChunksPerLane; ++j) {
-      const int chunk = c0 + Atom::lane_chunk(lane, j);
-      const bool chunk_ok = chunk < num_chunks;
+    for (int s = 0; s < Cfg::kStepsInFlight; ++s) {
 #pragma unroll
-      for (int i = 0; i < Atom::kRowsPerLane; ++i) {
-        const int v = i * Atom::kChunksPerLane + j;
+      for (int j = 0; j < Atom::kChunksPerLane; ++j) {
+        const int chunk = c0 + s * kStride + Atom::lane_chunk(lane, j);
+        const bool chunk_ok = chunk < num_chunks;
 #pragma unroll
-        for (int tm = 0; tm < Cfg::kTilesM; ++tm)
-          fa[tm].v[v] = (chunk_ok && a_ok[tm][i]) ? load_vec16(a_ptr[tm][i] + 16 * chunk) : zero_vec16();
+        for (int i = 0; i < Atom::kRowsPerLane; ++i) {
+          const int v = i * Atom::kChunksPerLane + j;
 #pragma unroll
-        for (int tn = 0; tn < Cfg::kTilesN; ++tn)
-          fb[tn].v[v] = (chunk_ok && b_ok[tn]) ? load_vec16(b_ptr[tn][i] + 256 * chunk) : zero_vec16();
+          for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+            fa[s][tm].v[v] = (chunk_ok && a_ok[tm][i]) ? load_vec16(a_ptr[tm][i] + 16 * chunk) : zero_vec16();
+#pragma unroll
+          for (int tn = 0; tn < Cfg::kTilesN; ++tn)
+            fb[s][tn].v[v] = (chunk_ok && b_ok[tn]) ? load_vec16(b_ptr[tn][i] + 256 * chunk) : zero_vec16();
+        }
       }
     }
 #pragma unroll
-    for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+    for (int s = 0; s < Cfg::kStepsInFlight; ++s)
 #pragma unroll
-      for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::mma(acc[tm][tn], fa[tm], fb[tn]);
+      for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+        for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::mma(acc[tm][tn], fa[s][tm], fb[s][tn]);
   }
   static_assert(kVecsPerFrag == sizeof(Frag) / sizeof(Vec16), "fragment holds rows x chunks vectors");
 

@@ -19,10 +19,12 @@ def run(argv=None) -> int:
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     p.add_argument("--batches", type=int, nargs="+", default=BATCHES)
     p.add_argument("--reps", type=int, default=100)
+    p.add_argument("--flush", choices=["read", "write"], default="read",
+                   help="how L2 is flushed before each timed run (see bench/common.py Timer)")
     p.add_argument("--json", help="write the rows as JSON here")
     args = p.parse_args(argv)
     dtype = getattr(torch, args.dtype)
-    timer = Timer(reps=args.reps)
+    timer = Timer(reps=args.reps, flush=args.flush)
     bw = copy_bandwidth_gbs(timer)
     info = device_info()
     print(f"{info['gpu']}  torch {info['torch']}  copy bandwidth {bw:.0f} GB/s (read+write)  dtype {args.dtype}")

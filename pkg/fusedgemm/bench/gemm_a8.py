@@ -76,6 +76,8 @@ def run(argv=None) -> int:
     p.add_argument("--M", type=int, nargs="+", help="M values (default: the grid's)")
     p.add_argument("--reps", type=int, default=30)
     p.add_argument("--no-compile", action="store_true", help="skip baseline (d), torch.compile of (a)")
+    p.add_argument("--flush", choices=["read", "write"], default="read",
+                   help="how L2 is flushed before each timed run (see bench/common.py Timer)")
     p.add_argument("--json", help="write rows and summary as JSON here")
     p.add_argument("--plot", help="write a PNG: speedup over (a) vs M, one line per shape")
     args = p.parse_args(argv)
@@ -88,7 +90,7 @@ def run(argv=None) -> int:
     shapes = {k: v for k, v in shapes.items() if not args.only or k in args.only}
     uses_bias = args.epilogue.startswith("bias")
     act_name = "none" if args.epilogue == "bias" else args.epilogue.replace("bias_", "")
-    timer = Timer(reps=args.reps)
+    timer = Timer(reps=args.reps, flush=args.flush)
     bw = copy_bandwidth_gbs(timer)
     peak = PEAK_8BIT_TFLOPS[arch]
     info = device_info()

@@ -29,51 +29,51 @@ struct InF16 {
 
 constexpr int kBmmTinyMaxThreads = 256;
 
-constexpr int kStageLoadsInFlight = 8;  // global loads each thread issues before storing any
+constexpr int kStageLoadsInFlight = 16;  // global loads each thread issues before storing any
 
 // Copy X[first + e][i][j] (i < rows, j < cols; element address e * s_batch + i * s_i + j * s_j) into
 // smem[e * per_elem + i * ld + j] as fp32, for e < count (rows x ld per element, ld >= cols).
-// Fast path, the common one: a contiguous row-major matrix with ld == cols is a flat copy (no index math).
-// Otherwise iterate in the order of the smaller global stride so a warp's loads coalesce (a transposed view
-// is read along its contiguous dimension). Either way each thread keeps kStageLoadsInFlight loads
-// outstanding: staging is latency-bound otherwise.
+// Fast path, the common one: contiguous row-major matrices packed back to back (and ld == cols) are one
+// flat copy of count * rows * cols values, no index math. Otherwise iterate in the order of the smaller
+// global stride so a warp's loads coalesce (a transposed view is read along its contiguous dimension).
+// Either way each thread keeps kStageLoadsInFlight loads outstanding: staging is latency-bound otherwise.
 template <class T>
 FG_DEVICE void stage_matrix(const typename T::Storage* __restrict__ src, i64 s_batch, int s_i, int s_j, int first,
                             int count, int rows, int cols, float* smem, int per_elem, int ld) {
   const int tid = static_cast<int>(threadIdx.x);
   const int nthreads = static_cast<int>(blockDim.x);
   const int per = rows * cols;
-  const bool flat = s_j == 1 && s_i == cols && ld == cols;
+  const int total = count * per;
+  const bool flat = s_j == 1 && s_i == cols && ld == cols && per_elem == per && (count == 1 || s_batch == per);
   const bool j_fastest = (s_j < 0 ? -s_j : s_j) <= (s_i < 0 ? -s_i : s_i);
   const int inner = j_fastest ? cols : rows;
-  for (int e = 0; e < count; ++e) {
-    const typename T::Storage* x = src + (first + e) * s_batch;
-    float* dst_e = smem + e * per_elem;
-    for (int base = tid; base < per; base += nthreads * kStageLoadsInFlight) {
-      float v[kStageLoadsInFlight];
-      int dst[kStageLoadsInFlight];
+  const typename T::Storage* x0 = src + first * s_batch;
+  for (int base = tid; base < total; base += nthreads * kStageLoadsInFlight) {
+    float v[kStageLoadsInFlight];
+    int dst[kStageLoadsInFlight];
 #pragma unroll
-      for (int u = 0; u < kStageLoadsInFlight; ++u) {
-        const int idx = base + u * nthreads;
-        dst[u] = -1;
-        if (idx < per) {
-          if (flat) {
-            v[u] = T::to_float(x[idx]);
-            dst[u] = idx;
-          } else {
-            const int outer_i = idx / inner;
-            const int inner_i = idx - outer_i * inner;
-            const int i = j_fastest ? outer_i : inner_i;
-            const int j = j_fastest ? inner_i : outer_i;
-            v[u] = T::to_float(x[static_cast<i64>(i) * s_i + static_cast<i64>(j) * s_j]);
-            dst[u] = i * ld + j;
-          }
+    for (int u = 0; u < kStageLoadsInFlight; ++u) {
+      const int idx = base + u * nthreads;
+      dst[u] = -1;
+      if (idx < total) {
+        if (flat) {
+          v[u] = T::to_float(x0[idx]);
+          dst[u] = idx;
+        } else {
+          const int e = idx / per;
+          const int rem = idx - e * per;
+          const int outer_i = rem / inner;
+          const int inner_i = rem - outer_i * inner;
+          const int i = j_fastest ? outer_i : inner_i;
+          const int j = j_fastest ? inner_i : outer_i;
+          v[u] = T::to_float(x0[e * s_batch + static_cast<i64>(i) * s_i + static_cast<i64>(j) * s_j]);
+          dst[u] = e * per_elem + i * ld + j;
         }
       }
-#pragma unroll
-      for (int u = 0; u < kStageLoadsInFlight; ++u)
-        if (dst[u] >= 0) dst_e[dst[u]] = v[u];
     }
+#pragma unroll
+    for (int u = 0; u < kStageLoadsInFlight; ++u)
+      if (dst[u] >= 0) smem[dst[u]] = v[u];
   }
 }
 

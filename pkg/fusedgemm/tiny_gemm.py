@@ -29,10 +29,15 @@ def plan_bmm_tiny(batch: int, m: int, n: int, k: int, dtype_name: str, r: int | 
     """Launch plan: micro-tile R, thread tile (tx, ty), elements per block, threads, smem bytes, grid.
 
     R is the smallest micro-tile that keeps one element within 64 threads (at least R*R multiply-adds per
-    pair of shared-memory reads); blocks pack as many elements as 256 threads and 48 KB of shared memory
-    allow, so the per-block fixed costs (barrier, staging latency) are shared."""
+    pair of shared-memory reads), so blocks pack several elements and share the per-block fixed costs. When
+    one element already fills most of the 48 KB of shared memory (64 x 64 x 64 in fp32: 32 KB), the block
+    holds one element and R is the smallest that fits it in 256 threads: more threads stage it faster."""
     if r is None:
-        r = next(r for r in kernels.BMM_TINY_MICROTILES if _ceil_div(m, r) * _ceil_div(n, r) <= 64)
+        fits = [r for r in kernels.BMM_TINY_MICROTILES if _ceil_div(m, r) * _ceil_div(n, r) <= 64]
+        r = fits[0]
+        if 2 * 4 * k * r * (_ceil_div(m, r) + _ceil_div(n, r)) > _SMEM_CAP:
+            r = next(r for r in kernels.BMM_TINY_MICROTILES
+                     if _ceil_div(m, r) * _ceil_div(n, r) <= kernels.BMM_TINY_MAX_THREADS)
     tx, ty = _ceil_div(n, r), _ceil_div(m, r)
     per_elem_bytes = 4 * k * r * (tx + ty)  # A [m_pad, k] + B [k, n_pad] in fp32 (B counted even if broadcast)
     elems = max(1, min(kernels.BMM_TINY_MAX_THREADS // (tx * ty), _SMEM_CAP // per_elem_bytes, batch))

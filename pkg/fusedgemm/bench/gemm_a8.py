@@ -58,6 +58,9 @@ def _baselines(kind, a, w, bias, sa, sb, act_name, out_dtype, compile_it):
 
         paths = {"a": a_path, "b": None, "c": mm}
     if compile_it:
+        # A fresh dynamo cache per shape: closures share one code object, and after 8 shapes dynamo's
+        # recompile limit would silently run (d) eagerly.
+        torch._dynamo.reset()
         paths["d"] = torch.compile(a_path, dynamic=False)
     return paths
 

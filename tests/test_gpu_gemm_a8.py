@@ -3,9 +3,9 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import fusedgemm as fg
+from fusedgemm.bench.gemm_a8 import ACTS
 from fusedgemm.reference import gemm_a8_reference, rel_error
 from fusedgemm.runtime import kernels
 
@@ -74,9 +74,7 @@ def blas_plus_epilogue(a, w, bias, sa, sb, epilogue, out_dtype):
                              out_dtype=torch.bfloat16).to(out_dtype)
     if bias is not None:
         y = y + bias.to(out_dtype)
-    fns = {"none": lambda x: x, "relu": torch.relu, "silu": F.silu, "gelu": lambda x: F.gelu(x, approximate="tanh"),
-           "gelu_erf": F.gelu}
-    return fns[act](y)
+    return ACTS[act](y)
 
 
 @pytest.mark.parametrize("kind", ["fp8", "int8"])

@@ -7,6 +7,7 @@ sees an input it cannot handle.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
@@ -50,6 +51,11 @@ def current_raw_stream(device_index: int) -> int:
 def current_device_index() -> int:
     get = getattr(torch._C, "_cuda_getDevice", None)
     return get() if get is not None else torch.cuda.current_device()
+
+
+def device_guard(device: torch.device):
+    """Make `device` current for a launch (kernels load per device); free when it already is."""
+    return contextlib.nullcontext() if device.index == current_device_index() else torch.cuda.device(device)
 
 
 _KERNELS: dict[tuple, object] = {}
@@ -213,11 +219,7 @@ def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = N
     p = check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out)
     if out is None:
         out = torch.empty((p["m"], p["n"]), dtype=out_dtype, device=a.device)
-    if a.device.index != current_device_index():
-        with torch.cuda.device(a.device):
-            launch_gemm_a8(a, b.data, bias, p["sa"], p["sa_stride"], p["sb"], p["sb_stride"], p["alpha"], p["act"],
-                           p["in_kind"], out)
-    else:
+    with device_guard(a.device):
         launch_gemm_a8(a, b.data, bias, p["sa"], p["sa_stride"], p["sb"], p["sb_stride"], p["alpha"], p["act"],
                        p["in_kind"], out)
     return out

@@ -52,13 +52,10 @@ def _bmm_tiny_setup(ctx, inputs, output):
 
 
 def _bmm_tiny_backward(ctx, grad):
-    from .tiny_gemm import _reduce_broadcast_grad
+    from .tiny_gemm import bmm_grads
 
     a, b = ctx.saved_tensors
-    b3 = b.unsqueeze(0) if b.dim() == 2 else b
-    grad_a = bmm_tiny_op(grad, b3.transpose(1, 2)) if ctx.needs_input_grad[0] else None
-    grad_b = _reduce_broadcast_grad(bmm_tiny_op(a.transpose(1, 2), grad), b) if ctx.needs_input_grad[1] else None
-    return grad_a, grad_b
+    return bmm_grads(a, b, grad, ctx.needs_input_grad, bmm_tiny_op)
 
 
 bmm_tiny_op.register_autograd(_bmm_tiny_backward, setup_context=_bmm_tiny_setup)

@@ -12,7 +12,7 @@ import warnings
 
 import torch
 
-from .gemm_a8 import current_device_index, current_raw_stream
+from .gemm_a8 import current_raw_stream, device_guard
 from .runtime import kernels
 
 _DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -102,10 +102,18 @@ def _bmm_tiny_forward(a, b, out=None):
     batch, m, n, k, b3 = _check(a, b, out)
     if out is None:
         out = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
-    if a.device.index != current_device_index():
-        with torch.cuda.device(a.device):
-            return launch_bmm_tiny(a, b3, out)
-    return launch_bmm_tiny(a, b3, out)
+    with device_guard(a.device):
+        return launch_bmm_tiny(a, b3, out)
+
+
+def bmm_grads(a, b, grad, needs_input_grad, mm):
+    """Gradients of C = A @ B, both tiny batched GEMMs computed by `mm` (the kernel's autograd.Function in
+    eager mode, the registered op under torch.compile): dA = dC @ B^T, dB = A^T @ dC (transposes are
+    strided views), summed over the batch where b was broadcast."""
+    b3 = b.unsqueeze(0) if b.dim() == 2 else b
+    grad_a = mm(grad, b3.transpose(1, 2)) if needs_input_grad[0] else None
+    grad_b = _reduce_broadcast_grad(mm(a.transpose(1, 2), grad), b) if needs_input_grad[1] else None
+    return grad_a, grad_b
 
 
 def _reduce_broadcast_grad(grad_b3: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -134,13 +142,7 @@ class _BmmTinyFn(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         a, b = ctx.saved_tensors
-        b3 = b.unsqueeze(0) if b.dim() == 2 else b
-        grad_a = grad_b = None
-        if ctx.needs_input_grad[0]:  # dA = dC @ B^T: [B, m, n] @ [B|1, n, k], B^T as a strided view
-            grad_a = _BmmTinyFn.apply(grad, b3.transpose(1, 2))
-        if ctx.needs_input_grad[1]:  # dB = A^T @ dC: [B, k, m] @ [B, m, n]
-            grad_b = _reduce_broadcast_grad(_BmmTinyFn.apply(a.transpose(1, 2), grad), b)
-        return grad_a, grad_b
+        return bmm_grads(a, b, grad, ctx.needs_input_grad, _BmmTinyFn.apply)
 
 
 def bmm_tiny(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

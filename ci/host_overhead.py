@@ -1,0 +1,229 @@
+#!/usr/bin/env python3
+"""Host overhead per eager call (issue 3): CPU microseconds per call of torch.mm, torch._scaled_mm,
+fusedgemm.gemm_a8 and the launch layer under it, on a tiny problem (M=16, N=16, K=64), in one process.
+
+    python3 ci/host_overhead.py [--batches 20] [--calls 1000] [--json FILE]
+
+Run on the GPU machine. Each figure is the median over batches of (wall time of `calls` back-to-back calls)
+/ calls, with torch.cuda.synchronize() between batches. A batch stays at ~1000 calls so the driver's launch
+queue (about a thousand pending launches) never fills: a full queue makes the host wait for the GPU, and the
+figure would be kernel time, not host time. "kernel us" (one launch timed by CUDA events) is printed beside
+it to show how far apart the two are.
+
+Before timing, checks (any failure is printed and makes the exit status 1):
+  - gemm_a8 matches torch (fp32 math) on the timed problem;
+  - the bare kernel launched through ctypes (the default) and through cuda-bindings (the fallback) writes
+    the same bytes;
+  - a launch from a fresh thread (no current CUDA context: the INVALID_CONTEXT retry) gives the same bytes;
+  - encode_tensor_map_tiled gives the same 128 bytes through ctypes and through cuda-bindings;
+  - set_max_dynamic_smem lets the kernel launch with 100 KB of dynamic shared memory.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+import traceback
+
+import torch
+
+import fusedgemm as fg
+from fusedgemm.runtime import kernels, launch
+from fusedgemm.runtime.arch import device_arch
+
+M, N, K = 16, 16, 64
+CONFIG = "m16n16k8"  # the mma kernel of unit gemm_a8 that serves M <= 16 (grid 1 x 1, 8 warps)
+FAILED: list[str] = []
+
+
+def host_us(fn, batches: int, calls: int) -> float:
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    per_call = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per_call.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(per_call)
+
+
+def kernel_us(fn, reps: int = 50) -> float | None:
+    """Device time of one call, launched alone (after a sync)."""
+    times = []
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        s.record()
+        fn()
+        e.record()
+        torch.cuda.synchronize()
+        times.append(s.elapsed_time(e) * 1e3)
+    return statistics.median(times)
+
+
+def check(name: str, fn):
+    try:
+        ok = fn()
+    except Exception:
+        ok = False
+        traceback.print_exc()
+    print(f"check {'ok  ' if ok else 'FAIL'} {name}")
+    if not ok:
+        FAILED.append(name)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--batches", type=int, default=20)
+    p.add_argument("--calls", type=int, default=1000)
+    p.add_argument("--json", help="write the results here")
+    args = p.parse_args()
+
+    dev = torch.cuda.current_device()
+    arch = device_arch(dev)
+    fp8 = fg.FP8_DTYPE_FOR_ARCH[arch]
+    torch.manual_seed(0)
+    x8 = torch.randn(M, K, device="cuda").to(fp8)
+    w8 = torch.randn(N, K, device="cuda").to(fp8)
+    wq = fg.preshuffle(w8)
+    sa, sb = torch.rand(M, device="cuda"), torch.rand(N, device="cuda")
+    bias = torch.randn(N, device="cuda", dtype=torch.bfloat16)
+    xb, wb = x8.to(torch.bfloat16), w8.to(torch.bfloat16).T
+    out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    stream = torch.cuda.current_stream().cuda_stream
+    be = launch.backend("nvidia")
+    print(f"device: {torch.cuda.get_device_name(dev)} ({arch}); torch {torch.__version__}; "
+          f"fusedgemm launch backend: {type(be).__name__}")
+
+    # The bare kernel, through the default backend and through cuda-bindings (same code object, same context).
+    name = kernels.gemm_a8_kernel_name("fp8", "bfloat16", "silu", CONFIG)
+    cfg = kernels.GEMM_A8_CONFIGS[CONFIG]
+    mod = launch.module_for("gemm_a8", dev)
+    sig = getattr(cfg, "signature", kernels.GEMM_A8)
+    k_default = mod.kernel(name, sig)
+    bb = launch._CudaBindingsBackend()
+    bb.ensure_context(dev)
+    k_bindings = launch.Kernel(bb, bb.function(bb.load(mod.path.read_bytes()), name), name, sig)
+    grid, block = (N // cfg.block_n, -(-M // cfg.block_m), 1), cfg.warps * 32
+    kargs = (x8.data_ptr(), wq.data.data_ptr(), out.data_ptr(), bias.data_ptr(), sa.data_ptr(), sb.data_ptr(),
+             M, N, K, kernels.BIAS_KIND["bfloat16"], 1, 1, 1.0)
+    tmap_args = (0, 2, x8.data_ptr(), (K, M), (K,), (K, M), (1, 1), 0, 3, 3, 0)  # uint8, 128B swizzle, L2 256B
+
+    def bare(kern, smem=0, threads=block):
+        kern(grid, threads, smem, stream, *kargs)
+        return out.clone()
+
+    # ---- checks ----
+    def gemm_matches_torch():
+        y = fg.gemm_a8(x8, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu")
+        ref = torch.nn.functional.silu(x8.float() @ w8.float().T * sa[:, None] * sb[None, :] + bias.float())
+        err = ((y.float() - ref).abs().max() / ref.abs().max()).item()
+        print(f"      gemm_a8 vs torch: max abs err / max |ref| = {err:.2e}")
+        return err < 2e-2
+
+    def same_bytes_both_backends():
+        a, b = bare(k_default), bare(k_bindings)
+        return torch.equal(a.view(torch.int16), b.view(torch.int16)) and a.abs().sum().item() > 0
+
+    def fresh_thread_launch():
+        ref, res = bare(k_default), []
+        out.zero_()
+
+        def work():  # a new thread has no current context: the launch fails once and is retried
+            k_default(grid, block, 0, stream, *kargs)
+            res.append(True)
+
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+        torch.cuda.synchronize()
+        return bool(res) and torch.equal(out.view(torch.int16), ref.view(torch.int16))
+
+    def tensor_map_both_backends():
+        a, b = launch.encode_tensor_map_tiled(*tmap_args), bb.encode_tensor_map_tiled(*tmap_args)
+        return isinstance(a, bytes) and len(a) == 128 and a == b and any(a)
+
+    def tensor_map_error():
+        try:
+            launch.encode_tensor_map_tiled(0, 2, x8.data_ptr() + 1, (K, M), (K,), (K, M), (1, 1), 0, 3, 3, 0)
+        except launch.LaunchError as e:
+            print(f"      misaligned address -> {e}"[:200])
+            return True
+        return False
+
+    def large_dynamic_smem():
+        ref = bare(k_default)
+        smem = 100 * 1024
+        try:  # without the attribute the driver must refuse (> 48 KB)
+            bare(k_default, smem)
+            print("      note: a 100 KB launch worked before set_max_dynamic_smem")
+        except launch.LaunchError:
+            pass
+        k_default.set_max_dynamic_smem(smem)
+        k_default.set_max_dynamic_smem(smem)  # idempotent
+        return torch.equal(bare(k_default, smem).view(torch.int16), ref.view(torch.int16))
+
+    def block_tuple():
+        return torch.equal(bare(k_default, 0, (block, 1, 1)).view(torch.int16), bare(k_default).view(torch.int16))
+
+    for name_, fn in [("gemm_a8 matches torch", gemm_matches_torch),
+                      ("bare kernel: ctypes == cuda-bindings", same_bytes_both_backends),
+                      ("launch from a fresh thread (INVALID_CONTEXT retry)", fresh_thread_launch),
+                      ("block as (x, y, z)", block_tuple),
+                      ("tensor map: ctypes == cuda-bindings", tensor_map_both_backends),
+                      ("tensor map: driver error raised as LaunchError", tensor_map_error)]:
+        check(name_, fn)
+
+    # ---- timings ----
+    cases = {
+        "torch.mm (bf16)": lambda: torch.mm(xb, wb),
+        "torch._scaled_mm (fp8 rowwise)": lambda: torch._scaled_mm(
+            x8, w8.T, scale_a=sa.reshape(-1, 1), scale_b=sb.reshape(1, -1), out_dtype=torch.bfloat16),
+        "fg.gemm_a8 bias_silu": lambda: fg.gemm_a8(x8, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu"),
+        "fg.gemm_a8 bias_silu out=": lambda: fg.gemm_a8(x8, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu",
+                                                         out=out),
+        "Kernel.__call__ (ctypes)": lambda: k_default(grid, block, 0, stream, *kargs),
+        "Kernel.__call__ (cuda-bindings)": lambda: k_bindings(grid, block, 0, stream, *kargs),
+        "encode_tensor_map_tiled (ctypes)": lambda: launch.encode_tensor_map_tiled(*tmap_args),
+        "encode_tensor_map_tiled (cuda-bindings)": lambda: bb.encode_tensor_map_tiled(*tmap_args),
+        "torch.empty(16, 16)": lambda: torch.empty(M, N, device="cuda", dtype=torch.bfloat16),
+    }
+    rows = []
+    print(f"\nhost us per call: median of {args.batches} batches x {args.calls} calls")
+    print(f"{'':42s} {'host us':>8s} {'kernel us':>10s}")
+    for case, fn in cases.items():
+        try:
+            h = host_us(fn, args.batches, args.calls)
+            d = None if case.startswith(("encode", "torch.empty")) else kernel_us(fn)
+        except Exception as e:
+            print(f"{case:42s} error: {type(e).__name__}: {e}"[:200])
+            rows.append({"case": case, "error": f"{type(e).__name__}: {e}"})
+            continue
+        print(f"{case:42s} {h:8.2f} {'-' if d is None else format(d, '10.2f'):>10s}")
+        rows.append({"case": case, "host_us": h, "kernel_us": d})
+
+    # After the timings: raising the attribute must not colour them.
+    check("set_max_dynamic_smem allows a 100 KB launch", large_dynamic_smem)
+
+    host = {r["case"]: r.get("host_us") for r in rows}
+    ours, mm = host.get("fg.gemm_a8 bias_silu"), host.get("torch.mm (bf16)")
+    if ours and mm:
+        print(f"\ngemm_a8 / torch.mm host time: {ours / mm:.2f} (issue 3 target: <= 1.00)")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": torch.cuda.get_device_name(dev), "arch": arch, "torch": torch.__version__,
+                       "backend": type(be).__name__, "batches": args.batches, "calls": args.calls, "rows": rows,
+                       "failed_checks": FAILED}, f, indent=1)
+    if FAILED:
+        print(f"FAILED checks: {FAILED}")
+    return 1 if FAILED else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

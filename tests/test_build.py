@@ -15,6 +15,7 @@ from fusedgemm.runtime.codeobject import cubin_params, hsaco_kernels, hsaco_para
 
 ROOT = Path(__file__).resolve().parents[1]
 UNIT_KERNELS = {"gemm_a8": (kernels.gemm_a8_kernel_names, kernels.GEMM_A8),
+                "gemm_a8_sm90": (lambda: kernels.gemm_a8_kernel_names("gemm_a8_sm90"), kernels.GEMM_A8_SM90),
                 "bmm_tiny": (kernels.bmm_tiny_kernel_names, kernels.BMM_TINY)}
 # The MMA instructions each arch's kernels must use, by input kind.
 EXPECTED_MMA = {
@@ -183,4 +184,56 @@ def test_bmm_tiny_code_objects(built_bmm):
 
 def test_bmm_tiny_layout():
     sig = kernels.BMM_TINY
-    assert sig.offsets == (0, 8, 16, 24, 28, 32, 36, 40, 48, 52, 56, 64, 68, 72, 76, 80)
+    assert sig.offsets == (0, 8, 16, 24, 28, 32, 36, 40, 48, 52, 56, 64, 68, 72, 76, 80, 84, 88, 92, 96, 100, 104, 108)
+
+
+# ---- the Hopper wgmma + TMA unit (sm_90a only) -------------------------------------------------------------
+@pytest.fixture(scope="session")
+def built_sm90():
+    spec = BuildSpec("gemm_a8_sm90", "sm_90a")
+    d = code_object_dir(spec)
+    return d, (d / spec.file_name()).read_bytes()
+
+
+def test_sm90_unit_is_nvidia_only():
+    from fusedgemm.runtime.build import units_for
+
+    assert "gemm_a8_sm90" in units_for("sm_90a")
+    assert "gemm_a8_sm90" not in units_for("gfx942") and "gemm_a8_sm90" not in units_for("gfx950")
+    with pytest.raises(ValueError, match="built only for"):
+        BuildSpec("gemm_a8_sm90", "gfx942")
+
+
+def test_sm90_tensor_map_packing():
+    sig = kernels.GEMM_A8_SM90
+    # Two 128-byte CUtensorMaps 64-byte aligned in the constant bank (the block starts at bank offset 0x210,
+    # so the first map sits at 48), then the pointers.
+    assert sig.offsets[:3] == (48, 176, 304)
+    assert sig.struct.size == 364
+
+
+def test_sm90_kernels_layout_isa_and_registers(built_sm90):
+    """Every wgmma kernel: packed layout == cubin metadata; QGMMA (fp8) / IGMMA (int8) tensor-core MMAs and
+    TMA loads (UTMALDG) in SASS; no local memory; registers allow the config's CTAs per SM."""
+    d, data = built_sm90
+    names = _kernel_names("gemm_a8_sm90")
+    sig = kernels.GEMM_A8_SM90
+    params = cubin_params(data)
+    want = list(zip(sig.offsets, sig.sizes))
+    sass = subprocess.run([find_nvidia_tool("cuobjdump"), "-sass", str(d / "gemm_a8_sm90.cubin")], check=True,
+                          capture_output=True, text=True).stdout
+    bodies = _split_sass(sass)
+    log = (d / "gemm_a8_sm90.log").read_text()
+    regs = dict(re.findall(r"Function properties for (\S+)\n.*?\n.*?Used (\d+) registers", log))
+    for name in names:
+        assert [(p.offset, p.size) for p in params[name]] == want, name
+        body = bodies[name]
+        mma = r"\bQGMMA\.64x128x32\.F32\.E4M3\.E4M3\b" if "_fp8_" in name else r"\bIGMMA\.64x128x32\.S8\.S8\b"
+        assert re.search(mma, body), f"{name}: no {mma}"
+        assert "UTMALDG" in body, f"{name}: operands do not come through TMA"
+        assert not re.search(r"\b(LDL|STL)\b", body), f"{name}: local memory traffic"
+        cfg = kernels.GEMM_A8_CONFIGS[name.rsplit("_", 1)[1]]
+        assert int(regs[name]) * cfg.warps * 32 * cfg.min_blocks_per_sm <= 65536, (name, regs[name])
+        assert cfg.smem * cfg.min_blocks_per_sm <= 228 * 1024, name
+    spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
+    assert len(spills) == len(names) and all(x == ("0", "0", "0") for x in spills), spills

@@ -151,3 +151,26 @@ def test_op_is_registered_with_a_fake_implementation():
         with pytest.raises(ValueError, match="must agree in K"):
             torch.ops.fusedgemm.gemm_a8(a, torch.empty(32, 48, dtype=FP8), None, None, None, 1.0, "none",
                                         torch.float16)
+
+
+def test_heuristic_picks_only_plans_the_gpu_tests_run():
+    """gemm_a8's config choice stays inside `plans(arch)`, which tests/test_gpu_gemm_a8.py runs one by one."""
+    from fusedgemm.gemm_a8 import _choose_config, plans
+
+    for arch_name in ("sm_90a", "gfx942", "gfx950"):
+        allowed = set(plans(arch_name))
+        for m in (1, 16, 64, 65, 256, 1024, 8192):
+            for n, k in ((16, 16), (4096, 4096), (6144, 4096), (28672, 4096), (4096, 14336), (7168, 2048)):
+                cfg, splits = _choose_config(m, n, k, arch_name, 132)
+                assert (cfg.name, splits) in allowed, (arch_name, m, n, k, cfg.name, splits)
+
+
+def test_forced_config_rejects_unknown_plans():
+    from fusedgemm.gemm_a8 import forced_config
+
+    with pytest.raises(ValueError, match="unknown gemm_a8 config"):
+        with forced_config("m1n1"):
+            pass
+    with pytest.raises(ValueError, match="splits"):
+        with forced_config("m128n128", 2):
+            pass

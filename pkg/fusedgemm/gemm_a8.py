@@ -92,15 +92,103 @@ def _scale_args(scale, name: str, length: int, device, check_ptr: bool):
     return scale, 1, 1.0
 
 
-def _choose_config(m: int, n: int, k: int) -> kernels.TileConfig:
-    """Decode-size M (<= 64): one 16-column slab of B per block with 8-way split-K inside the block, so
-    N/16 blocks of 8 warps stream the weight with many loads in flight; 16 or 64 rows per tile. Larger M:
-    128 x 128 tiles (operand reuse)."""
-    name = "m16n16k8" if m <= 16 else "m64n16k8" if m <= 64 else "m128n128"
-    cfg = kernels.GEMM_A8_CONFIGS[name]
+_FORCED_CONFIG: tuple[str, int] | None = None  # (config name, splits): tests and the bench pin a plan
+
+
+@contextlib.contextmanager
+def forced_config(name: str, splits: int = 1):
+    """Run gemm_a8 calls inside the block with one tile config and split-K factor (tests cover every config
+    the heuristic can pick this way; the bench compares plans). Not thread-safe: tests and tools only."""
+    global _FORCED_CONFIG
+    if name not in kernels.GEMM_A8_CONFIGS:
+        raise ValueError(f"unknown gemm_a8 config {name!r}; expected one of {sorted(kernels.GEMM_A8_CONFIGS)}")
+    if splits not in SPLITS or (splits > 1 and kernels.GEMM_A8_CONFIGS[name].unit != "gemm_a8_sm90"):
+        raise ValueError(f"splits must be one of {SPLITS} (> 1 only for the sm_90 wgmma configs), got {splits}")
+    saved, _FORCED_CONFIG = _FORCED_CONFIG, (name, splits)
+    try:
+        yield
+    finally:
+        _FORCED_CONFIG = saved
+
+
+SPLITS = (1, 2, 4, 8)  # split-K factors = cluster sizes (8 is the portable cluster limit)
+
+
+def plans(arch: str) -> list[tuple[str, int]]:
+    """Every (config name, split-K factor) the heuristic may choose on `arch` (the GPU tests run each)."""
+    out = []
+    for name, cfg in kernels.GEMM_A8_CONFIGS.items():
+        if cfg.unit == "gemm_a8_sm90":
+            out += [(name, s) for s in SPLITS] if arch == "sm_90a" else []
+        elif arch != "sm_90a" or name == "m128n128":  # sm_90a keeps one mma.sync config reachable, tested
+            out.append((name, 1))
+    return out
+_SM_COUNT: dict[int, int] = {}
+
+
+def _sm_count(device_index: int) -> int:
+    n = _SM_COUNT.get(device_index)
+    if n is None:
+        n = _SM_COUNT[device_index] = torch.cuda.get_device_properties(device_index).multi_processor_count
+    return n
+
+
+def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132) -> tuple[kernels.TileConfig, int]:
+    """-> (tile config, split-K factor).
+
+    sm_90a: wgmma + TMA kernels. M <= 64 is weight streaming: 64 x 128 tiles (rows past M cost nothing,
+    TMA zero-fills them), two CTAs per SM; M > 64: 128 x 128 tiles. When there are too few output tiles to
+    fill the SMs, K is split over a cluster of 2..8 CTAs (while every CTA keeps >= 4 K blocks of 128).
+    Other arches: the mma/MFMA template: 16 x 16 tiles with 8-way in-block split-K for M <= 16, 64 x 16
+    for M <= 64, 128 x 128 above."""
+    if _FORCED_CONFIG is not None:
+        name, splits = _FORCED_CONFIG
+        return kernels.GEMM_A8_CONFIGS[name], splits
+    if arch == "sm_90a":
+        cfg = kernels.GEMM_A8_CONFIGS["w64n128" if m <= 64 else "w128n128"]
+        tiles = -(-n // cfg.block_n) * -(-m // cfg.block_m)
+        k_blocks = -(-k // 128)
+        slots = sms * cfg.min_blocks_per_sm
+        splits = 1
+        while splits < SPLITS[-1] and tiles * splits * 2 <= slots and k_blocks >= 4 * splits * 2:
+            splits *= 2
+    else:
+        cfg, splits = kernels.GEMM_A8_CONFIGS["m16n16k8" if m <= 16 else "m64n16k8" if m <= 64 else "m128n128"], 1
     if _PRINT_CONFIGS:
-        print(f"[fusedgemm] gemm_a8 M={m} N={n} K={k} -> {name}")
-    return cfg
+        print(f"[fusedgemm] gemm_a8 M={m} N={n} K={k} -> {cfg.name} split-K {splits}")
+    return cfg, splits
+
+
+# ---- TMA tensor maps (sm_90a) ---------------------------------------------------------------------------------
+# Encoded by the driver on the host, cached by (address, shape): the same key always encodes the same bytes,
+# so a hit is exact even if the memory was freed and reused. Weights hit every call; activations often do.
+_TMAP_UINT8, _TMAP_SWIZZLE_NONE, _TMAP_SWIZZLE_128B, _TMAP_L2_256B = 0, 0, 3, 3
+_TMAP_CACHE: dict[tuple, bytes] = {}
+_TMAP_CACHE_MAX = 512
+
+
+def _tensor_map(key: tuple, *encode_args) -> bytes:
+    tmap = _TMAP_CACHE.get(key)
+    if tmap is None:
+        from .runtime.launch import encode_tensor_map_tiled
+
+        if len(_TMAP_CACHE) >= _TMAP_CACHE_MAX:
+            _TMAP_CACHE.pop(next(iter(_TMAP_CACHE)))
+        tmap = _TMAP_CACHE[key] = encode_tensor_map_tiled(*encode_args)
+    return tmap
+
+
+def _tensor_map_a(ptr: int, m: int, k: int, block_m: int) -> bytes:
+    """A [M, K] bytes, row-major; box 128 B x block_m rows, 128-byte swizzle (what the wgmma A descriptor reads)."""
+    return _tensor_map(("a", ptr, m, k, block_m), _TMAP_UINT8, 2, ptr, (k, m), (k,), (128, block_m), (1, 1), 0,
+                       _TMAP_SWIZZLE_128B, _TMAP_L2_256B, 0)
+
+
+def _tensor_map_b(ptr: int, n: int, k: int, block_n: int) -> bytes:
+    """Preshuffled B viewed as [N/16 row blocks][K/16 chunks][256 B]; one copy = one K chunk of block_n/16 row
+    blocks (the kernel issues one per chunk of its 128-byte K step)."""
+    return _tensor_map(("b", ptr, n, k, block_n), _TMAP_UINT8, 3, ptr, (256, k // 16, n // 16), (256, 16 * k),
+                       (256, 1, block_n // 16), (1, 1, 1), 0, _TMAP_SWIZZLE_NONE, _TMAP_L2_256B, 0)
 
 
 def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *, arch: str | None = None):
@@ -171,32 +259,45 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
                 alpha=alpha_a * alpha_b)
 
 
+def _kernel_for(dev: int, in_kind: str, out_dtype: torch.dtype, act: str, cfg: kernels.TileConfig):
+    key = (dev, in_kind, out_dtype, act, cfg.name)
+    kernel = _KERNELS.get(key)
+    if kernel is None:
+        from .runtime.launch import module_for
+
+        name = kernels.gemm_a8_kernel_name(in_kind, _OUT_NAME[out_dtype], act, cfg.name)
+        kernel = module_for(cfg.unit, dev).kernel(name, cfg.signature)
+        if cfg.smem:
+            kernel.set_max_dynamic_smem(cfg.smem)
+        _KERNELS[key] = kernel
+    return kernel
+
+
 def launch_gemm_a8(a: torch.Tensor, b_data: torch.Tensor, bias, sa, sa_stride: int, sb, sb_stride: int,
                    alpha: float, act: str, in_kind: str, out: torch.Tensor) -> None:
     """Launch on the current stream. All arguments already validated."""
-    from .runtime.launch import module_for
-
     m, k = a.shape
     n = b_data.shape[0]
     if m == 0 or n == 0:
         return
-    cfg = _choose_config(m, n, k)
-    grid = ((n + cfg.block_n - 1) // cfg.block_n, (m + cfg.block_m - 1) // cfg.block_m, 1)
+    dev = a.device.index
+    arch = device_arch(dev)
+    cfg, splits = _choose_config(m, n, k, arch, _sm_count(dev) if arch == "sm_90a" else 0)
+    grid = ((n + cfg.block_n - 1) // cfg.block_n, (m + cfg.block_m - 1) // cfg.block_m, splits)
     if grid[1] > _MAX_GRID_Y:
         raise ValueError(f"gemm_a8: M={m} is too large for one launch (at most {_MAX_GRID_Y * cfg.block_m} rows)")
-    dev = a.device.index
-    key = (dev, in_kind, out.dtype, act, cfg.name)
-    kernel = _KERNELS.get(key)
-    if kernel is None:
-        name = kernels.gemm_a8_kernel_name(in_kind, _OUT_NAME[out.dtype], act, cfg.name)
-        kernel = _KERNELS[key] = module_for("gemm_a8", dev).kernel(name, kernels.GEMM_A8)
+    kernel = _kernel_for(dev, in_kind, out.dtype, act, cfg)
     bias_kind = kernels.BIAS_KIND[None if bias is None else _BIAS_NAME[bias.dtype]]
     stream = current_raw_stream(dev)
-    warp = 32 if torch.version.hip is None else 64
-    kernel(grid, cfg.warps * warp, 0, stream,
-           a.data_ptr(), b_data.data_ptr(), out.data_ptr(), 0 if bias is None else bias.data_ptr(),
-           0 if sa is None else sa.data_ptr(), 0 if sb is None else sb.data_ptr(),
-           m, n, k, bias_kind, sa_stride, sb_stride, alpha)
+    tail = (out.data_ptr(), 0 if bias is None else bias.data_ptr(), 0 if sa is None else sa.data_ptr(),
+            0 if sb is None else sb.data_ptr(), m, n, k, bias_kind, sa_stride, sb_stride, alpha)
+    if cfg.unit == "gemm_a8_sm90":
+        a_map = _tensor_map_a(a.data_ptr(), m, k, cfg.block_m)
+        b_map = _tensor_map_b(b_data.data_ptr(), n, k, cfg.block_n)
+        kernel.launch_cluster(grid, (1, 1, splits), cfg.warps * 32, cfg.smem, stream, a_map, b_map, *tail)
+    else:
+        warp = 32 if torch.version.hip is None else 64
+        kernel(grid, cfg.warps * warp, 0, stream, a.data_ptr(), b_data.data_ptr(), *tail)
 
 
 def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = None, *, scale_a=None, scale_b=None,

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from .common import Timer, copy_bandwidth_gbs, device_info, geomean, host_us_per_call, print_table, progress
+from ..gemm_a8 import _choose_config, forced_config, plans
 
 # Dense 8-bit tensor-core peaks (TFLOP/s, datasheet) by arch.
 PEAK_8BIT_TFLOPS = {"sm_90a": 1979.0, "gfx942": 2615.0, "gfx950": 4600.0}
@@ -81,6 +82,9 @@ def run(argv=None) -> int:
     p.add_argument("--no-compile", action="store_true", help="skip baseline (d), torch.compile of (a)")
     p.add_argument("--flush", choices=["read", "write"], default="read",
                    help="how L2 is flushed before each timed run (see bench/common.py Timer)")
+    p.add_argument("--compare-plans", action="store_true",
+                   help="also time every (tile config, split-K) plan per shape and report the fastest beside the "
+                        "heuristic's choice (for tuning the heuristic)")
     p.add_argument("--json", help="write rows and summary as JSON here")
     p.add_argument("--plot", help="write a PNG: speedup over (a) vs M, one line per shape")
     args = p.parse_args(argv)
@@ -121,6 +125,13 @@ def run(argv=None) -> int:
                               out=out)
 
         row = dict(shape=name, M=m, N=n, K=k, fg_us=timer(ours))
+        if args.compare_plans:
+            cfg, splits = _choose_config(m, n, k, arch, torch.cuda.get_device_properties(0).multi_processor_count)
+            row["plan"] = f"{cfg.name}:{splits}"
+            row["plans_us"] = {}
+            for plan in plans(arch):
+                with forced_config(*plan):
+                    row["plans_us"][f"{plan[0]}:{plan[1]}"] = timer(ours)
         for key, fn in _baselines(args.dtype, a, w, bias, sa, sb, act_name, out_dtype, not args.no_compile).items():
             try:
                 row[f"{key}_us"] = timer(fn) if fn is not None else None
@@ -145,6 +156,13 @@ def run(argv=None) -> int:
             ("gbs", "GB/s", ".0f"), ("x_a", "x(a)", ".2f"), ("x_b", "x(b)", ".2f"), ("x_c", "x(c)", ".2f"),
             ("x_d", "x(d)", ".2f")]
     print_table(rows, cols)
+    if args.compare_plans:
+        for r in rows:
+            best = min(r["plans_us"], key=r["plans_us"].get)
+            r["best_plan"], r["best_plan_us"] = best, r["plans_us"][best]
+        print_table(rows, [("shape", "shape", "s"), ("M", "M", "d"), ("plan", "chosen plan", "s"),
+                           ("fg_us", "chosen us", ".1f"), ("best_plan", "fastest plan", "s"),
+                           ("best_plan_us", "fastest us", ".1f")])
     summary = {}
     for band, pred in BANDS:
         sel = [r for r in rows if pred(r["M"])]

@@ -26,7 +26,13 @@ from pathlib import Path
 from .arch import SUPPORTED_ARCHES, vendor_of
 
 # Source units: each is one translation unit (hip_src/<unit>.hip, cuda_src/<unit>.cu) = one code object.
-UNITS = ("gemm_a8", "bmm_tiny")
+UNITS = ("gemm_a8", "gemm_a8_sm90", "bmm_tiny")
+# Units written for one vendor's hardware only (the Hopper wgmma/TMA kernels); the rest build everywhere.
+UNIT_ARCHES = {"gemm_a8_sm90": ("sm_90a",)}
+
+
+def units_for(arch: str) -> tuple[str, ...]:
+    return tuple(u for u in UNITS if arch in UNIT_ARCHES.get(u, (arch,)))
 
 CXX_STD = "-std=c++17"
 NVCC_FLAGS = ("-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", CXX_STD, "-Xptxas", "-v", "-split-compile=0",
@@ -118,6 +124,8 @@ class BuildSpec:
             raise ValueError(f"unknown source unit {self.unit!r}; expected one of {UNITS}")
         if self.arch not in SUPPORTED_ARCHES:
             raise ValueError(f"unknown arch {self.arch!r}; expected one of {tuple(SUPPORTED_ARCHES)}")
+        if self.unit not in units_for(self.arch):
+            raise ValueError(f"source unit {self.unit!r} is built only for {UNIT_ARCHES[self.unit]}, not {self.arch}")
 
     @property
     def vendor(self) -> str:
@@ -228,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, help="write <out>/<arch>/<unit>.* (a FUSEDGEMM_PREBUILT_DIR); default: the cache")
     args = p.parse_args(argv)
     for arch in args.arch or list(SUPPORTED_ARCHES):
-        for unit in args.unit or list(UNITS):
+        for unit in args.unit or units_for(arch):
+            if unit not in units_for(arch):
+                continue
             spec = BuildSpec(unit, arch)
             if args.out:
                 d = args.out / arch

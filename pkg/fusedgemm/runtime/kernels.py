@@ -9,7 +9,9 @@ from __future__ import annotations
 import dataclasses
 import struct
 
-_CTYPES = {"ptr": ("Q", 8), "i64": ("q", 8), "i32": ("i", 4), "f32": ("f", 4)}
+_PARAM_BANK_BASE = 0x210  # where CUDA places kernel parameters in constant bank 0 (sm_90); a CPU test checks
+# ctype -> (struct format, size, alignment). "tmap": a CUtensorMap passed by value (128 bytes, 64-aligned).
+_CTYPES = {"ptr": ("Q", 8, 8), "i64": ("q", 8, 8), "i32": ("i", 4, 4), "f32": ("f", 4, 4), "tmap": ("128s", 128, 64)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -20,8 +22,10 @@ class Signature:
     def offsets(self) -> tuple[int, ...]:
         offs, pos = [], 0
         for _name, ctype in self.params:
-            size = _CTYPES[ctype][1]
-            pos = (pos + size - 1) // size * size
+            _fmt, size, align = _CTYPES[ctype]
+            # Alignment is of the absolute constant-bank address: the parameter block starts at bank offset
+            # 0x210 on sm_90 (16-aligned, so only 64-aligned tensor maps see it: the first one lands at 48).
+            pos = -(-(pos + _PARAM_BANK_BASE) // align) * align - _PARAM_BANK_BASE
             offs.append(pos)
             pos += size
         return tuple(offs)
@@ -39,11 +43,14 @@ class Signature:
         return struct.Struct(fmt)
 
 
-GEMM_A8 = Signature((
-    ("a", "ptr"), ("b", "ptr"), ("out", "ptr"), ("bias", "ptr"), ("scale_a", "ptr"), ("scale_b", "ptr"),
+_GEMM_A8_TAIL = (
+    ("out", "ptr"), ("bias", "ptr"), ("scale_a", "ptr"), ("scale_b", "ptr"),
     ("M", "i32"), ("N", "i32"), ("K", "i32"), ("bias_kind", "i32"), ("scale_a_stride", "i32"),
     ("scale_b_stride", "i32"), ("alpha", "f32"),
-))
+)
+GEMM_A8 = Signature((("a", "ptr"), ("b", "ptr"), *_GEMM_A8_TAIL))
+# The Hopper tensor-core kernels (unit gemm_a8_sm90) read A and B through TMA tensor maps.
+GEMM_A8_SM90 = Signature((("a_map", "tmap"), ("b_map", "tmap"), *_GEMM_A8_TAIL))
 
 # Must match `enum BiasKind` in hip_src/include/fusedgemm/epilogue.hpp.
 BIAS_KIND = {None: 0, "float32": 1, "bfloat16": 2, "float16": 3}
@@ -58,14 +65,30 @@ class TileConfig:
     name: str
     block_m: int
     block_n: int
-    warps: int
+    warps: int  # warps per block (64-lane waves on AMD)
+    unit: str = "gemm_a8"  # the source unit / code object that holds the kernels
+    smem: int = 0  # dynamic shared-memory bytes per block
+    min_blocks_per_sm: int = 1
+
+    @property
+    def signature(self) -> Signature:
+        return GEMM_A8_SM90 if self.unit == "gemm_a8_sm90" else GEMM_A8
 
 
-# Must match the Config* aliases in hip_src/include/fusedgemm/gemm_a8.hpp and FG_GEMM_A8_CONFIG lines.
+def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int) -> TileConfig:
+    """Mirror of WgmmaConfig in hip_src/include/fusedgemm/gemm_a8_sm90.hpp (block N = 128, K step 128 B)."""
+    smem = stages * (block_m * 128 + 128 * 128) + 2 * stages * 8 + 1024
+    return TileConfig(name, block_m, 128, block_m // 16 + 1, "gemm_a8_sm90", smem, min_blocks)
+
+
+# Must match the Config* aliases in hip_src/include/fusedgemm/gemm_a8.hpp / gemm_a8_sm90.hpp and the
+# FG_GEMM_A8_CONFIG / FG_WGMMA_CONFIG lines.
 GEMM_A8_CONFIGS = {
     "m16n16k8": TileConfig("m16n16k8", 16, 16, 8),
     "m64n16k8": TileConfig("m64n16k8", 64, 16, 8),
     "m128n128": TileConfig("m128n128", 128, 128, 8),
+    "w64n128": _wgmma_config("w64n128", 64, 4, 2),
+    "w128n128": _wgmma_config("w128n128", 128, 6, 1),
 }
 
 
@@ -73,20 +96,24 @@ def gemm_a8_kernel_name(in_kind: str, out_dtype: str, act: str, config: str) -> 
     return f"fg_gemm_a8_{GEMM_A8_IN[in_kind]}_{GEMM_A8_OUT[out_dtype]}_{act}_{config}"
 
 
-def gemm_a8_kernel_names() -> list[str]:
-    return [gemm_a8_kernel_name(i, o, a, c) for c in GEMM_A8_CONFIGS for i in GEMM_A8_IN for o in GEMM_A8_OUT
-            for a in GEMM_A8_ACTS]
+def gemm_a8_kernel_names(unit: str = "gemm_a8") -> list[str]:
+    return [gemm_a8_kernel_name(i, o, a, c) for c, cfg in GEMM_A8_CONFIGS.items() if cfg.unit == unit
+            for i in GEMM_A8_IN for o in GEMM_A8_OUT for a in GEMM_A8_ACTS]
 
 
 BMM_TINY = Signature((
     ("a", "ptr"), ("b", "ptr"), ("c", "ptr"), ("batch", "i32"), ("m", "i32"), ("n", "i32"), ("k", "i32"),
     ("sab", "i64"), ("sam", "i32"), ("sak", "i32"), ("sbb", "i64"), ("sbk", "i32"), ("sbn", "i32"),
-    ("tx", "i32"), ("ty", "i32"), ("elems", "i32"),
+    ("a_mode", "i32"), ("b_mode", "i32"), ("tx", "i32"), ("ty", "i32"), ("elems", "i32"), ("lda", "i32"),
+    ("ldb", "i32"), ("a_elem", "i32"), ("b_elem", "i32"), ("num_blocks", "i32"),
 ))
 BMM_TINY_DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
-BMM_TINY_MICROTILES = (1, 2, 4, 8)  # R: each thread computes an R x R block of C
+BMM_TINY_MICROTILES = (2, 4)  # R: each thread computes an R x R block of C
 BMM_TINY_MAX_DIM = 64
 BMM_TINY_MAX_THREADS = 256  # kBmmTinyMaxThreads in hip_src/include/fusedgemm/bmm_tiny.hpp
+BMM_TINY_QUADS = 4  # kBmmTinyQuads: 4-value quads each thread stages per operand and group
+# Operand mode bits: kAlongJ, kVector, kDense in bmm_tiny.hpp.
+BMM_TINY_ALONG_J, BMM_TINY_VECTOR, BMM_TINY_DENSE = 1, 2, 4
 
 
 def bmm_tiny_kernel_name(dtype: str, r: int) -> str:

@@ -55,6 +55,34 @@ _PROTOTYPES = {
 }
 
 
+_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+
+
+class _LaunchAttribute(ctypes.Structure):
+    """CUlaunchAttribute: an id, padding to 8 bytes, a 64-byte value union (clusterDim = 3 x uint first)."""
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_uint * 16)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    """CUlaunchConfig of cuLaunchKernelEx."""
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_LaunchAttribute)), ("numAttrs", ctypes.c_uint)]
+
+
+class _ClusterLaunch(threading.local):
+    """Per-thread launch config with one cluster-dimension attribute, reused by every cluster launch."""
+
+    def __init__(self):
+        self.attr = _LaunchAttribute()
+        self.attr.id = _CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        self.config = _LaunchConfig()
+        self.config.attrs = ctypes.pointer(self.attr)
+        self.config.numAttrs = 1
+        self.config_ptr = ctypes.c_void_p(ctypes.addressof(self.config))
+
+
 class _ArgBuffer(threading.local):
     """Per-thread packed-argument buffer and the `extra` array that points at it."""
 
@@ -105,6 +133,9 @@ class _CudaBackend:
         # Own function pointers (not the CDLL's cached, shareable attributes) so argtypes stay unset.
         untyped = ctypes.CFUNCTYPE(ctypes.c_int)
         self.cuLaunchKernel = untyped(ctypes.cast(lib.cuLaunchKernel, ctypes.c_void_p).value)
+        launch_ex = getattr(lib, "cuLaunchKernelEx", None)  # CUDA 12+: clusters
+        self.cuLaunchKernelEx = None if launch_ex is None else untyped(ctypes.cast(launch_ex, ctypes.c_void_p).value)
+        self.cluster_launch = _ClusterLaunch()
         encode = getattr(lib, "cuTensorMapEncodeTiled", None)  # absent before driver 12.0: launches still work
         self.cuTensorMapEncodeTiled = None if encode is None else untyped(ctypes.cast(encode, ctypes.c_void_p).value)
         self.tmap_args = _TensorMapArgs()
@@ -153,13 +184,29 @@ class _CudaBackend:
             self._launch_failed(err, func, (func, gx, gy, gz, bx, by, bz, smem, _VoidP(stream), None,
                                              args.extra_ptr))
 
-    def _launch_failed(self, err: int, func, call_args):
+    def launch_cluster(self, func, gx, gy, gz, cx, cy, cz, bx, by, bz, smem, stream, args: _ArgBuffer):
+        """cuLaunchKernelEx with a cluster-dimension attribute (thread-block clusters, sm_90)."""
+        if self.cuLaunchKernelEx is None:
+            raise LaunchError("cuLaunchKernelEx is not in this libcuda (cluster launches need a CUDA 12 driver)")
+        lc = self.cluster_launch
+        c = lc.config
+        c.gridDimX, c.gridDimY, c.gridDimZ = gx, gy, gz
+        c.blockDimX, c.blockDimY, c.blockDimZ = bx, by, bz
+        c.sharedMemBytes, c.hStream = smem, stream
+        v = lc.attr.value
+        v[0], v[1], v[2] = cx, cy, cz
+        err = self.cuLaunchKernelEx(lc.config_ptr, func, None, args.extra_ptr)
+        if err:
+            self._launch_failed(err, func, (lc.config_ptr, func, None, args.extra_ptr), self.cuLaunchKernelEx)
+
+    def _launch_failed(self, err: int, func, call_args, launch_fn=None):
+        launch_fn = launch_fn or self.cuLaunchKernel
         if err == _CUDA_ERROR_INVALID_CONTEXT:
             # A thread that has not touched this device yet (e.g. autograd's backward worker): make the
             # module's context current and launch again.
             self.check(self.cuCtxSetCurrent(self.module_ctx[func.value]), "cuCtxSetCurrent")
-            err = self.cuLaunchKernel(*call_args)
-        self.check(err, "cuLaunchKernel")
+            err = launch_fn(*call_args)
+        self.check(err, "cuLaunchKernel" if launch_fn is self.cuLaunchKernel else "cuLaunchKernelEx")
 
     def encode_tensor_map_tiled(self, dtype_code, rank, global_address, global_dims, global_strides_bytes, box_dims,
                                 element_strides, interleave, swizzle, l2_promotion, oob_fill) -> bytes:
@@ -239,6 +286,23 @@ class _CudaBindingsBackend:
             err, = self.drv.cuLaunchKernel(func, gx, gy, gz, bx, by, bz, smem, stream, None, args.extra_addr)
         if err != self.success:
             self.check((err,), "cuLaunchKernel")
+
+    def launch_cluster(self, func, gx, gy, gz, cx, cy, cz, bx, by, bz, smem, stream, args: _ArgBuffer):
+        d = self.drv
+        cfg = d.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = gx, gy, gz
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = bx, by, bz
+        cfg.sharedMemBytes, cfg.hStream = smem, d.CUstream(stream)
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cx, cy, cz
+        cfg.attrs, cfg.numAttrs = [attr], 1
+        err, = d.cuLaunchKernelEx(cfg, func, None, args.extra_addr)
+        if err == self.invalid_context:
+            self.check(d.cuCtxSetCurrent(self.module_ctx[int(func)]), "cuCtxSetCurrent")
+            err, = d.cuLaunchKernelEx(cfg, func, None, args.extra_addr)
+        if err != self.success:
+            self.check((err,), "cuLaunchKernelEx")
 
     def encode_tensor_map_tiled(self, dtype_code, rank, global_address, global_dims, global_strides_bytes, box_dims,
                                 element_strides, interleave, swizzle, l2_promotion, oob_fill) -> bytes:
@@ -361,6 +425,18 @@ class Kernel:
             # The ctypes launch is untyped: a float here would be passed in a floating-point register.
             (gx, gy, gz), smem = _dim3(grid), operator.index(smem)
         self._launch(self._func, gx, gy, gz, bx, by, bz, smem, stream, a)
+
+    def launch_cluster(self, grid, cluster, block: int, smem: int, stream: int, *args):
+        """Launch as thread-block clusters of `cluster` = (x, y, z) CTAs (each grid dimension a multiple of
+        the cluster's). A cluster of one CTA is an ordinary launch. NVIDIA sm_90 only."""
+        if cluster == (1, 1, 1):
+            return self(grid, block, smem, stream, *args)
+        a = self._args
+        self._pack_into(a.buf, 0, *args)
+        (gx, gy, gz), (cx, cy, cz), (bx, by, bz) = _dim3(grid), _dim3(cluster), _dim3(block)
+        if gx % cx or gy % cy or gz % cz:
+            raise ValueError(f"grid {grid} is not a whole number of clusters {cluster}")
+        self._be.launch_cluster(self._func, gx, gy, gz, cx, cy, cz, bx, by, bz, operator.index(smem), stream, a)
 
 
 class Module:

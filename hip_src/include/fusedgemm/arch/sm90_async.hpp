@@ -1,0 +1,186 @@
+// NVIDIA Hopper (sm_90a) asynchronous machinery: mbarriers, the bulk tensor copy engine (TMA), thread-block
+// clusters with distributed shared memory, and warpgroup MMA (wgmma). Thin wrappers over single PTX
+// instructions; the kernel templates (gemm_a8_sm90.hpp) decide how to compose them.
+//
+// These have no AMD counterpart with the same shape (CDNA's MFMA kernels stage through LDS with ordinary
+// loads), so this header is included only by NVIDIA-only kernel templates.
+#pragma once
+#include "../platform.hpp"
+
+#if defined(FG_NVIDIA)
+namespace fg {
+namespace sm90 {
+
+using u64 = unsigned long long;
+
+// A CUtensorMap as the driver encodes it (cuTensorMapEncodeTiled on the host): 128 opaque bytes, passed
+// to the kernel by value as a __grid_constant__ parameter so the copy engine can read it from param space.
+struct alignas(64) TmaDesc {
+  unsigned char bytes[128];
+};
+
+FG_DEVICE u32 smem_addr(const void* p) {
+  u32 addr;
+  asm("{ .reg .u64 t; cvta.to.shared.u64 t, %1; cvt.u32.u64 %0, t; }" : "=r"(addr) : "l"(p));
+  return addr;
+}
+
+// Dynamic shared memory given at launch; kernels trap if the host passed less than their layout needs.
+FG_DEVICE u32 dynamic_smem_bytes() {
+  u32 n;
+  asm("mov.u32 %0, %%dynamic_smem_size;" : "=r"(n));
+  return n;
+}
+
+// ---- mbarrier ---------------------------------------------------------------------------------------------
+FG_DEVICE void mbar_init(u64* bar, u32 arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(arrivals) : "memory");
+}
+// Make the initialised barriers visible to the async proxy (TMA) and to the rest of the cluster.
+FG_DEVICE void fence_mbar_init() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+
+FG_DEVICE void mbar_arrive_expect_tx(u64* bar, u32 bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+FG_DEVICE void mbar_arrive(u64* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+// Block until the barrier's phase with this parity has completed. A fresh barrier counts its (virtual)
+// previous phase, parity 1, as completed: producers start waiting on "empty" with parity 1.
+FG_DEVICE void mbar_wait(u64* bar, u32 parity) {
+  const u32 addr = smem_addr(bar);
+  u32 done = 0;
+  do {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(addr), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// ---- TMA: tensor tile global -> shared, completion counted in bytes on an mbarrier ---------------------------
+FG_DEVICE void tma_load_2d(void* dst, const TmaDesc* map, u64* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];" ::
+          "r"(smem_addr(dst)),
+      "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+FG_DEVICE void tma_load_3d(void* dst, const TmaDesc* map, u64* bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], "
+      "[%2];" ::"r"(smem_addr(dst)),
+      "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+FG_DEVICE void prefetch_tma_desc(const TmaDesc* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
+}
+
+// ---- clusters ---------------------------------------------------------------------------------------------
+FG_DEVICE u32 cluster_rank() {
+  u32 r;
+  asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+FG_DEVICE u32 cluster_size() {
+  u32 n;
+  asm("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
+  return n;
+}
+// Every thread of every CTA in the cluster; release/acquire orders shared-memory writes before it with
+// (remote) reads after it.
+FG_DEVICE void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// Read the 32-bit word at the same shared-memory offset in CTA `rank` of this cluster.
+FG_DEVICE u32 ld_cluster_u32(const void* local, u32 rank) {
+  u32 remote, v;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(local)), "r"(rank));
+  asm volatile("ld.shared::cluster.u32 %0, [%1];" : "=r"(v) : "r"(remote) : "memory");
+  return v;
+}
+
+// ---- wgmma --------------------------------------------------------------------------------------------------
+// Shared-memory matrix descriptor: start address, leading / stride byte offsets (all >> 4), layout type in
+// bits 62-63 (0 = no swizzle, 1 = 128-byte swizzle). For K-major operands the leading offset is the step
+// between 8x16-byte core matrices along K, the stride offset the step between them along M / N.
+enum SmemLayout : int { kNoSwizzle = 0, kSwizzle128B = 1 };
+
+FG_DEVICE u64 smem_desc(u32 addr, u32 leading_bytes, u32 stride_bytes, SmemLayout layout) {
+  return static_cast<u64>((addr & 0x3FFFF) >> 4) | (static_cast<u64>((leading_bytes >> 4) & 0x3FFF) << 16) |
+         (static_cast<u64>((stride_bytes >> 4) & 0x3FFF) << 32) | (static_cast<u64>(layout) << 62);
+}
+
+FG_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+FG_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+FG_DEVICE void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+
+// Keep the compiler from moving accumulator reads/writes across the asynchronous MMA.
+template <class T, int N>
+FG_DEVICE void fence_regs(T (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(*reinterpret_cast<u32*>(&r[i]))::"memory");
+}
+
+// One m64n128k32 warpgroup MMA: D[64 x 128] (+)= A[64 x 32] . B[128 x 32]^T, both K-major in shared memory.
+// Thread t of the warpgroup holds D rows 16 (t / 32) + (t % 32) / 4 + 8 ((j / 2) % 2), columns
+// 8 (j / 4) + 2 (t % 4) + j % 2, for j = 0..63. accumulate = 0 overwrites D.
+template <class In>
+struct Wgmma;
+
+#define FG_RW_FLOAT(x) "+f"(x)
+#define FG_RW_INT(x) "+r"(x)
+
+// C is the operand constraint: "+f" for fp32 accumulators, "+r" for int32.
+#define FG_WGMMA_D64(C, D) \
+  C(D[0]), C(D[1]), C(D[2]), C(D[3]), C(D[4]), C(D[5]), C(D[6]), C(D[7]), C(D[8]), C(D[9]), C(D[10]), \
+  C(D[11]), C(D[12]), C(D[13]), C(D[14]), C(D[15]), C(D[16]), C(D[17]), C(D[18]), C(D[19]), C(D[20]), \
+  C(D[21]), C(D[22]), C(D[23]), C(D[24]), C(D[25]), C(D[26]), C(D[27]), C(D[28]), C(D[29]), C(D[30]), \
+  C(D[31]), C(D[32]), C(D[33]), C(D[34]), C(D[35]), C(D[36]), C(D[37]), C(D[38]), C(D[39]), C(D[40]), \
+  C(D[41]), C(D[42]), C(D[43]), C(D[44]), C(D[45]), C(D[46]), C(D[47]), C(D[48]), C(D[49]), C(D[50]), \
+  C(D[51]), C(D[52]), C(D[53]), C(D[54]), C(D[55]), C(D[56]), C(D[57]), C(D[58]), C(D[59]), C(D[60]), \
+  C(D[61]), C(D[62]), C(D[63])
+
+#define FG_WGMMA_REGS64                                                                                     \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "  \
+  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "  \
+  "%62, %63}"
+
+template <>
+struct Wgmma<Fp8E4M3> {
+  using Acc = float;
+  static constexpr int kAccPerThread = 64;
+  FG_DEVICE static void mma(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %66, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " FG_WGMMA_REGS64 ", %64, %65, p, 1, 1; }"
+        : FG_WGMMA_D64(FG_RW_FLOAT, d)
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+template <>
+struct Wgmma<Int8> {
+  using Acc = int;
+  static constexpr int kAccPerThread = 64;
+  FG_DEVICE static void mma(int (&d)[64], u64 desc_a, u64 desc_b, int accumulate) {
+    asm volatile(
+        "{ .reg .pred p; setp.ne.b32 p, %66, 0;\n\t"
+        "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " FG_WGMMA_REGS64 ", %64, %65, p; }"
+        : FG_WGMMA_D64(FG_RW_INT, d)
+        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+  }
+};
+
+#undef FG_WGMMA_D64
+#undef FG_RW_FLOAT
+#undef FG_RW_INT
+#undef FG_WGMMA_REGS64
+
+}  // namespace sm90
+}  // namespace fg
+#endif  // FG_NVIDIA

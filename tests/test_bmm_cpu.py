@@ -9,12 +9,17 @@ from fusedgemm.tiny_gemm import _BmmTinyFn, _check, plan_bmm_tiny
 @pytest.mark.parametrize("b,m,n,k", [(1024, 12, 12, 64), (1024, 12, 64, 12), (16384, 64, 64, 64), (7, 3, 7, 5),
                                      (5, 1, 1, 1), (3, 64, 1, 64), (2, 1, 64, 64)])
 def test_plan_fits_the_kernel(b, m, n, k):
+    from fusedgemm.runtime.kernels import BMM_TINY_QUADS
+
     for dt in ("float32", "bfloat16", "float16"):
-        p = plan_bmm_tiny(b, m, n, k, dt)
-        assert p["tx"] * p["r"] >= n and p["ty"] * p["r"] >= m
-        assert p["elems"] * p["tx"] * p["ty"] <= p["threads"] <= 256 and p["threads"] % 64 == 0
-        assert p["smem"] <= 48 * 1024 and p["grid"][0] * p["elems"] >= b
-        assert p["name"].startswith("fg_bmm_tiny_")
+        for bcast in (False, True):
+            p = plan_bmm_tiny(b, m, n, k, dt, bcast)
+            assert p["tx"] * p["r"] >= n and p["ty"] * p["r"] >= m
+            assert p["tx"] * p["ty"] <= p["threads"] <= 256 and p["threads"] % 64 == 0
+            assert p["smem"] <= 48 * 1024 and p["grid"][0] <= -(-b // p["elems"])
+            qa = max(-(-k // 4) * m, -(-m // 4) * k)  # quads of one element's A in either orientation
+            assert p["elems"] * qa <= BMM_TINY_QUADS * p["threads"]
+            assert p["name"].startswith("fg_bmm_tiny_")
 
 
 def test_validation_messages():
@@ -58,3 +63,161 @@ def test_fake_implementation_for_compile():
     with FakeTensorMode():
         y = torch.ops.fusedgemm.bmm_tiny(torch.empty(9, 3, 5), torch.empty(5, 7))
         assert y.shape == (9, 3, 7)
+
+
+# ---- a model of the kernel's staging and tiling (hip_src/include/fusedgemm/bmm_tiny.hpp), run on the CPU ----
+# It follows the kernel's index arithmetic quad by quad and checks every access against the plan's layout, so a
+# plan/kernel mismatch (shared memory out of bounds, a misaligned vector access, an unzeroed pad that a tile
+# reads, a quad that is never staged) fails here rather than on a GPU.
+def _div_small(q, d):  # the kernel's float-reciprocal division, bit for bit in fp32
+    import numpy as np
+
+    inv = np.float32(1.0) / np.float32(d)
+    return int((np.float32(q) + np.float32(0.5)) * inv)
+
+
+class _Staged:
+    def __init__(self, flat, offset, s_batch, s_i, s_j, rows, cols, ld, elem, mode):
+        from fusedgemm.runtime import kernels as K
+
+        self.flat, self.offset, self.s_batch, self.s_i, self.s_j = flat, offset, s_batch, s_i, s_j
+        self.rows, self.cols, self.ld, self.elem, self.mode = rows, cols, ld, elem, mode
+        self.along_j, self.vec, self.dense = mode & K.BMM_TINY_ALONG_J, mode & K.BMM_TINY_VECTOR, mode & K.BMM_TINY_DENSE
+        self.fast_quads = -(-(cols if self.along_j else rows) // 4)
+        self.quads = self.fast_quads * (rows if self.along_j else cols)
+
+    def locate(self, q):
+        e = _div_small(q, self.quads)
+        assert e == q // self.quads
+        r = q - e * self.quads
+        slow = _div_small(r, self.fast_quads)
+        fast = (r - slow * self.fast_quads) * 4
+        return (e, slow, fast) if self.along_j else (e, fast, slow)
+
+    def load(self, q, first):
+        e, i, j = self.locate(q)
+        base = self.offset + first * self.s_batch
+        if self.vec:
+            x = base + 4 * q if self.dense else base + e * self.s_batch + i * self.s_i + j * self.s_j
+            assert x % 4 == 0 and x + 4 <= self.flat.numel(), "misaligned or out-of-bounds vector load"
+            if self.dense:  # the dense shortcut must address what the general formula does
+                assert x == base + e * self.s_batch + i * self.s_i + j * self.s_j
+            return [self.flat[x + w].item() for w in range(4)]
+        x = base + e * self.s_batch + i * self.s_i + j * self.s_j
+        step, left = (self.s_j, self.cols - j) if self.along_j else (self.s_i, self.rows - i)
+        return [self.flat[x + w * step].item() if w < left else 0.0 for w in range(4)]
+
+    def store(self, q, vals, smem, base, written):
+        e, i, j = self.locate(q)
+        d = base + e * self.elem + i * self.ld + j
+        idx = [d + w for w in range(4)] if self.along_j else [d + w * self.ld for w in range(4)]
+        if self.along_j:
+            assert d % 4 == 0, "misaligned 16-byte shared-memory store"
+        for x, v in zip(idx, vals):
+            assert 0 <= x < smem.numel(), "shared memory out of bounds"
+            smem[x] = v
+            written.add(x)
+
+
+def _model_bmm_tiny(a, b3, **knobs):
+    """C = a @ b3 as the kernel computes it (fp32 CPU tensors of any strides), through the kernel's plan."""
+    from fusedgemm.runtime import kernels as K
+    from fusedgemm.tiny_gemm import _H100_LIMITS, _operand_mode
+
+    batch, m, k = a.shape
+    n = b3.shape[2]
+    sab = a.stride(0) if batch > 1 else m * k
+    sbb = 0 if b3.shape[0] == 1 or batch == 1 else b3.stride(0)
+    bcast = sbb == 0
+    p = plan_bmm_tiny(batch, m, n, k, "float32", bcast, _H100_LIMITS, **knobs)
+    r, tx, ty, elems, nthreads = p["r"], p["tx"], p["ty"], p["elems"], p["threads"]
+    lda, ldb, a_elem, b_elem = p["lda"], p["ldb"], p["a_elem"], p["b_elem"]
+    assert lda % 4 == 0 and ldb % 4 == 0 and a_elem % 4 == 0 and b_elem % 4 == 0 and p["smem"] % 16 == 0
+    flat_a = torch.as_strided(a, (a.untyped_storage().nbytes() // 4,), (1,), 0)
+    flat_b = torch.as_strided(b3, (b3.untyped_storage().nbytes() // 4,), (1,), 0)
+    a_mode = _operand_mode(4 * a.storage_offset(), 4, sab, a.stride(1), a.stride(2), m, k)
+    b_mode = _operand_mode(4 * b3.storage_offset(), 4, sbb, b3.stride(1), b3.stride(2), k, n, bcast)
+    A = _Staged(flat_a, a.storage_offset(), sab, a.stride(1), a.stride(2), m, k, lda, a_elem, a_mode)
+    B = _Staged(flat_b, b3.storage_offset(), sbb, b3.stride(1), b3.stride(2), k, n, ldb, b_elem, b_mode)
+    smem_floats = p["smem"] // 4
+    assert smem_floats == elems * a_elem + (1 if bcast else elems) * b_elem
+    k4, a_rows = -(-k // 4) * 4, a_elem // lda
+    c = torch.full((batch, m, n), float("nan"))
+    groups = -(-batch // elems)
+    grid = p["grid"][0]
+    quads = K.BMM_TINY_QUADS
+    for block in range(grid):
+        smem = torch.zeros(smem_floats)  # the kernel zeroes it once per block
+        if bcast:
+            written = set()
+            lines = k if B.along_j else n
+            per_slice = min(lines, quads * nthreads // B.fast_quads)
+            for l0 in range(0, lines, per_slice):
+                ll = min(per_slice, lines - l0)
+                sl = _Staged(flat_b, b3.storage_offset() + l0 * (b3.stride(1) if B.along_j else b3.stride(2)), 0,
+                             b3.stride(1), b3.stride(2), ll if B.along_j else k, n if B.along_j else ll, ldb, 0, b_mode)
+                assert sl.quads <= quads * nthreads
+                for q in range(sl.quads):
+                    sl.store(q, sl.load(q, 0), smem, elems * a_elem + l0 * (ldb if B.along_j else 1), written)
+        for g in range(block, groups, grid):
+            first, count = g * elems, min(elems, batch - g * elems)
+            written = set()
+            assert count * A.quads <= quads * nthreads and (bcast or count * B.quads <= quads * nthreads)
+            for q in range(count * A.quads):
+                A.store(q, A.load(q, first), smem, 0, written)
+            if not bcast:
+                for q in range(count * B.quads):
+                    B.store(q, B.load(q, first), smem, elems * a_elem, written)
+            for e in range(count):  # the tiles of all threads of element e: rows ty * r, columns tx * r
+                As = smem[e * a_elem:(e + 1) * a_elem].view(a_rows, lda)[:ty * r, :k4]
+                boff = elems * a_elem + (0 if bcast else e * b_elem)
+                Bs = smem[boff:boff + b_elem].view(k4, ldb)[:, :tx * r]
+                c[first + e] = (As.double() @ Bs.double())[:m, :n].float()
+    return c
+
+
+MODEL_CASES = [
+    ((7, 3, 5), (7, 5, 7)),                  # odd shapes: scalar quads, k padding
+    ((9, 12, 64), (9, 64, 12)),              # attention shape, dense vector quads
+    ((5, 12, 12), (5, 12, 64)),
+    ((3, 64, 64), (3, 64, 64)),              # 64^3: one element fills a group
+    ((33, 16, 16), (33, 16, 16)),
+    ((5, 1, 33), (5, 33, 64)),
+    ((6, 64, 1), (6, 1, 64)),
+    ((4, 1, 1), (4, 1, 1)),
+    ((1, 12, 64), (1, 64, 12)),             # batch 1
+]
+
+
+@pytest.mark.parametrize("a_shape,b_shape", MODEL_CASES)
+@pytest.mark.parametrize("layout", ["contiguous", "a_t", "b_t", "b_broadcast", "b_broadcast_t", "offset"])
+@pytest.mark.parametrize("r", [2, 4])
+def test_kernel_model_matches_matmul(a_shape, b_shape, layout, r, seed):
+    batch, m, k = a_shape
+    n = b_shape[2]
+    if _ceil(n, r) * _ceil(m, r) > 256:
+        pytest.skip("r=2 does not fit m, n > 32")
+    a = torch.randn(a_shape)
+    b = torch.randn(b_shape)
+    if layout == "a_t":
+        a = torch.randn(batch, k, m).transpose(1, 2)
+    elif layout == "b_t":
+        b = torch.randn(batch, n, k).transpose(1, 2)
+    elif layout == "b_broadcast":
+        b = torch.randn(1, k, n)
+    elif layout == "b_broadcast_t":
+        b = torch.randn(1, n, k).transpose(1, 2)
+    elif layout == "offset":  # storage offset 1: no quad is 16-byte aligned, scalar loads everywhere
+        a = torch.randn(batch * m * k + 1)[1:].view(batch, m, k)
+        b = torch.randn(batch * k * n + 1)[1:].view(batch, k, n)
+    for knobs in ({}, {"elems": 2}, {"elems": 1, "persistent": False}):
+        try:
+            got = _model_bmm_tiny(a, b, r=r, **knobs)
+        except ValueError:
+            continue  # this knob does not fit the shape
+        ref = torch.matmul(a.double(), b.double())
+        torch.testing.assert_close(got.double(), ref, rtol=1e-5, atol=1e-5)
+
+
+def _ceil(x, y):
+    return -(-x // y)

@@ -46,6 +46,42 @@ def test_strided_views_need_no_copy(seed):
     assert rel_error(fg.bmm_tiny(sl, bt), oracle(sl, bt)) <= TOL[torch.float32]
 
 
+def test_unaligned_and_broadcast_views(seed):
+    """Storage offset 1 (no 16-byte quad: scalar loads, element-wise C stores), an expanded A (batch stride 0),
+    a transposed broadcast B."""
+    n_a, n_b = 300 * 12 * 64, 300 * 64 * 16
+    a_off = torch.randn(n_a + 1, device="cuda")[1:].view(300, 12, 64)
+    b_off = torch.randn(n_b + 1, device="cuda")[1:].view(300, 64, 16)
+    out_off = torch.full((300 * 12 * 16 + 1,), float("nan"), device="cuda")[1:].view(300, 12, 16)
+    fg.bmm_tiny(a_off, b_off, out=out_off)
+    assert rel_error(out_off, oracle(a_off, b_off)) <= TOL[torch.float32]
+    a_exp = torch.randn(1, 12, 64, device="cuda").expand(300, 12, 64)
+    assert rel_error(fg.bmm_tiny(a_exp, b_off), oracle(a_exp, b_off)) <= TOL[torch.float32]
+    b_t = torch.randn(16, 64, device="cuda").t()  # [64, 16] broadcast, column-major
+    assert rel_error(fg.bmm_tiny(a_off, b_t), oracle(a_off, b_t)) <= TOL[torch.float32]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("m,n,k", [(12, 12, 64), (12, 64, 12), (64, 64, 64), (16, 16, 16), (3, 7, 5)])
+@pytest.mark.parametrize("knobs", [{}, {"r": 2}, {"elems": 1}, {"persistent": False}])
+def test_plans_that_loop_over_groups(dtype, m, n, k, knobs, seed):
+    """Batch 3000: every block of the resident grid loops over several groups (prefetching the next one);
+    the benchmark's alternative plans give the same results."""
+    from fusedgemm.tiny_gemm import launch_bmm_tiny
+
+    a = torch.randn(3000, m, k, device="cuda").to(dtype)
+    b = torch.randn(3000, k, n, device="cuda").to(dtype)
+    out = torch.full((3000, m, n), float("nan"), device="cuda", dtype=dtype)
+    try:
+        launch_bmm_tiny(a, b, out, **knobs)
+    except ValueError:
+        pytest.skip(f"{knobs} does not fit {m}x{n}x{k}")
+    assert rel_error(out, oracle(a, b)) <= TOL[dtype]
+    bt = torch.randn(3000, n, k, device="cuda").to(dtype).transpose(1, 2)  # strided B, same plans
+    launch_bmm_tiny(a, bt, out, **knobs)
+    assert rel_error(out, oracle(a, bt)) <= TOL[dtype]
+
+
 def test_nan_inf_propagate_like_torch_bmm():
     a = torch.randn(64, 12, 64, device="cuda")
     b = torch.randn(64, 64, 12, device="cuda")

@@ -7,6 +7,7 @@ Both are differentiable (the gradients are tiny batched GEMMs as well).
 """
 from __future__ import annotations
 
+import functools
 import os
 import warnings
 
@@ -18,6 +19,8 @@ from .runtime import kernels
 _DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 _SMEM_CAP = 48 * 1024  # portable without opting in: the default on NVIDIA, within the 64 KB LDS of gfx942
 _I32_MAX = 2**31 - 1
+_REGS_PER_THREAD = 128  # the kernels' register cap on NVIDIA (__launch_bounds__(256, 2)): occupancy below
+_PRINT_CONFIGS = os.environ.get("FUSEDGEMM_PRINT_CONFIGS", "") not in ("", "0")
 _warned_fallback = False
 
 
@@ -25,25 +28,108 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def plan_bmm_tiny(batch: int, m: int, n: int, k: int, dtype_name: str, r: int | None = None):
-    """Launch plan: micro-tile R, thread tile (tx, ty), elements per block, threads, smem bytes, grid.
+def _round_up(a: int, b: int) -> int:
+    return _ceil_div(a, b) * b
 
-    R is the smallest micro-tile that keeps one element within 64 threads (at least R*R multiply-adds per
-    pair of shared-memory reads), so blocks pack several elements and share the per-block fixed costs. When
-    one element already fills most of the 48 KB of shared memory (64 x 64 x 64 in fp32: 32 KB), the block
-    holds one element and R is the smallest that fits it in 256 threads: more threads stage it faster."""
-    if r is None:
-        fits = [r for r in kernels.BMM_TINY_MICROTILES if _ceil_div(m, r) * _ceil_div(n, r) <= 64]
-        r = fits[0]
-        if 2 * 4 * k * r * (_ceil_div(m, r) + _ceil_div(n, r)) > _SMEM_CAP:
-            r = next(r for r in kernels.BMM_TINY_MICROTILES
-                     if _ceil_div(m, r) * _ceil_div(n, r) <= kernels.BMM_TINY_MAX_THREADS)
+
+@functools.lru_cache(maxsize=None)
+def _device_limits(index: int) -> tuple[int, int, int, int]:
+    """(multiprocessors, shared memory, threads, registers per multiprocessor) of a GPU; H100 values where torch
+    does not report one."""
+    p = torch.cuda.get_device_properties(index)
+    return (p.multi_processor_count, getattr(p, "shared_memory_per_multiprocessor", 0) or 228 * 1024,
+            getattr(p, "max_threads_per_multi_processor", 0) or 2048,
+            getattr(p, "regs_per_multiprocessor", 0) or 65536)
+
+
+_H100_LIMITS = (132, 228 * 1024, 2048, 65536)
+
+
+@functools.lru_cache(maxsize=4096)
+def plan_bmm_tiny(batch: int, m: int, n: int, k: int, dtype_name: str, broadcast_b: bool = False,
+                  limits: tuple[int, int, int, int] = _H100_LIMITS, r: int | None = None, elems: int | None = None,
+                  threads: int | None = None, persistent: bool = True, per_sm: int | None = None) -> dict:
+    """Launch plan: micro-tile R, thread tile (tx, ty), elements per group, threads, shared-memory layout, grid.
+
+    A group (`elems` batch elements) is what a block stages at once: each thread holds up to BMM_TINY_QUADS
+    quads (4 values) of A and of B, and the group's A and B must fit 48 KB of shared memory. Groups hold as
+    many elements as fit, but no more than spreads the batch over ~2 groups per multiprocessor (small batches
+    are latency-bound: more, smaller blocks). The grid is what stays resident (`persistent`): each block loops
+    over groups, loading the next while it computes the current one. R = 4 (16 multiply-adds per pair of
+    shared-memory reads) unless a thread would then compute much longer than with R = 2 (_compute_cost); r,
+    elems, threads, persistent and per_sm (resident blocks per multiprocessor the grid assumes) are knobs for
+    the benchmark."""
+    sms, smem_per_sm, threads_per_sm, regs_per_sm = limits
+    quads = kernels.BMM_TINY_QUADS
+    if r is None:  # the micro-tile with the shorter per-thread compute (benchmark: docs/perf-notes.md, bmm_tiny)
+        plans = []
+        for rr in (4, 2):
+            try:
+                plans.append(plan_bmm_tiny(batch, m, n, k, dtype_name, broadcast_b, limits, rr, elems, threads,
+                                           persistent, per_sm))
+            except ValueError:
+                pass
+        # Small batches (<= 8 elements per multiprocessor, latency-bound): R = 4, measured faster there.
+        if plans[0]["r"] == 4 and batch <= 8 * sms:
+            return plans[0]
+        return min(plans, key=_compute_cost)
+    if r not in kernels.BMM_TINY_MICROTILES:
+        raise ValueError(f"bmm_tiny: micro-tile r must be one of {kernels.BMM_TINY_MICROTILES}, got {r}")
     tx, ty = _ceil_div(n, r), _ceil_div(m, r)
-    per_elem_bytes = 4 * k * r * (tx + ty)  # A [m_pad, k] + B [k, n_pad] in fp32 (B counted even if broadcast)
-    elems = max(1, min(kernels.BMM_TINY_MAX_THREADS // (tx * ty), _SMEM_CAP // per_elem_bytes, batch))
-    threads = min(kernels.BMM_TINY_MAX_THREADS, _ceil_div(elems * tx * ty, 64) * 64)
+    if tx * ty > kernels.BMM_TINY_MAX_THREADS:
+        raise ValueError(f"bmm_tiny: r={r} needs {tx * ty} threads per element for m={m}, n={n} (max 256)")
+    k4 = _round_up(k, 4)
+    lda = k4 + 4 if k4 % 8 == 0 else k4  # rows R apart (R = 2, 4) in different banks
+    ldb = max(tx * r, _round_up(n, 4))
+    a_elem = max(ty * r, _round_up(m, 4)) * lda
+    b_elem = k4 * ldb
+    # Quads per element in either orientation (the kernel runs them along the smaller stride).
+    qa = max(_ceil_div(k, 4) * m, _ceil_div(m, 4) * k)
+    qb = 0 if broadcast_b else max(_ceil_div(n, 4) * k, _ceil_div(k, 4) * n)
+    per_elem = a_elem + (0 if broadcast_b else b_elem)
+    fixed = b_elem if broadcast_b else 0
+    max_threads = kernels.BMM_TINY_MAX_THREADS
+    if elems is None:
+        fit = min(quads * max_threads // max(qa, qb), (_SMEM_CAP // 4 - fixed) // per_elem)
+        elems = max(1, min(fit, _ceil_div(batch, 2 * sms)))
+    elems = min(elems, batch)
+    if threads is None:
+        need = max(_ceil_div(elems * max(qa, qb), quads), tx * ty, min(elems * tx * ty, max_threads))
+        threads = min(max_threads, _round_up(need, 64))
+    smem = 4 * (elems * per_elem + fixed)
+    if elems * max(qa, qb) > quads * threads or threads < tx * ty or smem > _SMEM_CAP:
+        raise ValueError(f"bmm_tiny: plan elems={elems}, threads={threads} does not fit ({m}x{n}x{k}, r={r})")
+    groups = _ceil_div(batch, elems)
+    if per_sm is None:
+        per_sm = min(threads_per_sm // threads, smem_per_sm // (smem + 1024),
+                     regs_per_sm // (threads * _REGS_PER_THREAD), 32)
+    grid = min(groups, sms * max(1, per_sm)) if persistent else groups
     return dict(name=kernels.bmm_tiny_kernel_name(dtype_name, r), r=r, tx=tx, ty=ty, elems=elems, threads=threads,
-                smem=elems * per_elem_bytes, grid=(_ceil_div(batch, elems), 1, 1))
+                lda=lda, ldb=ldb, a_elem=a_elem, b_elem=b_elem, smem=smem, grid=(grid, 1, 1), k4=k4)
+
+
+def _compute_cost(plan: dict) -> int:
+    """Instructions one thread issues to compute a group: passes over the group's elements x steps of 4 in k
+    x (R + 4 shared-memory reads + 4 R^2 multiply-adds). Small batches are latency-bound and big ones wait on
+    memory, so the shorter serial compute wins; R = 4 on a tie (fewer shared-memory reads in total)."""
+    r, tpe = plan["r"], plan["tx"] * plan["ty"]
+    passes = _ceil_div(plan["elems"], plan["threads"] // tpe)
+    return passes * plan["k4"] // 4 * (r + 4 + 4 * r * r) + (r == 2)
+
+
+def _operand_mode(ptr: int, elem_size: int, s_batch: int, s_i: int, s_j: int, rows: int, cols: int,
+                  broadcast: bool = False) -> int:
+    """How the kernel stages X[e][i][j] (rows x cols, strides s_batch, s_i, s_j; `broadcast`: one matrix,
+    staged once): quads of 4 values run along the smaller stride (kAlongJ if that is j); one vector load per
+    quad when it is 1, the extent a multiple of 4 and every quad aligned (kVector); kDense if rows and
+    elements are also packed back to back (quad q of a group at 4 q)."""
+    along_j = rows == 1 or (cols > 1 and abs(s_j) <= abs(s_i))
+    fast, s_fast, slow, s_slow = (cols, s_j, rows, s_i) if along_j else (rows, s_i, cols, s_j)
+    vec = (s_fast == 1 and fast % 4 == 0 and (slow == 1 or s_slow % 4 == 0) and s_batch % 4 == 0
+           and ptr % (4 * elem_size) == 0)
+    dense = vec and along_j and (rows == 1 or s_i == cols) and (broadcast or s_batch == rows * cols)
+    return ((kernels.BMM_TINY_ALONG_J if along_j else 0) | (kernels.BMM_TINY_VECTOR if vec else 0)
+            | (kernels.BMM_TINY_DENSE if dense else 0))
 
 
 def _check(a, b, out):
@@ -67,8 +153,9 @@ def _check(a, b, out):
                          "use fusedgemm.bmm (dispatches to torch.bmm) for larger matrices")
     if a.device.type != "cuda" or b.device != a.device:
         raise ValueError(f"bmm_tiny: a and b must be on the same GPU, got {a.device} and {b.device}")
-    for t, name in ((a, "a"), (b3, "b")):
-        if max(t.stride()[1:], default=0) > _I32_MAX or t.stride(0) < 0:
+    for t, name in ((a, "a"), (b3, "b")):  # offsets inside one matrix are 32-bit in the kernel
+        if (t.shape[1] - 1) * t.stride(1) + (t.shape[2] - 1) * t.stride(2) + 3 * max(t.stride()[1:]) > _I32_MAX \
+                or min(t.stride()) < 0:
             raise ValueError(f"bmm_tiny: {name} has strides {tuple(t.stride())} beyond the kernel's 32-bit range")
     if out is not None:
         if not isinstance(out, torch.Tensor) or out.shape != (batch, m, n) or out.dtype != a.dtype:
@@ -79,7 +166,8 @@ def _check(a, b, out):
     return batch, m, n, k, b3
 
 
-def launch_bmm_tiny(a: torch.Tensor, b3: torch.Tensor, out: torch.Tensor, r: int | None = None) -> torch.Tensor:
+def launch_bmm_tiny(a: torch.Tensor, b3: torch.Tensor, out: torch.Tensor, **knobs) -> torch.Tensor:
+    """out = a @ b3 with the kernel (inputs checked by _check); knobs go to plan_bmm_tiny (benchmark only)."""
     from .runtime.launch import module_for
 
     batch, m, k = a.shape
@@ -88,13 +176,21 @@ def launch_bmm_tiny(a: torch.Tensor, b3: torch.Tensor, out: torch.Tensor, r: int
         return out
     if k == 0:
         return out.zero_()
-    plan = plan_bmm_tiny(batch, m, n, k, _DTYPE_NAME[a.dtype], r)
     dev = a.device.index
+    sab = a.stride(0) if batch > 1 else m * k
+    sbb = 0 if b3.shape[0] == 1 or batch == 1 else b3.stride(0)
+    plan = plan_bmm_tiny(batch, m, n, k, _DTYPE_NAME[a.dtype], sbb == 0, _device_limits(dev), **knobs)
+    es = a.element_size()
+    a_mode = _operand_mode(a.data_ptr(), es, sab, a.stride(1), a.stride(2), m, k)
+    b_mode = _operand_mode(b3.data_ptr(), es, sbb, b3.stride(1), b3.stride(2), k, n, sbb == 0)
+    if _PRINT_CONFIGS:
+        print(f"[fusedgemm] bmm_tiny batch={batch} m={m} n={n} k={k} modes a={a_mode} b={b_mode} -> "
+              + " ".join(f"{key}={val}" for key, val in plan.items()))
     kern = module_for("bmm_tiny", dev).kernel(plan["name"], kernels.BMM_TINY)
-    sbb = 0 if b3.shape[0] == 1 else b3.stride(0)
     kern(plan["grid"], plan["threads"], plan["smem"], current_raw_stream(dev),
-         a.data_ptr(), b3.data_ptr(), out.data_ptr(), batch, m, n, k, a.stride(0), a.stride(1), a.stride(2),
-         sbb, b3.stride(1), b3.stride(2), plan["tx"], plan["ty"], plan["elems"])
+         a.data_ptr(), b3.data_ptr(), out.data_ptr(), batch, m, n, k, sab, a.stride(1), a.stride(2),
+         sbb, b3.stride(1), b3.stride(2), a_mode, b_mode, plan["tx"], plan["ty"], plan["elems"], plan["lda"],
+         plan["ldb"], plan["a_elem"], plan["b_elem"], plan["grid"][0])
     return out
 
 

@@ -1,10 +1,20 @@
 // bmm_tiny: C[b] = A[b] @ B[b] for many tiny matrices (m, n, k <= 64), fp32 accumulation, one launch.
 //
-// A block holds `elems` batch elements (blockDim.x >= elems * tx * ty, at most 256 threads). For each, A
-// ([m_pad][k]) and B ([k][n_pad]; once per block when broadcast) are staged in shared memory as fp32; a tile of ty x tx threads computes it, each thread an R x R register
-// micro-tile, so every shared-memory read feeds R multiply-adds. Inputs may have any strides (transposed
-// views, a broadcast B with batch stride 0), so no copy is ever needed on the host.
-// Host side (pkg/fusedgemm/tiny_gemm.py) picks R, tx, ty, elems and the dynamic shared-memory size.
+// The problem is memory-bound (a few FLOP per byte) and latency decides unless every SM keeps tens of KB of
+// loads in flight all the time (docs/perf-notes.md, bmm_tiny, has the measurements). So:
+//  * A block works through groups of `elems` consecutive batch elements, grid-stride (the host sizes the grid
+//    to what stays resident). It issues the global loads of its NEXT group into registers before computing
+//    the current one, so each block overlaps its own memory traffic with its arithmetic.
+//  * Operands move in quads: 4 consecutive values along an operand's contiguous dimension, one 16-byte (f32)
+//    or 8-byte (16-bit) load when strides and alignment allow (the host decides: `mode`), 4 scalar loads
+//    otherwise, so any strides work (transposed views, a broadcast B with batch stride 0) without a copy.
+//    Each thread holds up to kBmmTinyQuads quads in flight.
+//  * Shared memory holds A as [a_rows][lda] and B as [k4][ldb] in fp32, k padded with zeros to k4, a multiple
+//    of 4. A thread computes an R x R micro-tile, reading A as float4 along k and B as R-wide vectors: per 4
+//    steps of k, R + 4 shared-memory reads feed 4 R^2 multiply-adds. lda is padded so that rows R apart fall
+//    in different banks.
+// Host side (pkg/fusedgemm/tiny_gemm.py::plan_bmm_tiny) picks R, the thread tile (tx, ty), elems, threads,
+// the shared-memory layout (lda, ldb, a_elem, b_elem) and the grid.
 #pragma once
 #include "arch/select.hpp"
 #include "epilogue.hpp"
@@ -28,121 +38,254 @@ struct InF16 {
 };
 
 constexpr int kBmmTinyMaxThreads = 256;
+constexpr int kBmmTinyMinBlocks = 2;  // NVIDIA __launch_bounds__: <= 128 registers at 256 threads
+constexpr int kBmmTinyQuads = 4;      // quads in flight per thread and operand: 2 x 4 x 16 B for f32
 
-constexpr int kStageLoadsInFlight = 16;  // global loads each thread issues before storing any
+// Operand mode bits (tiny_gemm.py::_operand_mode sets them).
+constexpr int kAlongJ = 1;  // quads run along j (columns), else along i (rows): whichever has the smaller stride
+constexpr int kVector = 2;  // one vector load per quad: stride 1 along the quad, extent % 4 == 0, aligned
+constexpr int kDense = 4;   // also rows and elements packed back to back: quad q of a group is at 4 q
 
-// Copy X[first + e][i][j] (i < rows, j < cols; element address e * s_batch + i * s_i + j * s_j) into
-// smem[e * per_elem + i * ld + j] as fp32, for e < count (rows x ld per element, ld >= cols).
-// Fast path, the common one: contiguous row-major matrices packed back to back (and ld == cols) are one
-// flat copy of count * rows * cols values, no index math. Otherwise iterate in the order of the smaller
-// global stride so a warp's loads coalesce (a transposed view is read along its contiguous dimension).
-// Either way each thread keeps kStageLoadsInFlight loads outstanding: staging is latency-bound otherwise.
+template <int N>
+struct alignas(4 * N) F32xN {
+  float v[N];
+};
+template <int N>
+struct alignas(4 * N) U32xN {
+  u32 w[N];
+};
+
+FG_DEVICE int imin(int x, int y) { return x < y ? x : y; }
+
+// floor(q / d) for 0 <= q < 2^22, given inv_d = 1.f / d: (q + 0.5) / d lies at least 0.5 / d away from an
+// integer and the two fp32 roundings move it by less than that, so truncation is exact. A few instructions
+// instead of the ~20 of an integer division by a run-time divisor; quad indices here are < 2^13.
+FG_DEVICE int div_small(int q, float inv_d) { return static_cast<int>((static_cast<float>(q) + 0.5f) * inv_d); }
+
+// One operand as staged: X[e][i][j] (i < rows, j < cols) at src + e * s_batch + i * s_i + j * s_j is copied to
+// smem[e * elem + i * ld + j] as fp32. Quads cover the fast dimension (j or i) rounded up to a multiple of 4;
+// the values past its end are stored as zeros (they land in padding that the layout reserves).
+// Thread tid stages quads tid, tid + nthreads, ... (kBmmTinyQuads of them) of a group of `count` elements.
 template <class T>
-FG_DEVICE void stage_matrix(const typename T::Storage* __restrict__ src, i64 s_batch, int s_i, int s_j, int first,
-                            int count, int rows, int cols, float* smem, int per_elem, int ld) {
-  const int tid = static_cast<int>(threadIdx.x);
-  const int nthreads = static_cast<int>(blockDim.x);
-  const int per = rows * cols;
-  const int total = count * per;
-  const bool flat = s_j == 1 && s_i == cols && ld == cols && per_elem == per && (count == 1 || s_batch == per);
-  const bool j_fastest = (s_j < 0 ? -s_j : s_j) <= (s_i < 0 ? -s_i : s_i);
-  const int inner = j_fastest ? cols : rows;
-  const typename T::Storage* x0 = src + first * s_batch;
-  for (int base = tid; base < total; base += nthreads * kStageLoadsInFlight) {
-    float v[kStageLoadsInFlight];
-    int dst[kStageLoadsInFlight];
+struct StagedOperand {
+  using S = typename T::Storage;
+  const S* src;
+  i64 s_batch;
+  int s_i, s_j, rows, cols, ld, elem, mode;
+  int fast_quads, quads;  // quads per fast line, per element
+  float inv_fast_quads, inv_quads;
+
+  FG_DEVICE StagedOperand(const S* src_, i64 s_batch_, int s_i_, int s_j_, int rows_, int cols_, int ld_, int elem_,
+                          int mode_)
+      : src(src_), s_batch(s_batch_), s_i(s_i_), s_j(s_j_), rows(rows_), cols(cols_), ld(ld_), elem(elem_),
+        mode(mode_) {
+    fast_quads = ((mode & kAlongJ ? cols : rows) + 3) / 4;
+    quads = fast_quads * (mode & kAlongJ ? rows : cols);
+    inv_fast_quads = 1.f / static_cast<float>(fast_quads);
+    inv_quads = 1.f / static_cast<float>(quads);
+  }
+
+  struct Pos {
+    int e, i, j;
+  };
+  FG_DEVICE Pos locate(int q) const {  // quad q of a group -> element, row, column of its first value
+    const int e = div_small(q, inv_quads);
+    const int r = q - e * quads;
+    const int slow = div_small(r, inv_fast_quads);
+    const int fast = (r - slow * fast_quads) * 4;
+    return mode & kAlongJ ? Pos{e, slow, fast} : Pos{e, fast, slow};
+  }
+
+  // Raw bits only: nothing reads these registers until the group is stored to shared memory, so while the
+  // previous group is computed nobody waits for the loads.
+  FG_DEVICE void load(int first, int count, u32 (&raw)[kBmmTinyQuads][4]) const {
+    const int tid = static_cast<int>(threadIdx.x), nthreads = static_cast<int>(blockDim.x);
+    const S* base = src + static_cast<i64>(first) * s_batch;
 #pragma unroll
-    for (int u = 0; u < kStageLoadsInFlight; ++u) {
-      const int idx = base + u * nthreads;
-      dst[u] = -1;
-      if (idx < total) {
-        if (flat) {
-          v[u] = T::to_float(x0[idx]);
-          dst[u] = idx;
+    for (int u = 0; u < kBmmTinyQuads; ++u) {
+      const int q = tid + u * nthreads;
+      if (q >= count * quads) break;
+      if (mode & kVector) {
+        const S* x = base + 4 * q;  // kDense
+        if (!(mode & kDense)) {
+          const Pos p = locate(q);
+          x = base + p.e * s_batch + p.i * s_i + p.j * s_j;
+        }
+        if constexpr (sizeof(S) == 4) {
+          const U32xN<4> v = *reinterpret_cast<const U32xN<4>*>(x);
+#pragma unroll
+          for (int w = 0; w < 4; ++w) raw[u][w] = v.w[w];
         } else {
-          const int e = idx / per;
-          const int rem = idx - e * per;
-          const int outer_i = rem / inner;
-          const int inner_i = rem - outer_i * inner;
-          const int i = j_fastest ? outer_i : inner_i;
-          const int j = j_fastest ? inner_i : outer_i;
-          v[u] = T::to_float(x0[e * s_batch + static_cast<i64>(i) * s_i + static_cast<i64>(j) * s_j]);
-          dst[u] = e * per_elem + i * ld + j;
+          const U32xN<2> v = *reinterpret_cast<const U32xN<2>*>(x);
+          raw[u][0] = v.w[0];
+          raw[u][1] = v.w[1];
+        }
+      } else {
+        const Pos p = locate(q);
+        const S* x = base + p.e * s_batch + p.i * s_i + p.j * s_j;
+        const int step = mode & kAlongJ ? s_j : s_i;
+        const int left = mode & kAlongJ ? cols - p.j : rows - p.i;
+#pragma unroll
+        for (int w = 0; w < 4; ++w) {
+          if constexpr (sizeof(S) == 4)
+            raw[u][w] = w < left ? float_to_bits(x[w * step]) : 0u;
+          else
+            raw[u][w] = w < left ? static_cast<u32>(x[w * step]) : 0u;
         }
       }
     }
+  }
+
+  FG_DEVICE void store(int count, const u32 (&raw)[kBmmTinyQuads][4], float* smem) const {
+    const int tid = static_cast<int>(threadIdx.x), nthreads = static_cast<int>(blockDim.x);
 #pragma unroll
-    for (int u = 0; u < kStageLoadsInFlight; ++u)
-      if (dst[u] >= 0) smem[dst[u]] = v[u];
+    for (int u = 0; u < kBmmTinyQuads; ++u) {
+      const int q = tid + u * nthreads;
+      if (q >= count * quads) break;
+      const Pos p = locate(q);
+      float v[4];
+#pragma unroll
+      for (int w = 0; w < 4; ++w) {
+        if constexpr (sizeof(S) == 4)
+          v[w] = bits_to_float(raw[u][w]);
+        else  // a vector quad holds two values per word, a scalar quad one
+          v[w] = T::to_float(static_cast<u16>(mode & kVector ? raw[u][w / 2] >> (16 * (w % 2)) : raw[u][w]));
+      }
+      float* d = smem + p.e * elem + p.i * ld + p.j;
+      if (mode & kAlongJ) {  // ld, elem and j are multiples of 4: one 16-byte store
+        *reinterpret_cast<F32xN<4>*>(d) = F32xN<4>{{v[0], v[1], v[2], v[3]}};
+      } else {
+#pragma unroll
+        for (int w = 0; w < 4; ++w) d[w * ld] = v[w];
+      }
+    }
+  }
+};
+
+// One row of a thread's micro-tile to C: one R-wide store when n % R == 0 and C is aligned (vec), else
+// element by element up to `valid` columns.
+template <class T, int R>
+FG_DEVICE void store_c_row(typename T::Storage* dst, const float (&v)[R], int valid, bool vec) {
+  if (vec) {
+    if constexpr (sizeof(typename T::Storage) == 4) {
+      F32xN<R> x;
+#pragma unroll
+      for (int j = 0; j < R; ++j) x.v[j] = v[j];
+      *reinterpret_cast<F32xN<R>*>(dst) = x;
+    } else {
+      U32xN<R / 2> x;
+#pragma unroll
+      for (int j = 0; j < R / 2; ++j)
+        x.w[j] = static_cast<u32>(T::from_float(v[2 * j])) | (static_cast<u32>(T::from_float(v[2 * j + 1])) << 16);
+      *reinterpret_cast<U32xN<R / 2>*>(dst) = x;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < R; ++j)
+      if (j < valid) dst[j] = T::from_float(v[j]);
   }
 }
 
+// C[e] rows r0..r0+R, columns c0..c0+R of one element from its staged A ([a_rows][lda]) and B ([k4][ldb]).
 template <class T, int R>
-FG_DEVICE void bmm_tiny_block(const typename T::Storage* __restrict__ a,  // [batch, m, k], strides below
-                              const typename T::Storage* __restrict__ b,  // [batch or 1, k, n]
-                              typename T::Storage* __restrict__ c,        // [batch, m, n] contiguous
-                              int batch, int m, int n, int k, i64 sab, int sam, int sak, i64 sbb, int sbk,
-                              int sbn, int tx, int ty, int elems, float* smem) {
-  const int m_pad = ty * R;
-  const int n_pad = tx * R;
-  const int tid = static_cast<int>(threadIdx.x);
-  const int nthreads = static_cast<int>(blockDim.x);
-  const int first = static_cast<int>(blockIdx.x) * elems;
-  const int count = (batch - first) < elems ? (batch - first) : elems;
-  const int b_count = sbb == 0 ? 1 : count;  // a broadcast B is staged once per block
-  // Shared memory: As[elems][m_pad][k] (row-major, like A), then Bs[elems or 1][k][n_pad].
-  float* As = smem;
-  float* Bs = smem + elems * m_pad * k;
-
-  // Zero the padding (rows m..m_pad of As, columns n..n_pad of Bs): micro-tiles read it, results are dropped.
-  if (m_pad != m)
-    for (int idx = tid; idx < count * (m_pad - m) * k; idx += nthreads) {
-      const int e = idx / ((m_pad - m) * k);
-      As[e * m_pad * k + m * k + (idx - e * (m_pad - m) * k)] = 0.f;
-    }
-  if (n_pad != n)
-    for (int idx = tid; idx < b_count * k * (n_pad - n); idx += nthreads) {
-      const int row = idx / (n_pad - n);  // over all staged elements: row = e * k + kk
-      Bs[row * n_pad + n + (idx - row * (n_pad - n))] = 0.f;
-    }
-  stage_matrix<T>(a, sab, sam, sak, first, count, m, k, As, m_pad * k, k);
-  stage_matrix<T>(b, sbb, sbk, sbn, first, b_count, k, n, Bs, k * n_pad, n_pad);
-  __syncthreads();
-
-  const int threads_per_elem = tx * ty;
-  const int e = tid / threads_per_elem;
-  if (e >= count) return;  // after the only barrier
-  const int t = tid - e * threads_per_elem;
-  const int r0 = (t / tx) * R;
-  const int c0 = (t % tx) * R;
-  const float* Ae = As + e * m_pad * k + r0 * k;
-  const float* Be = Bs + (sbb == 0 ? 0 : e) * k * n_pad + c0;
-
-  float acc[R][R];
+FG_DEVICE void compute_tile(const float* Ae, const float* Be, int k4, int lda, int ldb, float (&acc)[R][R]) {
 #pragma unroll
   for (int i = 0; i < R; ++i)
 #pragma unroll
     for (int j = 0; j < R; ++j) acc[i][j] = 0.f;
-#pragma unroll 2
-  for (int kk = 0; kk < k; ++kk) {
-    float av[R], bv[R];
+#pragma unroll 1
+  for (int kk = 0; kk < k4; kk += 4) {
+    F32xN<4> av[R];
 #pragma unroll
-    for (int i = 0; i < R; ++i) av[i] = Ae[i * k + kk];
+    for (int i = 0; i < R; ++i) av[i] = *reinterpret_cast<const F32xN<4>*>(Ae + i * lda + kk);
 #pragma unroll
-    for (int j = 0; j < R; ++j) bv[j] = Be[kk * n_pad + j];
+    for (int q = 0; q < 4; ++q) {
+      const F32xN<R> bv = *reinterpret_cast<const F32xN<R>*>(Be + (kk + q) * ldb);
 #pragma unroll
-    for (int i = 0; i < R; ++i)
+      for (int i = 0; i < R; ++i)
 #pragma unroll
-      for (int j = 0; j < R; ++j) acc[i][j] += av[i] * bv[j];
+        for (int j = 0; j < R; ++j) acc[i][j] += av[i].v[q] * bv.v[j];
+    }
+  }
+}
+
+template <class T, int R>
+FG_DEVICE void bmm_tiny_block(const typename T::Storage* __restrict__ a,  // [batch, m, k], strides sab, sam, sak
+                              const typename T::Storage* __restrict__ b,  // [batch or 1, k, n], sbb (0: broadcast)
+                              typename T::Storage* __restrict__ c,        // [batch, m, n] contiguous
+                              int batch, int m, int n, int k, i64 sab, int sam, int sak, i64 sbb, int sbk, int sbn,
+                              int a_mode, int b_mode, int tx, int ty, int elems, int lda, int ldb, int a_elem,
+                              int b_elem, int num_blocks, float* smem) {
+  static_assert(R == 2 || R == 4, "micro-tile R must be 2 or 4: B rows are read as R-wide vectors");
+  const int tid = static_cast<int>(threadIdx.x);
+  const int nthreads = static_cast<int>(blockDim.x);
+  const int groups = (batch + elems - 1) / elems;
+  int g = static_cast<int>(blockIdx.x);
+  if (g >= groups) return;
+  const bool bcast = sbb == 0;
+  const StagedOperand<T> A(a, sab, sam, sak, m, k, lda, a_elem, a_mode);
+  const StagedOperand<T> B(b, sbb, sbk, sbn, k, n, ldb, b_elem, b_mode);
+  float* As = smem;                   // [elems][a_rows][lda]
+  float* Bs = smem + elems * a_elem;  // [elems, or 1 if broadcast][k4][ldb]
+  const int k4 = (k + 3) / 4 * 4;
+
+  // This thread's micro-tile: element e0 (then e0 + e_step, ...) of each group, rows r0.., columns c0...
+  const int tpe = tx * ty;
+  const int e_step = nthreads / tpe;
+  const int e0 = tid / tpe;
+  const int t = tid - e0 * tpe;
+  const int r0 = (t / tx) * R, c0 = (t - (t / tx) * tx) * R;
+  const bool c_vec = n % R == 0 && reinterpret_cast<unsigned long long>(c) % (R * sizeof(*c)) == 0;
+
+  u32 raw_a[kBmmTinyQuads][4], raw_b[kBmmTinyQuads][4];
+  if (!bcast) {  // the first group's loads are in flight while shared memory is zeroed
+    A.load(g * elems, imin(elems, batch - g * elems), raw_a);
+    B.load(g * elems, imin(elems, batch - g * elems), raw_b);
+  }
+  // Zero everything once: the padding (A columns k..k4, B rows k..k4, rows and columns past m and n) is never
+  // written again, so micro-tiles read finite zeros there and NaN/Inf propagate exactly as in torch.bmm.
+  const int smem_floats = elems * a_elem + (bcast ? 1 : elems) * b_elem;
+  for (int i = tid * 4; i < smem_floats; i += nthreads * 4)
+    *reinterpret_cast<F32xN<4>*>(smem + i) = F32xN<4>{{0.f, 0.f, 0.f, 0.f}};
+  __syncthreads();
+  if (bcast) {  // B once per block, in slices of whole quad lines (rows if kAlongJ, else columns)
+    const bool bj = b_mode & kAlongJ;
+    const int lines = bj ? k : n;
+    const int per_slice = imin(lines, kBmmTinyQuads * nthreads / B.fast_quads);
+    for (int l = 0; l < lines; l += per_slice) {
+      const int ll = imin(per_slice, lines - l);
+      const StagedOperand<T> slice(b + l * (bj ? sbk : sbn), 0, sbk, sbn, bj ? ll : k, bj ? n : ll, ldb, 0, b_mode);
+      slice.load(0, 1, raw_b);
+      slice.store(1, raw_b, Bs + l * (bj ? ldb : 1));
+    }
+    A.load(g * elems, imin(elems, batch - g * elems), raw_a);
   }
 
-  typename T::Storage* ce = c + static_cast<i64>(first + e) * m * n;
+  for (;;) {
+    const int first = g * elems;
+    const int count = imin(elems, batch - first);
+    A.store(count, raw_a, As);
+    if (!bcast) B.store(count, raw_b, Bs);
+    __syncthreads();
+    const int next = g + num_blocks;
+    if (next < groups) {
+      A.load(next * elems, imin(elems, batch - next * elems), raw_a);
+      if (!bcast) B.load(next * elems, imin(elems, batch - next * elems), raw_b);
+    }
+
+    if (e0 < e_step) {  // threads past the last whole element tile only stage
+      for (int e = e0; e < count; e += e_step) {
+        float acc[R][R];
+        compute_tile<T, R>(As + e * a_elem + r0 * lda, Bs + (bcast ? 0 : e * b_elem) + c0, k4, lda, ldb, acc);
+        typename T::Storage* ce = c + static_cast<i64>(first + e) * m * n + c0;
 #pragma unroll
-  for (int i = 0; i < R; ++i) {
-    if (r0 + i >= m) break;
-#pragma unroll
-    for (int j = 0; j < R; ++j)
-      if (c0 + j < n) ce[(r0 + i) * n + c0 + j] = T::from_float(acc[i][j]);
+        for (int i = 0; i < R; ++i)
+          if (r0 + i < m) store_c_row<T, R>(ce + (r0 + i) * n, acc[i], n - c0, c_vec);
+      }
+    }
+    g = next;
+    if (g >= groups) break;
+    __syncthreads();  // everyone is done reading this group before the next one overwrites it
   }
 }
 

@@ -12,8 +12,37 @@ SHAPES = [(12, 12, 64), (12, 64, 12), (64, 64, 64), (16, 16, 16), (3, 7, 5)]
 BATCHES = [1024, 16384]
 
 
+def _parse_knobs(text: str) -> dict:
+    """'r=2,persistent=0' -> {'r': 2, 'persistent': False}"""
+    knobs = {}
+    for item in text.split(","):
+        key, val = item.split("=")
+        knobs[key] = bool(int(val)) if key == "persistent" else int(val)
+    return knobs
+
+
+def _resident_blocks(plan: dict):
+    """Blocks of this plan the driver keeps resident per multiprocessor (NVIDIA; None elsewhere)."""
+    import ctypes
+
+    from fusedgemm.runtime import kernels
+    from fusedgemm.runtime.launch import module_for
+
+    try:
+        func = module_for("bmm_tiny", 0).kernel(plan["name"], kernels.BMM_TINY)._func
+        n = ctypes.c_int(0)
+        ctypes.CDLL("libcuda.so.1").cuOccupancyMaxActiveBlocksPerMultiprocessor(
+            ctypes.byref(n), ctypes.c_void_p(getattr(func, "value", func)), plan["threads"],
+            ctypes.c_size_t(plan["smem"]))
+        return n.value
+    except Exception:  # noqa: BLE001 - informational only
+        return None
+
+
 def run(argv=None) -> int:
     import fusedgemm as fg
+    from fusedgemm.reference import rel_error
+    from fusedgemm.tiny_gemm import _device_limits, launch_bmm_tiny, plan_bmm_tiny
 
     p = argparse.ArgumentParser(prog="python -m fusedgemm.bench bmm_tiny", description=__doc__)
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
@@ -22,6 +51,8 @@ def run(argv=None) -> int:
     p.add_argument("--flush", choices=["read", "write"], default="read",
                    help="how L2 is flushed before each timed run (see bench/common.py Timer)")
     p.add_argument("--json", help="write the rows as JSON here")
+    p.add_argument("--variants", nargs="*", default=[],
+                   help="plan knobs to time as well, e.g. r=2 persistent=0 elems=1,threads=128 (see plan_bmm_tiny)")
     args = p.parse_args(argv)
     dtype = getattr(torch, args.dtype)
     timer = Timer(reps=args.reps, flush=args.flush)
@@ -40,12 +71,31 @@ def run(argv=None) -> int:
         t_torch = timer(lambda: torch.bmm(a, b))
         floor = (a.numel() + b.numel() + batch * m * n) * a.element_size() / (bw * 1e9) * 1e6
         rows.append(dict(batch=batch, m=m, n=n, k=k, fg_us=t_fg, torch_us=t_torch, floor_us=floor,
-                         floor_ratio=t_fg / floor, speedup=t_torch / t_fg, rel_err=err))
+                         floor_ratio=t_fg / floor, speedup=t_torch / t_fg, rel_err=err,
+                         plan=plan_bmm_tiny(batch, m, n, k, args.dtype, False, _device_limits(0))))
+        for v in args.variants:
+            knobs = _parse_knobs(v)
+            out = torch.empty_like(ours)
+            try:
+                launch_bmm_tiny(a, b, out, **knobs)
+                ok = rel_error(out, ref) <= 1e-4 if dtype == torch.float32 else True
+                rows[-1][v] = timer(lambda: launch_bmm_tiny(a, b, out, **knobs)) if ok else float("nan")
+            except ValueError:  # the variant does not fit this shape
+                rows[-1][v] = float("nan")
     print_table(rows, [("batch", "batch", "d"), ("m", "m", "d"), ("n", "n", "d"), ("k", "k", "d"),
                        ("fg_us", "fusedgemm us", ".2f"), ("torch_us", "torch.bmm us", ".2f"),
                        ("floor_us", "floor us", ".2f"), ("floor_ratio", "x floor", ".2f"),
                        ("speedup", "speedup", ".2f"), ("rel_err", "rel err", ".1e")])
     print(f"geomean speedup over torch.bmm: {geomean(r['speedup'] for r in rows):.2f}x")
+    if args.variants:
+        print_table(rows, [("batch", "batch", "d"), ("m", "m", "d"), ("n", "n", "d"), ("k", "k", "d"),
+                           ("fg_us", "default us", ".2f")] + [(v, v + " us", ".2f") for v in args.variants])
+        for v in args.variants:
+            print(f"  variant {v}: geomean speedup {geomean(r['torch_us'] / r[v] for r in rows):.2f}x")
+        for r in rows:
+            print(f"  plan {r['batch']} {r['m']}x{r['n']}x{r['k']}: " +
+                  " ".join(f"{key}={val}" for key, val in r["plan"].items() if key != "name")
+                  + f" resident/SM={_resident_blocks(r['plan'])}")
     for bt in args.batches:
         sel = [r for r in rows if r["batch"] == bt]
         print(f"  batch {bt}: geomean speedup {geomean(r['speedup'] for r in sel):.2f}x, worst x floor "

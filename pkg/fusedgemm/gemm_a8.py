@@ -145,7 +145,7 @@ def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132)
         name, splits = _FORCED_CONFIG
         return kernels.GEMM_A8_CONFIGS[name], splits
     if arch == "sm_90a":
-        cfg = kernels.GEMM_A8_CONFIGS["w64n128" if m <= 64 else "w128n128"]
+        cfg = kernels.GEMM_A8_CONFIGS["w64n128" if m <= 64 else "w128n128" if m < 2048 else "w192n128"]
         tiles = -(-n // cfg.block_n) * -(-m // cfg.block_m)
         k_blocks = -(-k // 128)
         slots = sms * cfg.min_blocks_per_sm
@@ -179,8 +179,10 @@ def _tensor_map(key: tuple, *encode_args) -> bytes:
 
 
 def _tensor_map_a(ptr: int, m: int, k: int, block_m: int) -> bytes:
-    """A [M, K] bytes, row-major; box 128 B x block_m rows, 128-byte swizzle (what the wgmma A descriptor reads)."""
-    return _tensor_map(("a", ptr, m, k, block_m), _TMAP_UINT8, 2, ptr, (k, m), (k,), (128, block_m), (1, 1), 0,
+    """A [M, K] bytes, row-major; box 128 B x rows, 128-byte swizzle (what the wgmma A descriptor reads).
+    Rows: the tile's, or M rounded up to 8 when M fits in one tile (a_box_rows in gemm_a8_sm90.hpp)."""
+    rows = block_m if m >= block_m else (m + 7) // 8 * 8
+    return _tensor_map(("a", ptr, m, k, rows), _TMAP_UINT8, 2, ptr, (k, m), (k,), (128, rows), (1, 1), 0,
                        _TMAP_SWIZZLE_128B, _TMAP_L2_256B, 0)
 
 

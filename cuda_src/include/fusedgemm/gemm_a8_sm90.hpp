@@ -39,7 +39,11 @@ struct WgmmaConfig {
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
-  static constexpr int kThreads = kConsumerThreads + 32;  // + the producer warp
+  // Three consumer warpgroups need more than 65536 / 416 registers per thread: the producer then is a whole
+  // warpgroup that gives registers back (setmaxnreg) so the consumers can hold 160. Otherwise one warp.
+  static constexpr bool kSetMaxNReg = kConsumerWarpgroups == 3;
+  static constexpr int kConsumerRegs = 160, kProducerRegs = 24;
+  static constexpr int kThreads = kConsumerThreads + (kSetMaxNReg ? 128 : 32);
   static constexpr int kStageBytesA = kBlockM * kBlockK;
   static constexpr int kStageBytesB = kBlockN * kBlockK;
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
@@ -48,26 +52,50 @@ struct WgmmaConfig {
   static constexpr int kBarrierOffset = kStages * kStageBytes;
   // + 1024: the dynamic shared-memory base is rounded up to the 1024-byte alignment the swizzle needs.
   static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;
-  static_assert(kBlockM == 64 || kBlockM == 128, "one or two consumer warpgroups");
+  static_assert(kBlockM % 64 == 0 && kBlockM <= 192, "one to three consumer warpgroups of 64 rows");
   static_assert(kReduceBytes <= kBarrierOffset, "the split-K partial tile reuses the stage buffers");
 };
 
 // Names must match runtime/kernels.py GEMM_A8_CONFIGS.
 using ConfigW64N128 = WgmmaConfig<64, 4, 2>;    // M <= 64: two CTAs per SM, 4 x 24 KB in flight each
 using ConfigW128N128 = WgmmaConfig<128, 6, 1>;  // M > 64: 6 x 32 KB stages
+using ConfigW192N128 = WgmmaConfig<192, 5, 1>;  // large M: three consumer warpgroups keep the tensor core fed
+                                                // while one of them promotes; 5 x 40 KB stages
+
+// Rows of A one TMA copy brings: the whole tile, except when all of M fits in one tile: then M rounded up to
+// 8 (the copy engine slows down on out-of-bounds rows; rows of the tile past the box keep stale bytes, which
+// only reach output rows >= M, never stored). The host encodes A's tensor map with the same box.
+template <class Cfg>
+FG_DEVICE int a_box_rows(int M) {
+  return M >= Cfg::kBlockM ? Cfg::kBlockM : ((M + 7) & ~7);
+}
 
 // Writes the two adjacent outputs (row, col), (row, col + 1) through the epilogue, rounded once.
 template <class Out, class Act>
-FG_DEVICE void store_pair(u16* __restrict__ out, const void* __restrict__ bias, const float* __restrict__ scale_b,
-                          int N, int bias_kind, int scale_b_stride, float row_scale, int row, int col, float v0,
-                          float v1) {
+FG_DEVICE void store_pair(u16* __restrict__ out, int N, int row, int col, float v0, float v1, float scale0,
+                          float scale1, float bias0, float bias1) {
   using Epilogue = EpilogueScaleBiasAct<Act>;
-  const float y0 = Epilogue::apply(v0, row_scale * load_scale(scale_b, scale_b_stride, col),
-                                   load_bias(bias, bias_kind, col));
-  const float y1 = Epilogue::apply(v1, row_scale * load_scale(scale_b, scale_b_stride, col + 1),
-                                   load_bias(bias, bias_kind, col + 1));
+  const float y0 = Epilogue::apply(v0, scale0, bias0);
+  const float y1 = Epilogue::apply(v1, scale1, bias1);
   *reinterpret_cast<u32*>(out + static_cast<i64>(row) * N + col) =
       static_cast<u32>(Out::from_float(y0)) | (static_cast<u32>(Out::from_float(y1)) << 16);
+}
+
+// The epilogue of one 8-column group (accumulator elements j..j+3 of a thread: columns col, col + 1 of rows
+// row0 and row0 + 8): column scales and bias are read once for both rows.
+template <class Out, class Act, class Acc>
+FG_DEVICE void store_group(u16* __restrict__ out, const void* __restrict__ bias, const float* __restrict__ scale_b,
+                           int M, int N, int bias_kind, int scale_b_stride, const float (&row_scale)[2], int row0,
+                           int col, Acc v0, Acc v1, Acc v2, Acc v3) {
+  if (col >= N) return;  // N % 16 == 0: a column pair is all in or all out
+  const float sb0 = load_scale(scale_b, scale_b_stride, col), sb1 = load_scale(scale_b, scale_b_stride, col + 1);
+  const float b0 = load_bias(bias, bias_kind, col), b1 = load_bias(bias, bias_kind, col + 1);
+  if (row0 < M)
+    store_pair<Out, Act>(out, N, row0, col, static_cast<float>(v0), static_cast<float>(v1), row_scale[0] * sb0,
+                         row_scale[0] * sb1, b0, b1);
+  if (row0 + 8 < M)
+    store_pair<Out, Act>(out, N, row0 + 8, col, static_cast<float>(v2), static_cast<float>(v3), row_scale[1] * sb0,
+                         row_scale[1] * sb1, b0, b1);
 }
 
 // Accumulator element j of consumer thread t (t counted within its warpgroup): row and column in the
@@ -75,7 +103,13 @@ FG_DEVICE void store_pair(u16* __restrict__ out, const void* __restrict__ bias, 
 FG_DEVICE int acc_row(int t, int j) { return 16 * (t >> 5) + ((t & 31) >> 2) + 8 * ((j >> 1) & 1); }
 FG_DEVICE int acc_col(int t, int j) { return 8 * (j >> 2) + 2 * (t & 3) + (j & 1); }
 
-template <class In, class Out, class Act, class Cfg>
+// Timing probes for performance work (ci/probe_sm90.py builds them; the package never does): which part of
+// the pipeline bounds the kernel. kProbe 1: no MMAs (copies only); 2: no copies (MMAs on whatever is in
+// shared memory); 3: B is a plain row-major [N, K] weight read through a 2-D 128-byte-swizzled map.
+// 4: preshuffled B in one copy per stage (a map ordered 256 B, row block, K chunk: strides not increasing).
+enum ProbeMode : int { kProbeNone = 0, kProbeNoMma = 1, kProbeNoCopy = 2, kProbePlainB = 3, kProbeOneCopyB = 4 };
+
+template <class In, class Out, class Act, class Cfg, int kProbe = kProbeNone>
 FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major, box 128 B x BM, swizzle 128
                              const sm90::TmaDesc& b_map,  // B (16,16) preshuffled, see above
                              u16* __restrict__ out, const void* __restrict__ bias,
@@ -114,49 +148,76 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
   }
   __syncthreads();
 
-  Acc acc[kAcc];
-#pragma unroll
-  for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
-
-  if (warp == Cfg::kConsumerThreads / 32) {
-    // ---- producer warp: one lane issues the copies -------------------------------------------------------
-    if (lane == 0) {
+  if (warp >= Cfg::kConsumerThreads / 32) {
+    // ---- producer: one lane issues the copies ------------------------------------------------------------
+    if constexpr (Cfg::kSetMaxNReg) sm90::setmaxnreg_dec<Cfg::kProducerRegs>();
+    if (warp == Cfg::kConsumerThreads / 32 && lane == 0) {
+      const int a_rows = a_box_rows<Cfg>(M);
       sm90::prefetch_tma_desc(&a_map);
       sm90::prefetch_tma_desc(&b_map);
       for (int i = 0; i < kb_count; ++i) {
         const int s = i % Cfg::kStages;
         sm90::mbar_wait(&empty[s], ((i / Cfg::kStages) & 1) ^ 1);
-        sm90::mbar_arrive_expect_tx(&full[s], Cfg::kStageBytes);
+        if constexpr (kProbe == kProbeNoCopy) {
+          sm90::mbar_arrive(&full[s]);
+          continue;
+        }
+        sm90::mbar_arrive_expect_tx(&full[s], a_rows * Cfg::kBlockK + Cfg::kStageBytesB);
         const int kb = kb_begin + i;
         sm90::tma_load_2d(stage_a + s * Cfg::kStageBytesA, &a_map, &full[s], kb * Cfg::kBlockK, m0);
         u8* b_dst = stage_b + s * Cfg::kStageBytesB;
+        if constexpr (kProbe == kProbePlainB) {
+          sm90::tma_load_2d(b_dst, &b_map, &full[s], kb * Cfg::kBlockK, n0);
+          continue;
+        }
+        if constexpr (kProbe == kProbeOneCopyB) {
+          sm90::tma_load_3d(b_dst, &b_map, &full[s], 0, n0 / 16, kb * (Cfg::kBlockK / 16));
+          continue;
+        }
 #pragma unroll
         for (int c = 0; c < Cfg::kBlockK / 16; ++c)  // K chunk c of every 16-row block of the tile
           sm90::tma_load_3d(b_dst + c * Cfg::kBlockN * 16, &b_map, &full[s], 0, kb * (Cfg::kBlockK / 16) + c,
                             n0 / 16);
       }
     }
-  } else {
-    // ---- consumer warpgroups ------------------------------------------------------------------------------
+    if (splits > 1) {  // the cluster barriers of the split-K reduction count every thread
+      sm90::cluster_sync();
+      sm90::cluster_sync();
+    }
+    return;
+  }
+
+  // ---- consumer warpgroups --------------------------------------------------------------------------------
+  if constexpr (Cfg::kSetMaxNReg) sm90::setmaxnreg_inc<Cfg::kConsumerRegs>();
+  Acc acc[kAcc];
+#pragma unroll
+  for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
+  {
     const int wg = warp >> 2;
     Acc part[kAcc];
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) part[j] = Acc(0);
     for (int i = 0; i < kb_count; ++i) {
       const int s = i % Cfg::kStages;
       sm90::mbar_wait(&full[s], (i / Cfg::kStages) & 1);
       const u32 a_base = sm90::smem_addr(stage_a + s * Cfg::kStageBytesA + wg * 64 * Cfg::kBlockK);
       const u32 b_base = sm90::smem_addr(stage_b + s * Cfg::kStageBytesB);
-      sm90::fence_regs(part);
-      sm90::wgmma_fence();
+      if constexpr (kProbe != kProbeNoMma) {
+        sm90::fence_regs(part);
+        sm90::wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
-        const sm90::u64 da = sm90::smem_desc(a_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B);
-        const sm90::u64 db = sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16, Cfg::kBlockN * 16, 128,
-                                             sm90::kNoSwizzle);
-        Mma::mma(part, da, db, kk);
+        for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
+          const sm90::u64 da = sm90::smem_desc(a_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B);
+          const sm90::u64 db =
+              kProbe == kProbePlainB
+                  ? sm90::smem_desc(b_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B)
+                  : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16, Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
+          Mma::mma(part, da, db, kk);
+        }
+        sm90::wgmma_commit();
+        sm90::wgmma_wait_all();
+        sm90::fence_regs(part);
       }
-      sm90::wgmma_commit();
-      sm90::wgmma_wait_all();
-      sm90::fence_regs(part);
       __syncwarp();
       if (lane == 0) sm90::mbar_arrive(&empty[s]);
 #pragma unroll
@@ -165,57 +226,38 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
   }
 
   // ---- epilogue -------------------------------------------------------------------------------------------
-  const int ct = tid & 127;                        // thread within its consumer warpgroup
-  const int wg_row0 = m0 + 64 * (warp >> 2);       // first row of the warpgroup's tile
-  const bool consumer = tid < Cfg::kConsumerThreads;
+  const int ct = tid & 127;                   // thread within its consumer warpgroup
+  const int wg_row0 = m0 + 64 * (warp >> 2);  // first row of the warpgroup's tile
+  const int row0 = wg_row0 + acc_row(ct, 0);
+  float row_scale[2];  // alpha * scale_a of rows row0 and row0 + 8
+#pragma unroll
+  for (int h = 0; h < 2; ++h)
+    row_scale[h] = row0 + 8 * h < M ? alpha * load_scale(scale_a, scale_a_stride, row0 + 8 * h) : 0.f;
   if (splits == 1) {
-    if (!consumer) return;
-    float row_scale[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = wg_row0 + acc_row(ct, 2 * h);
-      row_scale[h] = row < M ? alpha * load_scale(scale_a, scale_a_stride, row) : 0.f;
-    }
-#pragma unroll
-    for (int j = 0; j < kAcc; j += 2) {
-      const int row = wg_row0 + acc_row(ct, j);
-      const int col = n0 + acc_col(ct, j);
-      if (row < M && col < N)
-        store_pair<Out, Act>(out, bias, scale_b, N, bias_kind, scale_b_stride, row_scale[(j >> 1) & 1], row,
-                             col, static_cast<float>(acc[j]), static_cast<float>(acc[j + 1]));
-    }
+    for (int j = 0; j < kAcc; j += 4)
+      store_group<Out, Act>(out, bias, scale_b, M, N, bias_kind, scale_b_stride, row_scale, row0,
+                            n0 + acc_col(ct, j), acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
     return;
   }
 
   // Split-K over the cluster. Partial tile layout: element j of consumer thread tid at [j][tid], stored as
   // the accumulator's own bits (int32 partial sums stay exact).
   u32* partial = reinterpret_cast<u32*>(smem);
-  __syncthreads();  // every consumer is past its last wgmma: the stage buffers are free
-  if (consumer) {
+  sm90::named_barrier_sync(1, Cfg::kConsumerThreads);  // every consumer is past its last wgmma: stages are free
 #pragma unroll
-    for (int j = 0; j < kAcc; ++j) partial[j * Cfg::kConsumerThreads + tid] = __builtin_bit_cast(u32, acc[j]);
-  }
+  for (int j = 0; j < kAcc; ++j) partial[j * Cfg::kConsumerThreads + tid] = __builtin_bit_cast(u32, acc[j]);
   sm90::cluster_sync();
-  if (consumer) {
-    const int per_rank = kAcc / splits;  // a multiple of 4: whole 8-column groups
-    float row_scale[2];
+  {
+    const int per_rank = kAcc / splits;  // a multiple of 8: whole 8-column groups
+    for (int j = rank * per_rank; j < (rank + 1) * per_rank; j += 4) {
+      Acc v[4] = {Acc(0), Acc(0), Acc(0), Acc(0)};
+      for (int r = 0; r < splits; ++r)  // fixed order: the result does not depend on timing
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int row = wg_row0 + acc_row(ct, 2 * h);
-      row_scale[h] = row < M ? alpha * load_scale(scale_a, scale_a_stride, row) : 0.f;
-    }
-    for (int j = rank * per_rank; j < (rank + 1) * per_rank; j += 2) {
-      Acc v0 = Acc(0), v1 = Acc(0);
-      for (int r = 0; r < splits; ++r) {  // fixed order: the result does not depend on timing
-        v0 += __builtin_bit_cast(Acc, sm90::ld_cluster_u32(&partial[j * Cfg::kConsumerThreads + tid], r));
-        v1 += __builtin_bit_cast(Acc, sm90::ld_cluster_u32(&partial[(j + 1) * Cfg::kConsumerThreads + tid], r));
-      }
-      const int row = wg_row0 + acc_row(ct, j);
-      const int col = n0 + acc_col(ct, j);
-      if (row < M && col < N)
-        store_pair<Out, Act>(out, bias, scale_b, N, bias_kind, scale_b_stride,
-                             (j & 2) ? row_scale[1] : row_scale[0], row, col, static_cast<float>(v0),
-                             static_cast<float>(v1));  // (j is not a constant here: no register-array index)
+        for (int e = 0; e < 4; ++e)
+          v[e] += __builtin_bit_cast(Acc, sm90::ld_cluster_u32(&partial[(j + e) * Cfg::kConsumerThreads + tid], r));
+      store_group<Out, Act>(out, bias, scale_b, M, N, bias_kind, scale_b_stride, row_scale, row0,
+                            n0 + acc_col(ct, j), v[0], v[1], v[2], v[3]);
     }
   }
   sm90::cluster_sync();  // keep this CTA's partial tile alive until every CTA has read it

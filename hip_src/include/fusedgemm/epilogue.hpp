@@ -20,7 +20,7 @@ struct ActRelu {
 struct ActSilu {
   FG_DEVICE static float apply(float x) {
     constexpr float kLog2e = 1.4426950408889634f;
-    return x / (1.f + arch::fast_exp2(-x * kLog2e));  // exp overflow -> x / inf = -0 for x << 0
+    return x * arch::fast_rcp(1.f + arch::fast_exp2(-x * kLog2e));  // exp overflow: x * 0 = -0 for x << 0
   }
 };
 
@@ -31,7 +31,7 @@ struct ActGeluTanh {
     constexpr float kSqrt2OverPi = 0.7978845608028654f;
     constexpr float kLog2e = 1.4426950408889634f;
     const float u = kSqrt2OverPi * (x + 0.044715f * x * x * x);
-    return x / (1.f + arch::fast_exp2(-2.f * u * kLog2e));
+    return x * arch::fast_rcp(1.f + arch::fast_exp2(-2.f * u * kLog2e));
   }
 };
 
@@ -43,7 +43,7 @@ struct ActGeluErf {
     constexpr float kInvSqrt2 = 0.7071067811865476f;
     constexpr float kLog2e = 1.4426950408889634f;
     const float z = (x < 0.f ? -x : x) * kInvSqrt2;
-    const float t = 1.f / (1.f + 0.3275911f * z);
+    const float t = arch::fast_rcp(1.f + 0.3275911f * z);
     const float poly =
         t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
     const float erfc_z = poly * arch::fast_exp2(-z * z * kLog2e);

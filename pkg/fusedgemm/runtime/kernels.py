@@ -78,7 +78,8 @@ class TileConfig:
 def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int) -> TileConfig:
     """Mirror of WgmmaConfig in hip_src/include/fusedgemm/gemm_a8_sm90.hpp (block N = 128, K step 128 B)."""
     smem = stages * (block_m * 128 + 128 * 128) + 2 * stages * 8 + 1024
-    return TileConfig(name, block_m, 128, block_m // 16 + 1, "gemm_a8_sm90", smem, min_blocks)
+    producer_warps = 4 if block_m == 192 else 1  # kSetMaxNReg: the producer is a whole warpgroup
+    return TileConfig(name, block_m, 128, block_m // 16 + producer_warps, "gemm_a8_sm90", smem, min_blocks)
 
 
 # Must match the Config* aliases in hip_src/include/fusedgemm/gemm_a8.hpp / gemm_a8_sm90.hpp and the
@@ -89,6 +90,7 @@ GEMM_A8_CONFIGS = {
     "m128n128": TileConfig("m128n128", 128, 128, 8),
     "w64n128": _wgmma_config("w64n128", 64, 4, 2),
     "w128n128": _wgmma_config("w128n128", 128, 6, 1),
+    "w192n128": _wgmma_config("w192n128", 192, 5, 1),
 }
 
 

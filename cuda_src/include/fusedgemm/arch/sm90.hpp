@@ -21,6 +21,13 @@ FG_DEVICE float fast_exp2(float x) {
   return y;
 }
 
+// 1 ulp reciprocal (MUFU.RCP): the epilogue's divisions, whose result is rounded to bf16/fp16 anyway.
+FG_DEVICE float fast_rcp(float x) {
+  float y;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 FG_DEVICE float half_bits_to_float(u16 h) {
   float f;
   asm("{ .reg .f16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));

@@ -80,6 +80,21 @@ FG_DEVICE void prefetch_tma_desc(const TmaDesc* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }
 
+// ---- warp specialisation -------------------------------------------------------------------------------------
+// Hand registers between warpgroups (the kernel must be register-capped at entry: __launch_bounds__(n, 1)).
+template <int kRegs>
+FG_DEVICE void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+template <int kRegs>
+FG_DEVICE void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
+}
+// A barrier among `threads` threads (whole warps) of the CTA, on hardware barrier `id` (0 is __syncthreads).
+FG_DEVICE void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- clusters ---------------------------------------------------------------------------------------------
 FG_DEVICE u32 cluster_rank() {
   u32 r;

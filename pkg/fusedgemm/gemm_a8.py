@@ -138,19 +138,20 @@ def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132)
 
     sm_90a: wgmma + TMA kernels. M <= 64 is weight streaming: 64 x 128 tiles (rows past M cost nothing,
     TMA zero-fills them), two CTAs per SM; M > 64: 128 x 128 tiles. When there are too few output tiles to
-    fill the SMs, K is split over a cluster of 2..8 CTAs (while every CTA keeps >= 4 K blocks of 128).
+    fill the SMs, K is split over a cluster of 2 or 4 CTAs (while every CTA keeps >= 4 K blocks of 128; 8 was
+    slower than 4 on every decode shape of the H200 grid).
     Other arches: the mma/MFMA template: 16 x 16 tiles with 8-way in-block split-K for M <= 16, 64 x 16
     for M <= 64, 128 x 128 above."""
     if _FORCED_CONFIG is not None:
         name, splits = _FORCED_CONFIG
         return kernels.GEMM_A8_CONFIGS[name], splits
     if arch == "sm_90a":
-        cfg = kernels.GEMM_A8_CONFIGS["w64n128" if m <= 64 else "w128n128" if m < 2048 else "w192n128"]
+        cfg = kernels.GEMM_A8_CONFIGS["w64n128" if m <= 64 else "w128n128" if m < 768 else "w192n128"]
         tiles = -(-n // cfg.block_n) * -(-m // cfg.block_m)
         k_blocks = -(-k // 128)
         slots = sms * cfg.min_blocks_per_sm
         splits = 1
-        while splits < SPLITS[-1] and tiles * splits * 2 <= slots and k_blocks >= 4 * splits * 2:
+        while splits < 4 and tiles * splits * 2 <= slots and k_blocks >= 4 * splits * 2:
             splits *= 2
     else:
         cfg, splits = kernels.GEMM_A8_CONFIGS["m16n16k8" if m <= 16 else "m64n16k8" if m <= 64 else "m128n128"], 1
@@ -187,10 +188,11 @@ def _tensor_map_a(ptr: int, m: int, k: int, block_m: int) -> bytes:
 
 
 def _tensor_map_b(ptr: int, n: int, k: int, block_n: int) -> bytes:
-    """Preshuffled B viewed as [N/16 row blocks][K/16 chunks][256 B]; one copy = one K chunk of block_n/16 row
-    blocks (the kernel issues one per chunk of its 128-byte K step)."""
-    return _tensor_map(("b", ptr, n, k, block_n), _TMAP_UINT8, 3, ptr, (256, k // 16, n // 16), (256, 16 * k),
-                       (256, 1, block_n // 16), (1, 1, 1), 0, _TMAP_SWIZZLE_NONE, _TMAP_L2_256B, 0)
+    """Preshuffled B as a 3-D map ordered (256 B, row block of 16, K chunk of 16 B): strides 16 K, 256. One copy
+    (box 256 x block_n/16 x 8) gathers a 128-byte K step of the tile's row blocks, landing [K chunk][row][16 B]:
+    the K-major core-matrix layout the wgmma B descriptor reads (gemm_a8_sm90.hpp)."""
+    return _tensor_map(("b", ptr, n, k, block_n), _TMAP_UINT8, 3, ptr, (256, n // 16, k // 16), (16 * k, 256),
+                       (256, block_n // 16, 8), (1, 1, 1), 0, _TMAP_SWIZZLE_NONE, _TMAP_L2_256B, 0)
 
 
 def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *, arch: str | None = None):

@@ -10,9 +10,10 @@
 // Shared-memory layouts, both K-major as wgmma reads them:
 //   A stage [BM rows][128 B], 128-byte swizzle (TMA writes it, the descriptor says kSwizzle128B).
 //   B stage [8 K chunks][BN / 8 core matrices][8 rows][16 B], no swizzle. The preshuffled (16,16) weight
-//     already stores each 16-row x 16-byte chunk as two contiguous 8x16-byte core matrices; TMA copy c of
-//     a stage gathers K chunk c of all BN / 16 row blocks, so along N the core matrices sit 128 B apart
-//     (stride offset) and along K BN x 16 B apart (leading offset).
+//     already stores each 16-row x 16-byte chunk as two contiguous 8x16-byte core matrices; one TMA copy
+//     per stage, through a 3-D map whose middle dimension is the row block and outer one the K chunk,
+//     gathers the stage's 8 K chunks of all BN / 16 row blocks, so along N the core matrices sit 128 B
+//     apart (stride offset) and along K BN x 16 B apart (leading offset).
 //
 // Precision: fp8 products are accumulated by the tensor core into a per-K-block register tile that is
 // added to the fp32 result every 128 values of K (the tensor core's own fp8 accumulation keeps fewer
@@ -38,10 +39,11 @@ struct WgmmaConfig {
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
   static constexpr int kConsumerWarpgroups = kBlockM / 64;
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
-  // Three consumer warpgroups need more than 65536 / 416 registers per thread: the producer then is a whole
-  // warpgroup that gives registers back (setmaxnreg) so the consumers can hold 160. Otherwise one warp.
+  // Each SM sub-partition has 16384 registers for its warps: three consumer warpgroups plus a producer warp
+  // would be capped at 128 registers per thread (spills). Then the producer is a whole warpgroup that gives
+  // registers back (setmaxnreg) so the consumers can hold 160. Otherwise the producer is one warp.
   static constexpr bool kSetMaxNReg = kConsumerWarpgroups == 3;
-  static constexpr int kConsumerRegs = 160, kProducerRegs = 24;
+  static constexpr int kProducerRegs = 24, kConsumerRegs = 160;
   static constexpr int kThreads = kConsumerThreads + (kSetMaxNReg ? 128 : 32);
   static constexpr int kStageBytesA = kBlockM * kBlockK;
   static constexpr int kStageBytesB = kBlockN * kBlockK;
@@ -105,8 +107,7 @@ FG_DEVICE int acc_col(int t, int j) { return 8 * (j >> 2) + 2 * (t & 3) + (j & 1
 // Timing probes for performance work (ci/probe_sm90.py builds them; the package never does): which part of
 // the pipeline bounds the kernel. kProbe 1: no MMAs (copies only); 2: no copies (MMAs on whatever is in
 // shared memory); 3: B is a plain row-major [N, K] weight read through a 2-D 128-byte-swizzled map.
-// 4: preshuffled B in one copy per stage (a map ordered 256 B, row block, K chunk: strides not increasing).
-enum ProbeMode : int { kProbeNone = 0, kProbeNoMma = 1, kProbeNoCopy = 2, kProbePlainB = 3, kProbeOneCopyB = 4 };
+enum ProbeMode : int { kProbeNone = 0, kProbeNoMma = 1, kProbeNoCopy = 2, kProbePlainB = 3 };
 
 template <class In, class Out, class Act, class Cfg, int kProbe = kProbeNone>
 FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major, box 128 B x BM, swizzle 128
@@ -169,14 +170,9 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
           sm90::tma_load_2d(b_dst, &b_map, &full[s], kb * Cfg::kBlockK, n0);
           continue;
         }
-        if constexpr (kProbe == kProbeOneCopyB) {
-          sm90::tma_load_3d(b_dst, &b_map, &full[s], 0, n0 / 16, kb * (Cfg::kBlockK / 16));
-          continue;
-        }
-#pragma unroll
-        for (int c = 0; c < Cfg::kBlockK / 16; ++c)  // K chunk c of every 16-row block of the tile
-          sm90::tma_load_3d(b_dst + c * Cfg::kBlockN * 16, &b_map, &full[s], 0, kb * (Cfg::kBlockK / 16) + c,
-                            n0 / 16);
+        // One copy gathers K chunks kb*8 .. kb*8+7 of the tile's BN/16 row blocks; the map's dimensions are
+        // ordered (256 B, row block, K chunk), so the box lands as [K chunk][row block][256 B].
+        sm90::tma_load_3d(b_dst, &b_map, &full[s], 0, n0 / 16, kb * (Cfg::kBlockK / 16));
       }
     }
     if (splits > 1) {  // the cluster barriers of the split-K reduction count every thread
@@ -193,34 +189,44 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
   for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
   {
     const int wg = warp >> 2;
+    // Issue K block i's MMAs into `part` (asynchronously; committed as one group).
+    auto issue = [&](int i, Acc(&part)[kAcc]) {
+      const int s = i % Cfg::kStages;
+      sm90::mbar_wait(&full[s], (i / Cfg::kStages) & 1);
+      if constexpr (kProbe == kProbeNoMma) return;
+      const u32 a_base = sm90::smem_addr(stage_a + s * Cfg::kStageBytesA + wg * 64 * Cfg::kBlockK);
+      const u32 b_base = sm90::smem_addr(stage_b + s * Cfg::kStageBytesB);
+      sm90::fence_regs(part);
+      sm90::wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
+        const sm90::u64 da = sm90::smem_desc(a_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B);
+        const sm90::u64 db =
+            kProbe == kProbePlainB
+                ? sm90::smem_desc(b_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B)
+                : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16, Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
+        Mma::mma(part, da, db, kk);
+      }
+      sm90::wgmma_commit();
+      sm90::fence_regs(part);
+    };
+    // K block i's MMAs are complete: release its stage, add the partial tile (fp32 promotion every 128 K).
+    auto retire = [&](int i, Acc(&part)[kAcc]) {
+      sm90::fence_regs(part);
+      __syncwarp();
+      if (lane == 0) sm90::mbar_arrive(&empty[i % Cfg::kStages]);
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) acc[j] += part[j];
+    };
+    // NOTE: a second partial tile (the next K block's MMAs in flight while this one is promoted) needs 64
+    // more registers; with two consumer warpgroups ptxas then serialises the wgmmas (C7514) and spills.
     Acc part[kAcc];
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) part[j] = Acc(0);
     for (int i = 0; i < kb_count; ++i) {
-      const int s = i % Cfg::kStages;
-      sm90::mbar_wait(&full[s], (i / Cfg::kStages) & 1);
-      const u32 a_base = sm90::smem_addr(stage_a + s * Cfg::kStageBytesA + wg * 64 * Cfg::kBlockK);
-      const u32 b_base = sm90::smem_addr(stage_b + s * Cfg::kStageBytesB);
-      if constexpr (kProbe != kProbeNoMma) {
-        sm90::fence_regs(part);
-        sm90::wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
-          const sm90::u64 da = sm90::smem_desc(a_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B);
-          const sm90::u64 db =
-              kProbe == kProbePlainB
-                  ? sm90::smem_desc(b_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B)
-                  : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16, Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
-          Mma::mma(part, da, db, kk);
-        }
-        sm90::wgmma_commit();
-        sm90::wgmma_wait_all();
-        sm90::fence_regs(part);
-      }
-      __syncwarp();
-      if (lane == 0) sm90::mbar_arrive(&empty[s]);
-#pragma unroll
-      for (int j = 0; j < kAcc; ++j) acc[j] += part[j];  // fp32 promotion every 128 values of K
+      issue(i, part);
+      sm90::wgmma_wait<0>();
+      retire(i, part);
     }
   }
 

@@ -131,7 +131,11 @@ FG_DEVICE u64 smem_desc(u32 addr, u32 leading_bytes, u32 stride_bytes, SmemLayou
 
 FG_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 FG_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
-FG_DEVICE void wgmma_wait_all() { asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory"); }
+// Wait until at most kPending committed groups of this warpgroup are still running.
+template <int kPending>
+FG_DEVICE void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
 
 // Keep the compiler from moving accumulator reads/writes across the asynchronous MMA.
 template <class T, int N>

@@ -310,9 +310,11 @@ class _CudaBindingsBackend:
         if not (len(global_dims) == len(box_dims) == len(element_strides) == rank
                 and len(global_strides_bytes) == rank - 1):
             raise _tensor_map_arg_error(rank, global_dims, global_strides_bytes, box_dims, element_strides)
+        u32, u64 = d.cuuint32_t, d.cuuint64_t  # cuda-bindings wants its own integer wrappers (a plain int: TypeError)
         tmap = self.check(d.cuTensorMapEncodeTiled(
-            d.CUtensorMapDataType(dtype_code), rank, global_address, list(global_dims), list(global_strides_bytes),
-            list(box_dims), list(element_strides), d.CUtensorMapInterleave(interleave),
+            d.CUtensorMapDataType(dtype_code), u32(rank), global_address, [u64(x) for x in global_dims],
+            [u64(x) for x in global_strides_bytes], [u32(x) for x in box_dims], [u32(x) for x in element_strides],
+            d.CUtensorMapInterleave(interleave),
             d.CUtensorMapSwizzle(swizzle), d.CUtensorMapL2promotion(l2_promotion),
             d.CUtensorMapFloatOOBfill(oob_fill)), "cuTensorMapEncodeTiled")
         return ctypes.string_at(tmap.getPtr(), _TENSOR_MAP_BYTES)

@@ -5,7 +5,8 @@
 // cores differs (mma.sync on sm_90 runs fp8 as converted f16 HMMA; wgmma runs it natively as QGMMA).
 //
 // Block = kConsumerWarpgroups x 128 consumer threads (warpgroup w owns rows 64w..64w+63 of the block tile)
-// plus one producer warp. The producer streams K blocks of 128 bytes into a ring of kStages shared-memory
+// plus a producer: one warp, or a whole warpgroup that hands its registers to three consumer warpgroups
+// (setmaxnreg). One producer lane streams K blocks of 128 bytes into a ring of kStages shared-memory
 // stages; "full" barriers count the copy engine's bytes, "empty" barriers count consumer warps done.
 //
 // Shared-memory layouts, both K-major as wgmma reads them:

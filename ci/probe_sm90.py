@@ -23,7 +23,7 @@ from fusedgemm.runtime.launch import Module, encode_tensor_map_tiled
 MODES = {"normal": 0, "no_mma": 1, "no_copy": 2, "plain_b": 3}
 CFGS = {"w64n128": "fg::ConfigW64N128", "w128n128": "fg::ConfigW128N128", "w192n128": "fg::ConfigW192N128"}
 ENTRY = """
-extern "C" __global__ void __launch_bounds__(CFG::kThreads, CFG::kMinBlocksPerSm) probe_NAME_MODE(
+extern "C" __global__ void __launch_bounds__(CFG::kThreads, CFG::kMinBlocksPerSm) probe_NAME_LABEL(
     const __grid_constant__ fg::sm90::TmaDesc a_map, const __grid_constant__ fg::sm90::TmaDesc b_map,
     fg::u16* out, const void* bias, const float* sa, const float* sb, int M, int N, int K, int bk, int sas,
     int sbs, float alpha) {
@@ -37,8 +37,8 @@ def build(tmp: Path) -> Path:
     src = [f'#include "{source_root()}/cuda_src/include/fusedgemm/gemm_a8_sm90.hpp"']
     for name, cfg in CFGS.items():
         for mode, v in MODES.items():
-            src.append(ENTRY.replace("NAME", name).replace("MODE", str(v)).replace("CFG", cfg)
-                       .replace(f"probe_{name}_{v}", f"probe_{name}_{mode}"))
+            src.append(ENTRY.replace("NAME", name).replace("LABEL", mode).replace("MODE", str(v))
+                       .replace("CFG", cfg))
     (tmp / "probe.cu").write_text("\n".join(src))
     out = tmp / "probe.cubin"
     flags = [f for f in NVCC_FLAGS if f not in ("-Xptxas", "-v")]

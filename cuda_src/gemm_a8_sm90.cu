@@ -3,6 +3,7 @@
 // Names: fg_gemm_a8_<in>_<out>_<act>_<config>, the same scheme as gemm_a8.hip; runtime/kernels.py packs
 // the arguments in this order: two 128-byte tensor maps (64-byte aligned), then the gemm_a8 arguments
 // without A and B pointers.
+#include "include/fusedgemm/gemm_a8_instances.hpp"
 #include "include/fusedgemm/gemm_a8_sm90.hpp"
 
 #if defined(FG_NVIDIA)
@@ -17,22 +18,7 @@
                                          scale_a_stride, scale_b_stride, alpha);                               \
   }
 
-#define FG_WGMMA_ACTS(IN_NAME, IN, OUT_NAME, OUT, CFG_NAME, CFG)                            \
-  FG_WGMMA_ENTRY(IN_NAME, IN, OUT_NAME, OUT, none, fg::ActIdentity, CFG_NAME, CFG)          \
-  FG_WGMMA_ENTRY(IN_NAME, IN, OUT_NAME, OUT, relu, fg::ActRelu, CFG_NAME, CFG)              \
-  FG_WGMMA_ENTRY(IN_NAME, IN, OUT_NAME, OUT, silu, fg::ActSilu, CFG_NAME, CFG)              \
-  FG_WGMMA_ENTRY(IN_NAME, IN, OUT_NAME, OUT, gelu, fg::ActGeluTanh, CFG_NAME, CFG)          \
-  FG_WGMMA_ENTRY(IN_NAME, IN, OUT_NAME, OUT, gelu_erf, fg::ActGeluErf, CFG_NAME, CFG)
-
-#define FG_WGMMA_OUTS(IN_NAME, IN, CFG_NAME, CFG)             \
-  FG_WGMMA_ACTS(IN_NAME, IN, bf16, fg::OutBf16, CFG_NAME, CFG) \
-  FG_WGMMA_ACTS(IN_NAME, IN, f16, fg::OutF16, CFG_NAME, CFG)
-
-#define FG_WGMMA_CONFIG(CFG_NAME, CFG)             \
-  FG_WGMMA_OUTS(fp8, fg::Fp8E4M3, CFG_NAME, CFG)   \
-  FG_WGMMA_OUTS(i8, fg::Int8, CFG_NAME, CFG)
-
-FG_WGMMA_CONFIG(w64n128, fg::ConfigW64N128)
-FG_WGMMA_CONFIG(w128n128, fg::ConfigW128N128)
-FG_WGMMA_CONFIG(w192n128, fg::ConfigW192N128)
+FG_GEMM_A8_INSTANCES(FG_WGMMA_ENTRY, w64n128, fg::ConfigW64N128)
+FG_GEMM_A8_INSTANCES(FG_WGMMA_ENTRY, w128n128, fg::ConfigW128N128)
+FG_GEMM_A8_INSTANCES(FG_WGMMA_ENTRY, w192n128, fg::ConfigW192N128)
 #endif

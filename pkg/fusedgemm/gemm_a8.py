@@ -160,6 +160,12 @@ def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132)
     return cfg, splits
 
 
+def plan_for(m: int, n: int, k: int, device_index: int) -> tuple[kernels.TileConfig, int]:
+    """The (tile config, split-K) a call of this shape takes on device `device_index`."""
+    arch = device_arch(device_index)
+    return _choose_config(m, n, k, arch, _sm_count(device_index) if arch == "sm_90a" else 0)
+
+
 # ---- TMA tensor maps (sm_90a) ---------------------------------------------------------------------------------
 # Encoded by the driver on the host, cached by (address, shape): the same key always encodes the same bytes,
 # so a hit is exact even if the memory was freed and reused. Weights hit every call; activations often do.
@@ -285,8 +291,7 @@ def launch_gemm_a8(a: torch.Tensor, b_data: torch.Tensor, bias, sa, sa_stride: i
     if m == 0 or n == 0:
         return
     dev = a.device.index
-    arch = device_arch(dev)
-    cfg, splits = _choose_config(m, n, k, arch, _sm_count(dev) if arch == "sm_90a" else 0)
+    cfg, splits = plan_for(m, n, k, dev)
     grid = ((n + cfg.block_n - 1) // cfg.block_n, (m + cfg.block_m - 1) // cfg.block_m, splits)
     if grid[1] > _MAX_GRID_Y:
         raise ValueError(f"gemm_a8: M={m} is too large for one launch (at most {_MAX_GRID_Y * cfg.block_m} rows)")

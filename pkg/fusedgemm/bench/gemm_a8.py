@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from .common import Timer, copy_bandwidth_gbs, device_info, geomean, host_us_per_call, print_table, progress
-from ..gemm_a8 import _choose_config, forced_config, plans
+from ..gemm_a8 import forced_config, plan_for, plans
 
 # Dense 8-bit tensor-core peaks (TFLOP/s, datasheet) by arch.
 PEAK_8BIT_TFLOPS = {"sm_90a": 1979.0, "gfx942": 2615.0, "gfx950": 4600.0}
@@ -126,7 +126,7 @@ def run(argv=None) -> int:
 
         row = dict(shape=name, M=m, N=n, K=k, fg_us=timer(ours))
         if args.compare_plans:
-            cfg, splits = _choose_config(m, n, k, arch, torch.cuda.get_device_properties(0).multi_processor_count)
+            cfg, splits = plan_for(m, n, k, torch.cuda.current_device())
             row["plan"] = f"{cfg.name}:{splits}"
             row["plans_us"] = {}
             for plan in plans(arch):

@@ -78,12 +78,12 @@ class TileConfig:
 def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int) -> TileConfig:
     """Mirror of WgmmaConfig in hip_src/include/fusedgemm/gemm_a8_sm90.hpp (block N = 128, K step 128 B)."""
     smem = stages * (block_m * 128 + 128 * 128) + 2 * stages * 8 + 1024
-    producer_warps = 4 if block_m == 192 else 1  # kSetMaxNReg: the producer is a whole warpgroup
+    producer_warps = 4 if block_m // 64 == 3 else 1  # kSetMaxNReg (3 consumer warpgroups): a producer warpgroup
     return TileConfig(name, block_m, 128, block_m // 16 + producer_warps, "gemm_a8_sm90", smem, min_blocks)
 
 
 # Must match the Config* aliases in hip_src/include/fusedgemm/gemm_a8.hpp / gemm_a8_sm90.hpp and the
-# FG_GEMM_A8_CONFIG / FG_WGMMA_CONFIG lines.
+# FG_GEMM_A8_INSTANCES lines of hip_src/gemm_a8.hip / gemm_a8_sm90.hip.
 GEMM_A8_CONFIGS = {
     "m16n16k8": TileConfig("m16n16k8", 16, 16, 8),
     "m64n16k8": TileConfig("m64n16k8", 64, 16, 8),

@@ -202,6 +202,26 @@ def test_launch_packs_extra_and_passes_64bit_handles(drv, be):
     assert buf_addr == C.addressof(k._args.buf)
 
 
+def test_bound_launch_matches_the_checked_call(drv, be):
+    k = make_kernel(be)
+    k((256, 2, 1), (128, 2, 1), 1024, STREAM, *ARGS)
+    go = k.bind((256, 2, 1), (1, 1, 1), (128, 2, 1), 1024)
+    go(STREAM, *ARGS)
+    go(0, *ARGS)
+    first, second, third = launches(drv)
+    assert first[1:] == second[1:]
+    assert third[5] is None and third[1:5] == first[1:5]
+
+
+def test_bind_checks_once(drv, be):
+    k = make_kernel(be)
+    with pytest.raises(TypeError):
+        k.bind((2.0, 1, 1), (1, 1, 1), 256, 0)
+    with pytest.raises(ValueError, match="whole number of clusters"):
+        k.bind((3, 1, 1), (2, 1, 1), 256, 0)
+    assert not launches(drv)
+
+
 @pytest.mark.parametrize("block, dims", [((128, 2, 1), (128, 2, 1)), ([32, 4, 2], (32, 4, 2)), ((64,), (64, 1, 1)),
                                          ((32, 8), (32, 8, 1))])
 def test_launch_block_dims(drv, be, block, dims):
@@ -400,3 +420,13 @@ def test_cuda_bindings_launch_and_retry(monkeypatch):
     results.append(real.CUresult.CUDA_ERROR_ILLEGAL_ADDRESS)
     with pytest.raises(launch.LaunchError, match="cuLaunchKernel failed: .*illegal memory access"):
         k((4, 1, 1), 128, 0, 0, *ARGS)
+
+
+def test_bound_cluster_launch_passes_the_cluster(drv, be, monkeypatch):
+    seen = []
+    monkeypatch.setattr(be, "launch_cluster", lambda *a: seen.append(a[1:-1] + (bytes(a[-1].buf),)))
+    k = make_kernel(be)
+    k.bind((8, 3, 4), (1, 1, 4), 160, 99_000)(STREAM, *ARGS)
+    (call,) = seen
+    assert call[:-1] == (8, 3, 4, 1, 1, 4, 160, 1, 1, 99_000, STREAM)
+    assert call[-1][:SIG.struct.size] == SIG.struct.pack(*ARGS)

@@ -42,15 +42,20 @@ def _is_fake(t: torch.Tensor) -> bool:
     return isinstance(t, _FakeTensor) or t.device.type == "meta"
 
 
+# The current stream's handle and the current device, cheaply: both are on the per-call hot path. torch's
+# private bindings when this torch has them (a CPU-only build does not), the public calls otherwise.
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_get_device = getattr(torch._C, "_cuda_getDevice", None)
+
+
 def current_raw_stream(device_index: int) -> int:
-    """The current stream's handle, cheaply (this is on the per-call hot path)."""
-    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    return get(device_index) if get is not None else torch.cuda.current_stream(device_index).cuda_stream
+    if _raw_stream is not None:
+        return _raw_stream(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream
 
 
 def current_device_index() -> int:
-    get = getattr(torch._C, "_cuda_getDevice", None)
-    return get() if get is not None else torch.cuda.current_device()
+    return _get_device() if _get_device is not None else torch.cuda.current_device()
 
 
 def device_guard(device: torch.device):
@@ -283,30 +288,68 @@ def _kernel_for(dev: int, in_kind: str, out_dtype: torch.dtype, act: str, cfg: k
     return kernel
 
 
+class _CallPlan:
+    """How to launch one checked call signature: kernel, grid and the scalar arguments, worked out once.
+    `run` takes the tensors of a call whose metadata matched the signature (same shapes, strides, dtypes,
+    devices) and re-checks only what the signature cannot promise: data addresses."""
+
+    __slots__ = ("dev", "m", "n", "k", "out_dtype", "launch", "tma", "block_m", "block_n", "scalars", "a_map",
+                 "bias_align", "b_ptr", "b_map")
+
+    def __init__(self, dev: int, in_kind: str, act: str, m: int, n: int, k: int, out_dtype: torch.dtype,
+                 bias_dtype, sa_stride: int, sb_stride: int, alpha: float):
+        self.dev, self.m, self.n, self.k, self.out_dtype = dev, m, n, k, out_dtype
+        bias_kind = kernels.BIAS_KIND[None if bias_dtype is None else _BIAS_NAME[bias_dtype]]
+        self.bias_align = 1 if bias_dtype is None else (4 if bias_dtype == torch.float32 else 2)
+        self.scalars = (m, n, k, bias_kind, sa_stride, sb_stride, alpha)
+        self.launch = None  # nothing to launch for an empty output
+        self.tma = False
+        self.a_map = self.b_map = (None, None)  # (address, encoded tensor map): the last one used
+        if m == 0 or n == 0:
+            return
+        cfg, splits = plan_for(m, n, k, dev)
+        grid = ((n + cfg.block_n - 1) // cfg.block_n, (m + cfg.block_m - 1) // cfg.block_m, splits)
+        if grid[1] > _MAX_GRID_Y:
+            raise ValueError(f"gemm_a8: M={m} is too large for one launch (at most {_MAX_GRID_Y * cfg.block_m} rows)")
+        kernel = _kernel_for(dev, in_kind, out_dtype, act, cfg)
+        self.tma = cfg.unit == "gemm_a8_sm90"
+        self.block_m, self.block_n = cfg.block_m, cfg.block_n
+        warp = 32 if torch.version.hip is None else 64
+        self.launch = kernel.bind(grid, (1, 1, splits), cfg.warps * (32 if self.tma else warp), cfg.smem)
+
+    def run(self, a_ptr: int, b_ptr: int, out_ptr: int, bias_ptr: int, sa_ptr: int, sb_ptr: int) -> None:
+        """Launch on the current stream of the plan's device (the caller made it current). 0: no tensor."""
+        if self.launch is None:
+            return
+        tail = (out_ptr, bias_ptr, sa_ptr, sb_ptr) + self.scalars
+        stream = current_raw_stream(self.dev)
+        if not self.tma:
+            self.launch(stream, a_ptr, b_ptr, *tail)
+            return
+        # Tensor maps hold the address: memoise the last one per operand (a weight's never changes), then the
+        # module-wide cache.
+        a_last, a_map = self.a_map
+        if a_last != a_ptr:
+            a_map = _tensor_map_a(a_ptr, self.m, self.k, self.block_m)
+            self.a_map = (a_ptr, a_map)
+        b_last, b_map = self.b_map
+        if b_last != b_ptr:
+            b_map = _tensor_map_b(b_ptr, self.n, self.k, self.block_n)
+            self.b_map = (b_ptr, b_map)
+        self.launch(stream, a_map, b_map, *tail)
+
+
 def launch_gemm_a8(a: torch.Tensor, b_data: torch.Tensor, bias, sa, sa_stride: int, sb, sb_stride: int,
                    alpha: float, act: str, in_kind: str, out: torch.Tensor) -> None:
     """Launch on the current stream. All arguments already validated."""
     m, k = a.shape
-    n = b_data.shape[0]
-    if m == 0 or n == 0:
-        return
-    dev = a.device.index
-    cfg, splits = plan_for(m, n, k, dev)
-    grid = ((n + cfg.block_n - 1) // cfg.block_n, (m + cfg.block_m - 1) // cfg.block_m, splits)
-    if grid[1] > _MAX_GRID_Y:
-        raise ValueError(f"gemm_a8: M={m} is too large for one launch (at most {_MAX_GRID_Y * cfg.block_m} rows)")
-    kernel = _kernel_for(dev, in_kind, out.dtype, act, cfg)
-    bias_kind = kernels.BIAS_KIND[None if bias is None else _BIAS_NAME[bias.dtype]]
-    stream = current_raw_stream(dev)
-    tail = (out.data_ptr(), 0 if bias is None else bias.data_ptr(), 0 if sa is None else sa.data_ptr(),
-            0 if sb is None else sb.data_ptr(), m, n, k, bias_kind, sa_stride, sb_stride, alpha)
-    if cfg.unit == "gemm_a8_sm90":
-        a_map = _tensor_map_a(a.data_ptr(), m, k, cfg.block_m)
-        b_map = _tensor_map_b(b_data.data_ptr(), n, k, cfg.block_n)
-        kernel.launch_cluster(grid, (1, 1, splits), cfg.warps * 32, cfg.smem, stream, a_map, b_map, *tail)
-    else:
-        warp = 32 if torch.version.hip is None else 64
-        kernel(grid, cfg.warps * warp, 0, stream, a.data_ptr(), b_data.data_ptr(), *tail)
+    plan = _CallPlan(a.device.index, in_kind, act, m, b_data.shape[0], k, out.dtype,
+                     None if bias is None else bias.dtype, sa_stride, sb_stride, alpha)
+    plan.run(a.data_ptr(), b_data.data_ptr(), out.data_ptr(), _ptr(bias), _ptr(sa), _ptr(sb))
+
+
+def _ptr(t) -> int:
+    return t.data_ptr() if isinstance(t, torch.Tensor) else 0
 
 
 def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = None, *, scale_a=None, scale_b=None,
@@ -326,13 +369,60 @@ def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = N
     """
     if torch.compiler.is_compiling():
         return _gemm_a8_traced(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out)
+    # Fast path (host time per call is part of the speed at decode sizes). The first call of a signature --
+    # every argument's dtype, shape, strides and device, the epilogue, and a Python-float scale's value -- is
+    # checked in full and leaves a launch plan on the weight; a later call of that signature re-checks only
+    # what the signature cannot promise: the addresses' alignment and the current device. Anything else
+    # (an int scale, a non-tensor, a plan not found) takes the checked path, which says what is wrong.
+    try:
+        key = (a.dtype, a.shape, a.stride(), a.get_device(), epilogue, out_dtype,
+               None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.get_device()),
+               scale_a if scale_a is None or scale_a.__class__ is float else
+               (scale_a.dtype, scale_a.shape, scale_a.stride(), scale_a.get_device()),
+               scale_b if scale_b is None or scale_b.__class__ is float else
+               (scale_b.dtype, scale_b.shape, scale_b.stride(), scale_b.get_device()),
+               None if out is None else (out.dtype, out.shape, out.stride(), out.get_device()))
+        plan = b.call_plans.get(key)
+    except (AttributeError, TypeError):
+        key = plan = None
+    if plan is not None and _FORCED_CONFIG is None:
+        a_ptr, b_ptr = a.data_ptr(), b.data.data_ptr()
+        bias_ptr = 0 if bias is None else bias.data_ptr()
+        sa_ptr = 0 if scale_a is None or scale_a.__class__ is float else scale_a.data_ptr()
+        sb_ptr = 0 if scale_b is None or scale_b.__class__ is float else scale_b.data_ptr()
+        out_ptr = 0 if out is None else out.data_ptr()
+        if (not (a_ptr & 15 or b_ptr & 15 or bias_ptr % plan.bias_align or sa_ptr & 3 or sb_ptr & 3 or out_ptr & 3)
+                and current_device_index() == plan.dev):
+            if out is None:
+                out = torch.empty(plan.m, plan.n, dtype=out_dtype, device=a.device)  # int sizes: parsed faster
+                out_ptr = out.data_ptr()
+            plan.run(a_ptr, b_ptr, out_ptr, bias_ptr, sa_ptr, sb_ptr)
+            return out
+    return _gemm_a8_checked(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, key)
+
+
+def _gemm_a8_checked(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, key):
+    """Every check, then the launch; records the plan under `key` for the fast path when given one."""
     p = check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out)
+    m, n = p["m"], p["n"]
     if out is None:
-        out = torch.empty((p["m"], p["n"]), dtype=out_dtype, device=a.device)
+        out = torch.empty((m, n), dtype=out_dtype, device=a.device)
     with device_guard(a.device):
-        launch_gemm_a8(a, b.data, bias, p["sa"], p["sa_stride"], p["sb"], p["sb_stride"], p["alpha"], p["act"],
-                       p["in_kind"], out)
+        plan = _CallPlan(a.device.index, p["in_kind"], p["act"], m, n, p["k"], out_dtype,
+                         None if bias is None else bias.dtype, p["sa_stride"], p["sb_stride"], p["alpha"])
+        plan.run(a.data_ptr(), b.data.data_ptr(), out.data_ptr(), _ptr(bias), _ptr(p["sa"]), _ptr(p["sb"]))
+    if key is not None and _FORCED_CONFIG is None:
+        plans = b.call_plans
+        try:
+            if len(plans) >= _CALL_PLANS_PER_WEIGHT:
+                del plans[next(iter(plans))]  # the oldest
+        except (KeyError, RuntimeError, StopIteration):  # another thread got there first
+            pass
+        plans[key] = plan
     return out
+
+
+_CALL_PLANS_PER_WEIGHT = 64  # distinct (M, dtypes, ...) signatures remembered per weight
 
 
 def _gemm_a8_traced(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out):

@@ -31,13 +31,34 @@ class PreshuffledWeight:
     """A weight [N, K] stored in a tagged preshuffled layout. `data` has shape [N, K] but its bytes are
     permuted; use `unshuffle` to get the nn.Linear layout back."""
 
-    __slots__ = ("data", "layout")
+    __slots__ = ("_data", "_layout", "call_plans")
 
     def __init__(self, data: torch.Tensor, layout: str = LAYOUT_16x16):
         if layout != LAYOUT_16x16:
             raise ValueError(f"unknown preshuffle layout {layout!r}; expected {LAYOUT_16x16!r}")
-        self.data = data
-        self.layout = layout
+        self._data = data
+        self._layout = layout
+        # gemm_a8's checked launch plans for this weight, keyed by the other arguments' metadata (the eager
+        # fast path, gemm_a8.py). Lives and dies with the weight; replacing `data` or `layout` clears it.
+        self.call_plans: dict = {}
+
+    @property
+    def data(self) -> torch.Tensor:
+        return self._data
+
+    @data.setter
+    def data(self, value: torch.Tensor) -> None:
+        self._data = value
+        self.call_plans = {}
+
+    @property
+    def layout(self) -> str:
+        return self._layout
+
+    @layout.setter
+    def layout(self, value: str) -> None:
+        self._layout = value
+        self.call_plans = {}
 
     shape = property(lambda self: self.data.shape)
     dtype = property(lambda self: self.data.dtype)

@@ -440,6 +440,28 @@ class Kernel:
             raise ValueError(f"grid {grid} is not a whole number of clusters {cluster}")
         self._be.launch_cluster(self._func, gx, gy, gz, cx, cy, cz, bx, by, bz, operator.index(smem), stream, a)
 
+    def bind(self, grid, cluster, block, smem: int):
+        """-> launch(stream, *args): this kernel with a fixed grid, cluster, block and shared memory, checked
+        once here, so a repeated call does only the packing and the driver call (the eager hot path)."""
+        (gx, gy, gz), (cx, cy, cz), (bx, by, bz) = _dim3(grid), _dim3(cluster), _dim3(block)
+        smem = operator.index(smem)
+        if gx % cx or gy % cy or gz % cz:
+            raise ValueError(f"grid {grid} is not a whole number of clusters {cluster}")
+        be, func, pack_into, buffers = self._be, self._func, self._pack_into, self._args  # buffers: per thread
+        if (cx, cy, cz) == (1, 1, 1):
+            be_launch = be.launch
+
+            def launch(stream: int, *args):
+                pack_into(buffers.buf, 0, *args)
+                be_launch(func, gx, gy, gz, bx, by, bz, smem, stream, buffers)
+        else:
+            be_launch_cluster = be.launch_cluster
+
+            def launch(stream: int, *args):
+                pack_into(buffers.buf, 0, *args)
+                be_launch_cluster(func, gx, gy, gz, cx, cy, cz, bx, by, bz, smem, stream, buffers)
+        return launch
+
 
 class Module:
     def __init__(self, path: Path, vendor: str, device_index: int):

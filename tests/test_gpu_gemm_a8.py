@@ -103,7 +103,8 @@ def test_k_range(kind, k, m, seed):
     assert err <= ONE_ROUNDING[torch.bfloat16], err
 
 
-PLAN_SHAPES = [(1, 400, 1040), (37, 1040, 16), (130, 400, 1040), (200, 144, 4096)]
+# (1700, 272, 64): 9 to 27 row blocks per config, with ragged rows and columns.
+PLAN_SHAPES = [(1, 400, 1040), (37, 1040, 16), (130, 400, 1040), (200, 144, 4096), (1700, 272, 64)]
 
 
 @pytest.mark.parametrize("kind", ["fp8", "int8"])
@@ -122,6 +123,20 @@ def test_every_plan_against_the_oracle(kind, plan, seed):
             assert err <= ONE_ROUNDING[torch.bfloat16], (m, n, k, err)
             again = fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu")
             assert torch.equal(again, got), (m, n, k)
+
+
+@pytest.mark.parametrize("config", ["w64n128", "w128n128", "w192n128"])
+def test_grouped_tile_order_for_weights_larger_than_l2(config, seed):
+    """Weights over 48 MiB take tiles in groups of 8 row blocks (tile_of_block in gemm_a8_sm90.hpp): every
+    tile is computed once, including the ragged last group and ragged last column tile."""
+    from fusedgemm.gemm_a8 import forced_config
+
+    if arch() != "sm_90a":
+        pytest.skip("sm_90a tile order")
+    m, n, k = 1700, 6160, 8192  # N x K = 50.5 MB > 48 MiB; 9-27 row blocks; N % 128 = 16
+    with forced_config(config, 1):
+        err, _ = run_and_check("fp8", m, n, k)
+    assert err <= ONE_ROUNDING[torch.bfloat16], err
 
 
 @pytest.mark.parametrize("bias_dtype", [torch.float32, None])

@@ -24,6 +24,16 @@ class Timer:
         self.reps, self.warmup, self.flush = reps, warmup, flush
         self.flush_buf = torch.empty(_L2_FLUSH_BYTES // 4, dtype=torch.float32, device="cuda").fill_(1.0)
         self.flush_sink = torch.empty((), dtype=torch.float32, device="cuda")
+        self.warm_up_gpu()
+
+    def warm_up_gpu(self, seconds: float = 0.5):
+        """Keep the GPU busy for a while before the first timing: an idle GPU starts at low clocks, and the
+        first rows of a run measured up to 1.5x slow without this (H200, session 3)."""
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            for _ in range(20):
+                self.flush_l2()
+            torch.cuda.synchronize()
 
     def flush_l2(self):
         if self.flush == "read":

@@ -16,7 +16,10 @@ class Timer:
     flush="read" (default) streams a 256 MB buffer through L2 (a reduction): the inputs are evicted and L2
     holds only clean lines, as after a typical preceding kernel. flush="write" zero-fills it instead
     (triton's do_bench): L2 is then full of dirty lines whose write-back lands inside the timed kernel,
-    which inflates short, memory-bound kernels by several microseconds."""
+    which inflates short, memory-bound kernels by several microseconds.
+
+    Each rep: flush, a spin kernel longer than the host needs to issue fn (measured during warm-up), start
+    event, fn, end event -- so the events time the GPU work of fn, never the host issuing it."""
 
     def __init__(self, reps: int = 50, warmup: int = 5, flush: str = "read"):
         if flush not in ("read", "write"):
@@ -42,12 +45,20 @@ class Timer:
             self.flush_buf.zero_()
 
     def __call__(self, fn) -> float:
+        t0 = time.perf_counter()
         for _ in range(self.warmup):
             fn()
+        host_us = (time.perf_counter() - t0) / self.warmup * 1e6  # enqueue time per call (no sync inside)
+        torch.cuda.synchronize()
+        # The GPU must not reach the start event before fn's work is queued, or the host's time to issue fn
+        # (tens of us for a torch.compile'd function's guards) is measured as device time. So each rep
+        # parks the GPU in a spin kernel for longer than the host needs to issue fn (cycles at <= 2 GHz).
+        spin_cycles = int((2 * host_us + 20) * 2000)
         starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
         ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
         for s, e in zip(starts, ends):
             self.flush_l2()
+            torch.cuda._sleep(spin_cycles)
             s.record()
             fn()
             e.record()

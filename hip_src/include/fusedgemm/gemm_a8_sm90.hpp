@@ -215,14 +215,14 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
   for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
   {
     const int wg = warp >> 2;
-    // Issue K block i's MMAs into `part` (asynchronously; committed as one group).
-    auto issue = [&](int i, Acc(&part)[kAcc]) {
+    // Issue K block i's MMAs into `d` (asynchronously; committed as one group). accumulate = false: the
+    // block's first MMA overwrites d.
+    auto issue = [&](int i, Acc(&d)[kAcc], bool accumulate) {
       const int s = i % Cfg::kStages;
       sm90::mbar_wait(&full[s], (i / Cfg::kStages) & 1);
       if constexpr (kProbe == kProbeNoMma) return;
       const u32 a_base = sm90::smem_addr(stage_a + s * Cfg::kStageBytesA + wg * 64 * Cfg::kBlockK);
       const u32 b_base = sm90::smem_addr(stage_b + s * Cfg::kStageBytesB);
-      sm90::fence_regs(part);
       sm90::wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
@@ -231,28 +231,45 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
             kProbe == kProbePlainB
                 ? sm90::smem_desc(b_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B)
                 : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16, Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
-        Mma::mma(part, da, db, kk);
+        Mma::mma(d, da, db, accumulate || kk > 0);
       }
       sm90::wgmma_commit();
-      sm90::fence_regs(part);
     };
-    // K block i's MMAs are complete: release its stage, add the partial tile (fp32 promotion every 128 K).
-    auto retire = [&](int i, Acc(&part)[kAcc]) {
-      sm90::fence_regs(part);
+    // K block i's MMAs are complete: its stage can be refilled.
+    auto release = [&](int i) {
       __syncwarp();
       if (lane == 0) sm90::mbar_arrive(&empty[i % Cfg::kStages]);
-#pragma unroll
-      for (int j = 0; j < kAcc; ++j) acc[j] += part[j];
     };
-    // NOTE: a second partial tile (the next K block's MMAs in flight while this one is promoted) needs 64
-    // more registers; with two consumer warpgroups ptxas then serialises the wgmmas (C7514) and spills.
-    Acc part[kAcc];
-#pragma unroll
-    for (int j = 0; j < kAcc; ++j) part[j] = Acc(0);
-    for (int i = 0; i < kb_count; ++i) {
-      issue(i, part);
+    if constexpr (Mma::kExactAccumulator) {
+      // int8: the tensor core's int32 sums are exact, so every K block accumulates straight into acc and
+      // the MMAs of consecutive blocks queue back to back; only the stage release waits, one block behind.
+      for (int i = 0; i < kb_count; ++i) {
+        issue(i, acc, i > 0);
+        if (i > 0) {
+          sm90::wgmma_wait<1>();
+          release(i - 1);
+        }
+      }
       sm90::wgmma_wait<0>();
-      retire(i, part);
+      sm90::fence_regs(acc);
+      if (kb_count > 0) release(kb_count - 1);
+    } else {
+      // fp8: each K block goes to a partial tile that is waited for and added to the fp32 result (promotion
+      // every 128 values of K). NOTE: a second partial tile, so the next block's MMAs run during the
+      // promotion, needs 64 more registers: ptxas then caps consumers at 168 registers (65536 / 384 threads,
+      // setmaxnreg notwithstanding), spills, and serialises the wgmmas anyway (C7514) -- measured, left out.
+      Acc part[kAcc];
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) part[j] = Acc(0);
+      for (int i = 0; i < kb_count; ++i) {
+        sm90::fence_regs(part);
+        issue(i, part, false);
+        sm90::wgmma_wait<0>();
+        sm90::fence_regs(part);
+        release(i);
+#pragma unroll
+        for (int j = 0; j < kAcc; ++j) acc[j] += part[j];
+      }
     }
   }
 

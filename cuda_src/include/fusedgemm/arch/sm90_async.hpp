@@ -174,6 +174,7 @@ template <>
 struct Wgmma<Fp8E4M3> {
   using Acc = float;
   static constexpr int kAccPerThread = 64;
+  static constexpr bool kExactAccumulator = false;  // fp8 sums keep fewer mantissa bits: promote into fp32
   FG_DEVICE static void mma(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate) {
     asm volatile(
         "{ .reg .pred p; setp.ne.b32 p, %66, 0;\n\t"
@@ -187,6 +188,7 @@ template <>
 struct Wgmma<Int8> {
   using Acc = int;
   static constexpr int kAccPerThread = 64;
+  static constexpr bool kExactAccumulator = true;  // int32 sums of int8 products are exact
   FG_DEVICE static void mma(int (&d)[64], u64 desc_a, u64 desc_b, int accumulate) {
     asm volatile(
         "{ .reg .pred p; setp.ne.b32 p, %66, 0;\n\t"

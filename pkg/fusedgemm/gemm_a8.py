@@ -341,10 +341,9 @@ class _CallPlan:
         """Launch on the current stream of the plan's device (the caller made it current). 0: no tensor."""
         if self.launch is None:
             return
-        tail = (out_ptr, bias_ptr, sa_ptr, sb_ptr) + self.scalars
         stream = current_raw_stream(self.dev)
         if not self.tma:
-            self.launch(stream, a_ptr, b_ptr, *tail)
+            self.launch(stream, a_ptr, b_ptr, out_ptr, bias_ptr, sa_ptr, sb_ptr, *self.scalars)
             return
         # Tensor maps hold the address: memoise the last one per operand (a weight's never changes), then the
         # module-wide cache.
@@ -356,7 +355,7 @@ class _CallPlan:
         if b_last != b_ptr:
             b_map = _tensor_map_b(b_ptr, self.n, self.k, self.block_n)
             self.b_map = (b_ptr, b_map)
-        self.launch(stream, a_map, b_map, *tail)
+        self.launch(stream, a_map, b_map, out_ptr, bias_ptr, sa_ptr, sb_ptr, *self.scalars)
 
 
 def launch_gemm_a8(a: torch.Tensor, b_data: torch.Tensor, bias, sa, sa_stride: int, sb, sb_stride: int,

@@ -75,17 +75,21 @@ def copy_bandwidth_gbs(timer: Timer, nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / (us * 1e-6) / 1e9
 
 
-def host_us_per_call(fn, calls: int = 2000) -> float:
-    """CPU time per eager call (µs): mean over `calls` back-to-back calls on a problem too small to queue up."""
+def host_us_per_call(fn, calls: int = 200, batches: int = 15) -> float:
+    """CPU time per eager call (us) on a problem too small to queue up: the median over `batches` of the mean
+    of `calls` back-to-back calls, synchronised between batches (so the launch queue never fills and makes
+    the host wait for the GPU). The median drops batches hit by GC or a noisy neighbour."""
     for _ in range(50):
         fn()
     torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    t1 = time.perf_counter()
-    torch.cuda.synchronize()
-    return (t1 - t0) / calls * 1e6
+    per_call = []
+    for _ in range(batches):
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        per_call.append((time.perf_counter() - t0) / calls * 1e6)
+        torch.cuda.synchronize()
+    return statistics.median(per_call)
 
 
 def geomean(xs) -> float:

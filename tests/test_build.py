@@ -182,9 +182,26 @@ def test_bmm_tiny_code_objects(built_bmm):
         assert all(re.search(r"v_(pk_)?fma(c|k)?_f32", bodies[n]) for n in names)
 
 
+def test_bmm_tiny_async_registers_match_the_planner(built_bmm):
+    """The planner sizes the resident grid with _ASYNC_REGS: the sm_90a build must not use more registers."""
+    from fusedgemm.tiny_gemm import _ASYNC_REGS
+
+    arch, d, _ = built_bmm
+    if not arch.startswith("sm_"):
+        pytest.skip("register caps are NVIDIA __launch_bounds__")
+    log = (d / "bmm_tiny.log").read_text()
+    used = dict(re.findall(r"Compiling entry function '(\w+)'.*?Used (\d+) registers", log, re.S))
+    for (rm, rn), regs in _ASYNC_REGS.items():
+        names = [kernels.bmm_tiny_async_kernel_name(rm, rn)] + [
+            kernels.bmm_tiny_async_kernel_name(rm, rn, tx) for tx in kernels.BMM_TINY_ASYNC_FIXED_TX.get((rm, rn), ())]
+        for name in names:
+            assert int(used[name]) <= regs, (name, used[name], regs)
+
+
 def test_bmm_tiny_layout():
     sig = kernels.BMM_TINY
-    assert sig.offsets == (0, 8, 16, 24, 28, 32, 36, 40, 48, 52, 56, 64, 68, 72, 76, 80, 84, 88, 92, 96, 100, 104, 108)
+    assert sig.offsets == (0, 8, 16, 24, 28, 32, 36, 40, 48, 52, 56, 64, 68, 72, 76, 80, 84, 88, 92, 96, 100, 104, 108,
+                           112, 116)
 
 
 # ---- the Hopper wgmma + TMA unit (sm_90a only) -------------------------------------------------------------
@@ -231,11 +248,12 @@ def test_sm90_kernels_layout_isa_and_registers(built_sm90):
     for name in names:
         assert [(p.offset, p.size) for p in params[name]] == want, name
         body = bodies[name]
-        mma = r"\bQGMMA\.64x128x32\.F32\.E4M3\.E4M3\b" if "_fp8_" in name else r"\bIGMMA\.64x128x32\.S8\.S8\b"
+        cfg = kernels.GEMM_A8_CONFIGS[name.rsplit("_", 1)[1]]
+        shape = f"64x{cfg.block_n}x32"
+        mma = rf"\bQGMMA\.{shape}\.F32\.E4M3\.E4M3\b" if "_fp8_" in name else rf"\bIGMMA\.{shape}\.S8\.S8\b"
         assert re.search(mma, body), f"{name}: no {mma}"
         assert "UTMALDG" in body, f"{name}: operands do not come through TMA"
         assert not re.search(r"\b(LDL|STL)\b", body), f"{name}: local memory traffic"
-        cfg = kernels.GEMM_A8_CONFIGS[name.rsplit("_", 1)[1]]
         assert int(regs[name]) * cfg.warps * 32 * cfg.min_blocks_per_sm <= 65536, (name, regs[name])
         assert cfg.smem * cfg.min_blocks_per_sm <= 228 * 1024, name
     spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)

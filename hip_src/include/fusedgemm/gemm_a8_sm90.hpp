@@ -31,10 +31,10 @@
 #if defined(FG_NVIDIA)
 namespace fg {
 
-template <int kBlockM_, int kStages_, int kMinBlocksPerSm_>
+template <int kBlockM_, int kStages_, int kMinBlocksPerSm_, int kBlockN_ = 128>
 struct WgmmaConfig {
   static constexpr int kBlockM = kBlockM_;
-  static constexpr int kBlockN = 128;
+  static constexpr int kBlockN = kBlockN_;  // one m64nBNk32 wgmma per warpgroup per K step: 128 or 192
   static constexpr int kBlockK = 128;  // bytes = fp8/int8 values of K per stage
   static constexpr int kStages = kStages_;
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
@@ -43,8 +43,11 @@ struct WgmmaConfig {
   // Each SM sub-partition has 16384 registers for its warps: three consumer warpgroups plus a producer warp
   // would be capped at 128 registers per thread (spills). Then the producer is a whole warpgroup that gives
   // registers back (setmaxnreg) so the consumers can hold 160. Otherwise the producer is one warp.
-  static constexpr bool kSetMaxNReg = kConsumerWarpgroups == 3;
-  static constexpr int kProducerRegs = 24, kConsumerRegs = 160;
+  // Likewise 192-wide tiles: 2 x 96 accumulators per thread do not fit the 168 registers that two consumer
+  // warpgroups and a producer warp get (one sub-partition holds 3 of the 9 warps).
+  static constexpr bool kSetMaxNReg = kConsumerWarpgroups == 3 || kBlockN > 128;
+  static constexpr int kProducerRegs = kConsumerWarpgroups == 3 ? 24 : 40;
+  static constexpr int kConsumerRegs = kConsumerWarpgroups == 3 ? 160 : 232;
   static constexpr int kThreads = kConsumerThreads + (kSetMaxNReg ? 128 : 32);
   static constexpr int kStageBytesA = kBlockM * kBlockK;
   static constexpr int kStageBytesB = kBlockN * kBlockK;
@@ -61,6 +64,9 @@ struct WgmmaConfig {
 // Names must match runtime/kernels.py GEMM_A8_CONFIGS.
 using ConfigW64N128 = WgmmaConfig<64, 4, 2>;    // M <= 64: two CTAs per SM, 4 x 24 KB in flight each
 using ConfigW128N128 = WgmmaConfig<128, 6, 1>;  // M > 64: 6 x 32 KB stages
+// 192-wide tiles: each wgmma does 1.5x the work of an n128 one for the same A bytes and per-block overhead
+// (wait, promotion, barrier); 96 + 96 accumulator registers per consumer thread; 5 x 40 KB stages.
+using ConfigW128N192 = WgmmaConfig<128, 5, 1, 192>;
 using ConfigW192N128 = WgmmaConfig<192, 5, 1>;  // large M: three consumer warpgroups keep the tensor core fed
                                                 // while one of them promotes; 5 x 40 KB stages
 
@@ -139,10 +145,10 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
                              u16* __restrict__ out, const void* __restrict__ bias,
                              const float* __restrict__ scale_a, const float* __restrict__ scale_b, int M, int N,
                              int K, int bias_kind, int scale_a_stride, int scale_b_stride, float alpha) {
-  using Mma = sm90::Wgmma<In>;
+  using Mma = sm90::Wgmma<In, Cfg::kBlockN>;
   using Acc = typename Mma::Acc;
   constexpr int kAcc = Cfg::kAccPerThread;
-  static_assert(kAcc == Mma::kAccPerThread, "one m64n128 wgmma per warpgroup per K step");
+  static_assert(kAcc == Mma::kAccPerThread, "one m64nBN wgmma per warpgroup per K step");
 
   if (sm90::dynamic_smem_bytes() < Cfg::kSmemBytes) __trap();  // host / device layouts disagree: fail loudly
   extern __shared__ u8 smem_raw[];

@@ -145,10 +145,10 @@ FG_DEVICE void fence_regs(T (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(*reinterpret_cast<u32*>(&r[i]))::"memory");
 }
 
-// One m64n128k32 warpgroup MMA: D[64 x 128] (+)= A[64 x 32] . B[128 x 32]^T, both K-major in shared memory.
-// Thread t of the warpgroup holds D rows 16 (t / 32) + (t % 32) / 4 + 8 ((j / 2) % 2), columns
-// 8 (j / 4) + 2 (t % 4) + j % 2, for j = 0..63. accumulate = 0 overwrites D.
-template <class In>
+// One m64nNk32 warpgroup MMA, N = 128 or 192: D[64 x N] (+)= A[64 x 32] . B[N x 32]^T, both K-major in
+// shared memory. Thread t of the warpgroup holds D rows 16 (t / 32) + (t % 32) / 4 + 8 ((j / 2) % 2), columns
+// 8 (j / 4) + 2 (t % 4) + j % 2, for j = 0..N/2-1. accumulate = 0 overwrites D.
+template <class In, int N>
 struct Wgmma;
 
 #define FG_RW_FLOAT(x) "+f"(x)
@@ -156,48 +156,60 @@ struct Wgmma;
 
 // C is the operand constraint: "+f" for fp32 accumulators, "+r" for int32.
 #define FG_WGMMA_D64(C, D) \
-  C(D[0]), C(D[1]), C(D[2]), C(D[3]), C(D[4]), C(D[5]), C(D[6]), C(D[7]), C(D[8]), C(D[9]), C(D[10]), \
-  C(D[11]), C(D[12]), C(D[13]), C(D[14]), C(D[15]), C(D[16]), C(D[17]), C(D[18]), C(D[19]), C(D[20]), \
-  C(D[21]), C(D[22]), C(D[23]), C(D[24]), C(D[25]), C(D[26]), C(D[27]), C(D[28]), C(D[29]), C(D[30]), \
-  C(D[31]), C(D[32]), C(D[33]), C(D[34]), C(D[35]), C(D[36]), C(D[37]), C(D[38]), C(D[39]), C(D[40]), \
-  C(D[41]), C(D[42]), C(D[43]), C(D[44]), C(D[45]), C(D[46]), C(D[47]), C(D[48]), C(D[49]), C(D[50]), \
-  C(D[51]), C(D[52]), C(D[53]), C(D[54]), C(D[55]), C(D[56]), C(D[57]), C(D[58]), C(D[59]), C(D[60]), \
+  C(D[0]), C(D[1]), C(D[2]), C(D[3]), C(D[4]), C(D[5]), C(D[6]), C(D[7]), C(D[8]), C(D[9]), C(D[10]),  \
+  C(D[11]), C(D[12]), C(D[13]), C(D[14]), C(D[15]), C(D[16]), C(D[17]), C(D[18]), C(D[19]), C(D[20]),  \
+  C(D[21]), C(D[22]), C(D[23]), C(D[24]), C(D[25]), C(D[26]), C(D[27]), C(D[28]), C(D[29]), C(D[30]),  \
+  C(D[31]), C(D[32]), C(D[33]), C(D[34]), C(D[35]), C(D[36]), C(D[37]), C(D[38]), C(D[39]), C(D[40]),  \
+  C(D[41]), C(D[42]), C(D[43]), C(D[44]), C(D[45]), C(D[46]), C(D[47]), C(D[48]), C(D[49]), C(D[50]),  \
+  C(D[51]), C(D[52]), C(D[53]), C(D[54]), C(D[55]), C(D[56]), C(D[57]), C(D[58]), C(D[59]), C(D[60]),  \
   C(D[61]), C(D[62]), C(D[63])
+#define FG_WGMMA_D96(C, D) FG_WGMMA_D64(C, D), \
+  C(D[64]), C(D[65]), C(D[66]), C(D[67]), C(D[68]), C(D[69]), C(D[70]), C(D[71]), C(D[72]), C(D[73]),  \
+  C(D[74]), C(D[75]), C(D[76]), C(D[77]), C(D[78]), C(D[79]), C(D[80]), C(D[81]), C(D[82]), C(D[83]),  \
+  C(D[84]), C(D[85]), C(D[86]), C(D[87]), C(D[88]), C(D[89]), C(D[90]), C(D[91]), C(D[92]), C(D[93]),  \
+  C(D[94]), C(D[95])
 
-#define FG_WGMMA_REGS64                                                                                     \
-  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
-  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, "  \
-  "%42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, "  \
-  "%62, %63}"
+#define FG_WGMMA_REGS64 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20,  "  \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39,  "  \
+  "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58,  "  \
+  "%59, %60, %61, %62, %63}"
+#define FG_WGMMA_REGS96 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20,  "  \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39,  "  \
+  "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58,  "  \
+  "%59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77,  "  \
+  "%78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
 
-template <>
-struct Wgmma<Fp8E4M3> {
-  using Acc = float;
-  static constexpr int kAccPerThread = 64;
-  static constexpr bool kExactAccumulator = false;  // fp8 sums keep fewer mantissa bits: promote into fp32
-  FG_DEVICE static void mma(float (&d)[64], u64 desc_a, u64 desc_b, int accumulate) {
-    asm volatile(
-        "{ .reg .pred p; setp.ne.b32 p, %66, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 " FG_WGMMA_REGS64 ", %64, %65, p, 1, 1; }"
-        : FG_WGMMA_D64(FG_RW_FLOAT, d)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-  }
-};
+// IN_T, N, ACC, the PTX shape/type suffix, the constraint, the register list and the operand numbers of
+// desc_a (= N / 2), desc_b and the accumulate predicate; SCALE: fp8 takes the two input-negation immediates.
+#define FG_WGMMA_SPECIALISE(IN_T, N, ACC, EXACT, PTX, CONSTRAINT, D_LIST, REGS, A, B, P, SCALE)               \
+  template <>                                                                                               \
+  struct Wgmma<IN_T, N> {                                                                                   \
+    using Acc = ACC;                                                                                        \
+    static constexpr int kAccPerThread = N / 2;                                                             \
+    static constexpr bool kExactAccumulator = EXACT;                                                        \
+    FG_DEVICE static void mma(ACC (&d)[N / 2], u64 desc_a, u64 desc_b, int accumulate) {                    \
+      asm volatile("{ .reg .pred p; setp.ne.b32 p, %" #P ", 0;\n\t"                                          \
+                   "wgmma.mma_async.sync.aligned." PTX " " REGS ", %" #A ", %" #B ", p" SCALE "; }"         \
+                   : D_LIST(CONSTRAINT, d)                                                                  \
+                   : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                            \
+    }                                                                                                       \
+  };
 
-template <>
-struct Wgmma<Int8> {
-  using Acc = int;
-  static constexpr int kAccPerThread = 64;
-  static constexpr bool kExactAccumulator = true;  // int32 sums of int8 products are exact
-  FG_DEVICE static void mma(int (&d)[64], u64 desc_a, u64 desc_b, int accumulate) {
-    asm volatile(
-        "{ .reg .pred p; setp.ne.b32 p, %66, 0;\n\t"
-        "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 " FG_WGMMA_REGS64 ", %64, %65, p; }"
-        : FG_WGMMA_D64(FG_RW_INT, d)
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-  }
-};
+// fp8 sums keep fewer mantissa bits (promote into fp32 every 128 K); int32 sums of int8 products are exact.
+FG_WGMMA_SPECIALISE(Fp8E4M3, 128, float, false, "m64n128k32.f32.e4m3.e4m3", FG_RW_FLOAT, FG_WGMMA_D64,
+                    FG_WGMMA_REGS64, 64, 65, 66, ", 1, 1")
+FG_WGMMA_SPECIALISE(Fp8E4M3, 192, float, false, "m64n192k32.f32.e4m3.e4m3", FG_RW_FLOAT, FG_WGMMA_D96,
+                    FG_WGMMA_REGS96, 96, 97, 98, ", 1, 1")
+FG_WGMMA_SPECIALISE(Int8, 128, int, true, "m64n128k32.s32.s8.s8", FG_RW_INT, FG_WGMMA_D64, FG_WGMMA_REGS64,
+                    64, 65, 66, "")
+FG_WGMMA_SPECIALISE(Int8, 192, int, true, "m64n192k32.s32.s8.s8", FG_RW_INT, FG_WGMMA_D96, FG_WGMMA_REGS96,
+                    96, 97, 98, "")
 
+#undef FG_WGMMA_SPECIALISE
+#undef FG_WGMMA_D96
+#undef FG_WGMMA_REGS96
 #undef FG_WGMMA_D64
 #undef FG_RW_FLOAT
 #undef FG_RW_INT

@@ -221,3 +221,157 @@ def test_kernel_model_matches_matmul(a_shape, b_shape, layout, r, seed):
 
 def _ceil(x, y):
     return -(-x // y)
+
+
+# ---- the same for the f32 cp.async kernels (bmm_tiny_async_block): copies, ring slots, k-chunks, tiles ----
+def _model_bmm_tiny_async(a, b3, **knobs):
+    """C = a @ b3 as the cp.async kernel computes it. Shared memory starts as NaN (the kernel zeroes nothing), so
+    a tile that reads a value no copy wrote, and that reaches a stored output, shows up as NaN in C."""
+    from fusedgemm.runtime import kernels as K
+    from fusedgemm.tiny_gemm import _H100_LIMITS, _operand_mode
+
+    batch, m, k = a.shape
+    n = b3.shape[2]
+    sab = a.stride(0) if batch > 1 else m * k
+    sbb = 0 if b3.shape[0] == 1 or batch == 1 else b3.stride(0)
+    bcast = sbb == 0
+    a_mode = _operand_mode(4 * a.storage_offset(), 4, sab, a.stride(1), a.stride(2), m, k)
+    b_mode = _operand_mode(4 * b3.storage_offset(), 4, sbb, b3.stride(1), b3.stride(2), k, n, bcast)
+    rows_mode = K.BMM_TINY_ALONG_J | K.BMM_TINY_VECTOR
+    assert a_mode & rows_mode == rows_mode and (bcast or b_mode & rows_mode == rows_mode)
+    p = plan_bmm_tiny(batch, m, n, k, "float32", bcast, _H100_LIMITS, async_copy=True, **knobs)
+    assert p["name"] in K.bmm_tiny_kernel_names()
+    rm, rn, tx, ty, elems, nthreads = p["rm"], p["rn"], p["tx"], p["ty"], p["elems"], p["threads"]
+    lda, ldb, a_elem, b_elem, stages, kc = p["lda"], p["ldb"], p["a_elem"], p["b_elem"], p["stages"], p["kc"]
+    tpe, chunks = tx * ty, k // kc
+    assert k % kc == 0 and kc % 4 == 0 and lda % 4 == 0 and lda >= kc and ldb % 4 == 0 and ldb >= tx * rn >= n
+    assert a_elem == ty * rm * lda >= m * lda and b_elem == kc * ldb and tpe <= nthreads
+    if ("_tx" in p["name"]):
+        assert p["name"].endswith(f"_tx{tx}") and ldb == tx * rn
+    if chunks > 1:
+        assert elems * tpe <= nthreads, "a chunked plan keeps each element's accumulators in its own threads"
+    slot = elems * (a_elem + (0 if bcast else b_elem))
+    assert p["smem"] == 4 * (stages * slot + (k * ldb if bcast else 0))
+    flat_a = torch.as_strided(a, (a.untyped_storage().nbytes() // 4,), (1,), 0)
+    flat_b = torch.as_strided(b3, (b3.untyped_storage().nbytes() // 4,), (1,), 0)
+
+    def copy_async(flat, off, s_batch, s_i, rows, cols, mode, ld, elem, first, count, smem, dst0, offset):
+        """StagedOperand::copy_async of every thread, its position advanced as the kernel advances it."""
+        dense = mode & K.BMM_TINY_DENSE
+        fast_quads = -(-cols // 4)
+        quads = fast_quads * rows
+        total = count * quads
+        step_i = _div_small(nthreads, fast_quads)
+        step_jq = nthreads - step_i * fast_quads
+        base = off + first * s_batch + offset
+        for tid in range(min(nthreads, total)):
+            e = _div_small(tid, quads)
+            r = tid - e * quads
+            i = _div_small(r, fast_quads)
+            jq = r - i * fast_quads
+            for q in range(tid, total, nthreads):
+                assert (e, i, jq) == (q // quads, q % quads // fast_quads, q % fast_quads)
+                x = base + e * s_batch + i * s_i + 4 * jq
+                if dense:
+                    assert base + 4 * q == x, "the dense shortcut must address what the general formula does"
+                assert x % 4 == 0 and x + 4 <= flat.numel(), "misaligned or out-of-bounds 16-byte copy"
+                d = dst0 + e * elem + i * ld + 4 * jq
+                assert d % 4 == 0 and dst0 <= d and d + 4 <= dst0 + elems * elem, "copy outside its slot"
+                smem[d:d + 4] = flat[x:x + 4]
+                jq, i = jq + step_jq, i + step_i
+                if jq >= fast_quads:
+                    jq, i = jq - fast_quads, i + 1
+                if i >= rows:
+                    de = _div_small(i, rows)
+                    e, i = e + de, i - de * rows
+
+    a_mode_c = a_mode & ~K.BMM_TINY_DENSE if chunks > 1 else a_mode
+    b_mode_c = b_mode & ~K.BMM_TINY_DENSE if chunks > 1 else b_mode
+    c = torch.full((batch, m, n), float("nan"))
+    groups = -(-batch // elems)
+    grid = p["grid"][0]
+    for block in range(grid):
+        smem = torch.full((p["smem"] // 4,), float("nan"))
+        bc0 = stages * slot
+        if bcast:  # staged through registers as in the register-staged kernel
+            B = _Staged(flat_b, b3.storage_offset(), 0, b3.stride(1), b3.stride(2), k, n, ldb, k * ldb, b_mode)
+            lines = k if B.along_j else n
+            per_slice = min(lines, K.BMM_TINY_QUADS * nthreads // B.fast_quads)
+            for l0 in range(0, lines, per_slice):
+                ll = min(per_slice, lines - l0)
+                sl = _Staged(flat_b, b3.storage_offset() + l0 * (b3.stride(1) if B.along_j else b3.stride(2)), 0,
+                             b3.stride(1), b3.stride(2), ll if B.along_j else k, n if B.along_j else ll, ldb, 0,
+                             b_mode)
+                for q in range(sl.quads):
+                    sl.store(q, sl.load(q, 0), smem, bc0 + l0 * (ldb if B.along_j else 1), set())
+        w = 0
+        for g in range(block, groups, grid):
+            first, count = g * elems, min(elems, batch - g * elems)
+            acc = torch.zeros(count, ty * rm, tx * rn, dtype=torch.float64)
+            for ch in range(chunks):
+                st = (w % stages) * slot
+                copy_async(flat_a, a.storage_offset(), sab, a.stride(1), m, kc, a_mode_c, lda, a_elem, first, count,
+                           smem, st, ch * kc)
+                if not bcast:
+                    copy_async(flat_b, b3.storage_offset(), sbb, b3.stride(1), kc, n, b_mode_c, ldb, b_elem, first,
+                               count, smem, st + elems * a_elem, ch * kc * b3.stride(1))
+                for e in range(count):
+                    As = smem[st + e * a_elem:st + (e + 1) * a_elem].view(ty * rm, lda)[:, :kc]
+                    b0 = bc0 + ch * kc * ldb if bcast else st + elems * a_elem + e * b_elem
+                    Bs = smem[b0:b0 + kc * ldb].view(kc, ldb)[:, :tx * rn]
+                    acc[e] += As.double() @ Bs.double()
+                w += 1
+            c[first:first + count] = acc[:, :m, :n].float()
+    return c
+
+
+ASYNC_MODEL_CASES = [((9, 12, 64), (9, 64, 12)), ((5, 12, 12), (5, 12, 64)), ((3, 64, 64), (3, 64, 64)),
+                     ((33, 16, 16), (33, 16, 16)), ((7, 5, 36), (7, 36, 12)), ((6, 1, 8), (6, 8, 4)),
+                     ((5, 33, 20), (5, 20, 60))]
+
+
+@pytest.mark.parametrize("a_shape,b_shape", ASYNC_MODEL_CASES)
+@pytest.mark.parametrize("layout", ["contiguous", "a_batch_strided", "a_rows_padded", "b_broadcast", "b_broadcast_t"])
+@pytest.mark.parametrize("knobs", [{}, {"rm": 2, "rn": 4}, {"rm": 4, "rn": 8}, {"kc": 4, "stages": 5},
+                                   {"kc": 8, "elems": 2}, {"elems": 3, "threads": 32, "stages": 2},
+                                   {"rm": 4, "rn": 8, "fixed_tx": False}])
+def test_async_kernel_model_matches_matmul(a_shape, b_shape, layout, knobs, seed):
+    batch, m, k = a_shape
+    n = b_shape[2]
+    a = torch.randn(a_shape)
+    b = torch.randn(b_shape)
+    if layout == "a_batch_strided":
+        a = torch.randn(2 * batch, m, k)[::2]
+    elif layout == "a_rows_padded":
+        a = torch.randn(batch, m, k + 4)[:, :, :k]
+    elif layout == "b_broadcast":
+        b = torch.randn(1, k, n)
+    elif layout == "b_broadcast_t":
+        b = torch.randn(1, n, k).transpose(1, 2)
+    try:
+        got = _model_bmm_tiny_async(a, b, **knobs)
+    except ValueError:
+        pytest.skip(f"{knobs} does not fit {m}x{n}x{k}")
+    assert not torch.isnan(got).any(), "a stored output read shared memory that no copy wrote"
+    torch.testing.assert_close(got.double(), torch.matmul(a.double(), b.double()), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("b,m,n,k", [(1024, 12, 12, 64), (16384, 12, 64, 12), (16384, 64, 64, 64), (9, 16, 16, 16),
+                                     (5, 1, 4, 4), (3, 64, 4, 64), (2, 64, 64, 4)])
+def test_async_plans_fit(b, m, n, k):
+    """The default cp.async plans: within the kernel's thread bound, the multiprocessor's shared memory, and
+    the blocks the grid assumes fit one multiprocessor by threads, shared memory and registers."""
+    from fusedgemm.runtime import kernels as K
+    from fusedgemm.tiny_gemm import _ASYNC_REGS, _H100_LIMITS
+
+    sms, smem_sm, threads_sm, regs_sm = _H100_LIMITS
+    for bcast in (False, True):
+        p = plan_bmm_tiny(b, m, n, k, "float32", bcast, _H100_LIMITS, async_copy=True)
+        tile = (p["rm"], p["rn"])
+        assert p["name"] in K.bmm_tiny_kernel_names() and p["threads"] <= K.BMM_TINY_ASYNC_TILES[tile]
+        assert p["threads"] % 32 == 0 and 2 <= p["stages"] <= K.BMM_TINY_MAX_STAGES and p["smem"] <= smem_sm - 1024
+        per_sm = -(-p["grid"][0] // sms)
+        assert per_sm * p["threads"] <= threads_sm and per_sm * (p["smem"] + 1024) <= smem_sm
+        assert per_sm * p["threads"] * _ASYNC_REGS[tile] <= regs_sm
+    with pytest.raises(ValueError, match="cp.async kernels need float32 and k % 4 == 0"):
+        plan_bmm_tiny(b, m, n, 6, "float32", False, _H100_LIMITS, async_copy=True)

@@ -63,10 +63,11 @@ def test_unaligned_and_broadcast_views(seed):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("m,n,k", [(12, 12, 64), (12, 64, 12), (64, 64, 64), (16, 16, 16), (3, 7, 5)])
-@pytest.mark.parametrize("knobs", [{}, {"r": 2}, {"elems": 1}, {"persistent": False}])
+@pytest.mark.parametrize("knobs", [{}, {"r": 2}, {"elems": 1}, {"persistent": False}, {"async_copy": False}])
 def test_plans_that_loop_over_groups(dtype, m, n, k, knobs, seed):
     """Batch 3000: every block of the resident grid loops over several groups (prefetching the next one);
-    the benchmark's alternative plans give the same results."""
+    the benchmark's alternative plans give the same results. f32 with contiguous inputs runs the cp.async
+    kernels unless async_copy=False; the transposed B always takes the register-staged ones."""
     from fusedgemm.tiny_gemm import launch_bmm_tiny
 
     a = torch.randn(3000, m, k, device="cuda").to(dtype)
@@ -78,8 +79,51 @@ def test_plans_that_loop_over_groups(dtype, m, n, k, knobs, seed):
         pytest.skip(f"{knobs} does not fit {m}x{n}x{k}")
     assert rel_error(out, oracle(a, b)) <= TOL[dtype]
     bt = torch.randn(3000, n, k, device="cuda").to(dtype).transpose(1, 2)  # strided B, same plans
-    launch_bmm_tiny(a, bt, out, **knobs)
+    launch_bmm_tiny(a, bt, out, **{key: v for key, v in knobs.items() if key != "async_copy"})
     assert rel_error(out, oracle(a, bt)) <= TOL[dtype]
+
+
+ASYNC_SHAPES = [(12, 12, 64), (12, 64, 12), (64, 64, 64), (16, 16, 16), (4, 4, 4), (1, 4, 8), (64, 4, 64),
+                (5, 12, 36), (20, 28, 64), (33, 40, 20), (33, 60, 20)]
+ASYNC_KNOBS = [{}, {"rm": 2, "rn": 4}, {"rm": 4, "rn": 4}, {"rm": 4, "rn": 8}, {"stages": 2}, {"stages": 4, "elems": 3},
+               {"elems": 7, "threads": 32}, {"persistent": False}, {"kc": 4, "stages": 8}, {"kc": 8, "elems": 2},
+               {"kc": 16, "rm": 2, "rn": 4}, {"rm": 4, "rn": 8, "fixed_tx": False}]
+
+
+@pytest.mark.parametrize("m,n,k", ASYNC_SHAPES)
+@pytest.mark.parametrize("knobs", ASYNC_KNOBS)
+def test_async_copy_kernels(m, n, k, knobs, seed):
+    """The f32 cp.async kernels (every tile, ring depth 2-8, k in chunks, several passes of tiles per group, a
+    ragged last group, padded rows and columns) on dense, batch-strided and row-padded A, broadcast B in both
+    layouts;
+    outputs poisoned with NaN, including past the end (nothing written there), and once 4-byte aligned only
+    (element-wise C stores)."""
+    from fusedgemm.tiny_gemm import launch_bmm_tiny, plan_for
+
+    batch = 2001
+    a = torch.randn(batch, m, k, device="cuda")
+    b = torch.randn(batch, k, n, device="cuda")
+    try:
+        plan = plan_for(a, b, async_copy=True, **knobs)[0]
+    except ValueError:
+        pytest.skip(f"{knobs} does not fit {m}x{n}x{k}")
+    assert "async" in plan["name"] and plan["stages"] >= 2
+    flat = torch.full((batch * m * n + 64,), float("nan"), device="cuda")
+    out = flat[:batch * m * n].view(batch, m, n)
+    cases = [(a, b), (torch.randn(2 * batch, m, k, device="cuda")[::2], b),             # batch stride 2 m k
+             (torch.randn(batch, m, k + 4, device="cuda")[:, :, :k], b),                  # rows padded to k + 4
+             (a, torch.randn(k, n, device="cuda")), (a, torch.randn(n, k, device="cuda").t())]  # broadcast B
+    for x, y in cases:
+        out.fill_(float("nan"))
+        y3 = y.unsqueeze(0) if y.dim() == 2 else y
+        launch_bmm_tiny(x, y3, out, async_copy=True, **knobs)
+        assert not torch.isnan(out).any() and torch.isnan(flat[batch * m * n:]).all()
+        assert rel_error(out, oracle(x, y)) <= TOL[torch.float32]
+    odd = torch.full((batch * m * n + 1,), float("nan"), device="cuda")[1:].view(batch, m, n)
+    launch_bmm_tiny(a, b, odd, async_copy=True, **knobs)
+    assert rel_error(odd, oracle(a, b)) <= TOL[torch.float32]
+    launch_bmm_tiny(a, b, out, async_copy=True, **knobs)
+    assert torch.equal(out, odd)  # deterministic, and the same bits whichever way C is stored
 
 
 def test_nan_inf_propagate_like_torch_bmm():
@@ -169,3 +213,18 @@ def test_torch_compile(seed):
     a, b = torch.randn(64, 12, 64, device="cuda"), torch.randn(64, 64, 12, device="cuda")
     f = torch.compile(lambda x, y: fg.bmm_tiny(x, y) + 1, fullgraph=True)
     assert torch.equal(f(a, b), fg.bmm_tiny(a, b) + 1)
+
+
+def test_cached_launches_follow_alignment_and_strides(seed):
+    """The eager path caches launches by shapes, strides and 16-byte alignment: the same shapes at another
+    alignment (scalar instead of vector loads) or with other strides take their own launch and stay correct;
+    inputs once accepted on a GPU are still refused on the CPU."""
+    base = torch.randn(200 * 12 * 64 + 1, device="cuda")
+    b = torch.randn(200, 64, 12, device="cuda")
+    for off in (0, 1, 0, 1):
+        a = base[off:off + 200 * 12 * 64].view(200, 12, 64)
+        assert rel_error(fg.bmm_tiny(a, b), oracle(a, b)) <= TOL[torch.float32]
+    at = torch.randn(200, 64, 12, device="cuda").transpose(1, 2)
+    assert rel_error(fg.bmm_tiny(at, b), oracle(at, b)) <= TOL[torch.float32]
+    with pytest.raises(ValueError, match="must be on the same GPU"):
+        fg.bmm_tiny(a.cpu(), b.cpu())

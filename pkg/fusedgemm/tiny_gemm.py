@@ -20,6 +20,11 @@ _DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float
 _SMEM_CAP = 48 * 1024  # portable without opting in: the default on NVIDIA, within the 64 KB LDS of gfx942
 _I32_MAX = 2**31 - 1
 _REGS_PER_THREAD = 128  # the kernels' register cap on NVIDIA (__launch_bounds__(256, 2)): occupancy below
+# Registers the cp.async kernels use at most, by tile (their __launch_bounds__ caps on sm_90a; tests/test_build.py
+# checks the build log against these), so the resident grid below counts the blocks that really fit.
+_ASYNC_REGS = {(2, 4): 80, (4, 4): 80, (4, 8): 128}
+_ASYNC_STAGE_BYTES = 24 * 1024  # a ring slot of about this much (or one element), see _plan_async
+_ASYNC_RING_BYTES = 48 * 1024  # k-chunked plans (knob kc): a ring of about this much
 _PRINT_CONFIGS = os.environ.get("FUSEDGEMM_PRINT_CONFIGS", "") not in ("", "0")
 _warned_fallback = False
 
@@ -48,8 +53,13 @@ _H100_LIMITS = (132, 228 * 1024, 2048, 65536)
 @functools.lru_cache(maxsize=4096)
 def plan_bmm_tiny(batch: int, m: int, n: int, k: int, dtype_name: str, broadcast_b: bool = False,
                   limits: tuple[int, int, int, int] = _H100_LIMITS, r: int | None = None, elems: int | None = None,
-                  threads: int | None = None, persistent: bool = True, per_sm: int | None = None) -> dict:
+                  threads: int | None = None, persistent: bool = True, per_sm: int | None = None,
+                  async_copy: bool = False, rm: int | None = None, rn: int | None = None,
+                  stages: int | None = None, kc: int | None = None, fixed_tx: bool = True) -> dict:
     """Launch plan: micro-tile R, thread tile (tx, ty), elements per group, threads, shared-memory layout, grid.
+
+    async_copy: the f32 cp.async kernels (_plan_async: tile rm x rn, `stages` ring slots, k-chunks of kc),
+    which the launcher asks for when the operands allow it (_async_ok); r selects the register-staged kernels.
 
     A group (`elems` batch elements) is what a block stages at once: each thread holds up to BMM_TINY_QUADS
     quads (4 values) of A and of B, and the group's A and B must fit 48 KB of shared memory. Groups hold as
@@ -59,6 +69,11 @@ def plan_bmm_tiny(batch: int, m: int, n: int, k: int, dtype_name: str, broadcast
     shared-memory reads) unless a thread would then compute much longer than with R = 2 (_compute_cost); r,
     elems, threads, persistent and per_sm (resident blocks per multiprocessor the grid assumes) are knobs for
     the benchmark."""
+    if async_copy and r is None:
+        if dtype_name != "float32" or k % 4:
+            raise ValueError(f"bmm_tiny: the cp.async kernels need float32 and k % 4 == 0, got {dtype_name}, k={k}")
+        return _plan_async(batch, m, n, k, broadcast_b, limits, rm, rn, elems, stages, threads, persistent, per_sm,
+                           kc, fixed_tx)
     sms, smem_per_sm, threads_per_sm, regs_per_sm = limits
     quads = kernels.BMM_TINY_QUADS
     if r is None:  # the micro-tile with the shorter per-thread compute (benchmark: docs/perf-notes.md, bmm_tiny)
@@ -105,7 +120,78 @@ def plan_bmm_tiny(batch: int, m: int, n: int, k: int, dtype_name: str, broadcast
                      regs_per_sm // (threads * _REGS_PER_THREAD), 32)
     grid = min(groups, sms * max(1, per_sm)) if persistent else groups
     return dict(name=kernels.bmm_tiny_kernel_name(dtype_name, r), r=r, tx=tx, ty=ty, elems=elems, threads=threads,
-                lda=lda, ldb=ldb, a_elem=a_elem, b_elem=b_elem, smem=smem, grid=(grid, 1, 1), k4=k4)
+                lda=lda, ldb=ldb, a_elem=a_elem, b_elem=b_elem, smem=smem, grid=(grid, 1, 1), k4=k4, stages=1, kc=k4)
+
+
+def _plan_async(batch: int, m: int, n: int, k: int, broadcast_b: bool, limits: tuple[int, int, int, int],
+                rm: int | None, rn: int | None, elems: int | None, stages: int | None, threads: int | None,
+                persistent: bool, per_sm: int | None, kc: int | None, fixed_tx: bool = True) -> dict:
+    """Plan of the f32 cp.async kernels (bmm_tiny.hpp, bmm_tiny_async_block; k % 4 == 0).
+
+    Tile: among the RM x RN of kernels.BMM_TINY_ASYNC_TILES that waste the fewest padded outputs, the largest
+    (fewest shared-memory reads per multiply-add) that still gives an element >= 16 threads, else the one that
+    gives it the most (measured: 2x4 for 12x12x64, 4x4 for 16^3, 4x8 for 12x64x12 and 64^3). fixed_tx: the
+    kernel with tx fixed at compile time where the tile has one for this tx (kernels.BMM_TINY_ASYNC_FIXED_TX;
+    the same code minus address arithmetic). A ring slot holds `elems` elements: up to ~128 threads' worth of
+    tiles and ~_ASYNC_STAGE_BYTES, at least one element; 2 slots (one in flight while one computes: 3 or 4
+    measured 5-30% slower, fewer blocks fit). kc < k (a knob) streams each element in k-chunks through a ring
+    of ~_ASYNC_RING_BYTES: more blocks fit, but for 64^3 it measured 15-50% slower (a barrier and a copy round
+    per chunk). Above 48 KB of shared memory the launcher opts in."""
+    sms, smem_per_sm, threads_per_sm, regs_per_sm = limits
+    sizes = {t: _ceil_div(n, t[1]) * _ceil_div(m, t[0]) for t in kernels.BMM_TINY_ASYNC_TILES}
+    tiles = [t for t, most in kernels.BMM_TINY_ASYNC_TILES.items() if (rm is None or t[0] == rm)
+             and (rn is None or t[1] == rn) and sizes[t] <= most]
+    if not tiles:
+        raise ValueError(f"bmm_tiny: no cp.async tile rm={rm}, rn={rn} of {tuple(kernels.BMM_TINY_ASYNC_TILES)} "
+                         f"fits m={m}, n={n}")
+    waste = min(_round_up(m, t[0]) * _round_up(n, t[1]) for t in tiles)
+    tiles = [t for t in tiles if _round_up(m, t[0]) * _round_up(n, t[1]) == waste]
+    enough = [t for t in tiles if sizes[t] >= 16]
+    rm, rn = max(enough, key=lambda t: t[0] * t[1]) if enough else max(tiles, key=lambda t: sizes[t])
+    max_threads = kernels.BMM_TINY_ASYNC_TILES[rm, rn]
+    tx, ty = _ceil_div(n, rn), _ceil_div(m, rm)
+    tpe = tx * ty
+    ldb = tx * rn
+
+    def slot_floats(kc_: int) -> int:  # one element's A chunk [ty rm][lda] and B chunk [kc][ldb]
+        return ty * rm * (kc_ + 4 if kc_ % 8 == 0 else kc_) + (0 if broadcast_b else kc_ * ldb)
+
+    kc = k if kc is None else kc
+    if kc <= 0 or kc % 4 or k % kc:
+        raise ValueError(f"bmm_tiny: kc must be a multiple of 4 that divides k={k}, got {kc}")
+    lda = kc + 4 if kc % 8 == 0 else kc  # = 4 mod 8: the adjacent rows a warp reads fall in different banks
+    a_elem, b_elem = ty * rm * lda, kc * ldb
+    per_elem = slot_floats(kc)
+    fixed = k * ldb if broadcast_b else 0
+    if elems is None:
+        elems = 1 if kc < k else max(1, min(128 // tpe, _ASYNC_STAGE_BYTES // (4 * per_elem), _ceil_div(batch, sms)))
+    elems = min(elems, batch)
+    if stages is None:  # chunks: a ring of ~_ASYNC_RING_BYTES
+        stages = 2 if kc == k else max(2, min(kernels.BMM_TINY_MAX_STAGES, _ASYNC_RING_BYTES // (4 * elems * per_elem)))
+    if threads is None:
+        threads = min(max_threads, _round_up(max(elems * tpe, 32), 32))
+    smem = 4 * (stages * elems * per_elem + fixed)
+    if not 2 <= stages <= kernels.BMM_TINY_MAX_STAGES or threads < tpe or threads > max_threads \
+            or smem > smem_per_sm - 1024 or (kc < k and elems * tpe > threads):
+        raise ValueError(f"bmm_tiny: cp.async plan elems={elems}, stages={stages}, threads={threads}, kc={kc} does "
+                         f"not fit ({m}x{n}x{k}, tile {rm}x{rn})")
+    groups = _ceil_div(batch, elems)
+    if per_sm is None:
+        per_sm = min(threads_per_sm // threads, smem_per_sm // (smem + 1024),
+                     regs_per_sm // (threads * _ASYNC_REGS[rm, rn]), 32)
+    grid = min(groups, sms * max(1, per_sm)) if persistent else groups
+    return dict(name=kernels.bmm_tiny_async_kernel_name(rm, rn, tx if fixed_tx else 0), r=0, rm=rm, rn=rn, tx=tx,
+                ty=ty, elems=elems, threads=threads, lda=lda, ldb=ldb, a_elem=a_elem, b_elem=b_elem, smem=smem,
+                grid=(grid, 1, 1), k4=k, stages=stages, kc=kc)
+
+
+def _async_ok(dtype_name: str, a_mode: int, b_mode: int, broadcast_b: bool) -> bool:
+    """Whether the cp.async kernels can stage these operands: f32, A (and B unless broadcast) in 16-byte quads
+    along their rows. NVIDIA only: on AMD the kernels compile (plain copies) but the register-staged ones are
+    what was designed for CDNA's LDS and not yet compared on a GPU."""
+    rows = kernels.BMM_TINY_ALONG_J | kernels.BMM_TINY_VECTOR
+    return (dtype_name == "float32" and torch.version.hip is None and a_mode & rows == rows
+            and (broadcast_b or b_mode & rows == rows))
 
 
 def _compute_cost(plan: dict) -> int:
@@ -166,38 +252,92 @@ def _check(a, b, out):
     return batch, m, n, k, b3
 
 
-def launch_bmm_tiny(a: torch.Tensor, b3: torch.Tensor, out: torch.Tensor, **knobs) -> torch.Tensor:
-    """out = a @ b3 with the kernel (inputs checked by _check); knobs go to plan_bmm_tiny (benchmark only)."""
+def plan_for(a: torch.Tensor, b3: torch.Tensor, **knobs) -> tuple[dict, int, int, int, int]:
+    """(plan, a_mode, b_mode, sab, sbb) for out = a @ b3 (a [B, m, k], b3 [B or 1, k, n] on a GPU): the
+    cp.async kernels where the operands allow them (_async_ok) unless knobs say otherwise."""
+    batch, m, k = a.shape
+    n = b3.shape[2]
+    sab = a.stride(0) if batch > 1 else m * k
+    sbb = 0 if b3.shape[0] == 1 or batch == 1 else b3.stride(0)
+    es = a.element_size()
+    a_mode = _operand_mode(a.data_ptr(), es, sab, a.stride(1), a.stride(2), m, k)
+    b_mode = _operand_mode(b3.data_ptr(), es, sbb, b3.stride(1), b3.stride(2), k, n, sbb == 0)
+    dtype_name = _DTYPE_NAME[a.dtype]
+    async_ok = _async_ok(dtype_name, a_mode, b_mode, sbb == 0)
+    if knobs.get("async_copy") and not async_ok:
+        raise ValueError(f"bmm_tiny: async_copy needs float32 operands in 16-byte rows (modes a={a_mode}, b={b_mode})")
+    if "r" not in knobs:  # r picks a register-staged kernel
+        knobs.setdefault("async_copy", async_ok)
+    plan = plan_bmm_tiny(batch, m, n, k, dtype_name, sbb == 0, _device_limits(a.device.index), **knobs)
+    return plan, a_mode, b_mode, sab, sbb
+
+
+# Eager hot path (a tiny batch's kernel runs for a few us, as long as the Python around it): launches and
+# validated input signatures cached by what they depend on, so a repeat call skips planning and checks.
+_LAUNCHES: dict = {}    # (shapes, strides, dtype, device, 16-byte alignment of a and b) -> (kernel, fixed args)
+_VALIDATED: dict = {}   # (shapes, strides, dtypes, devices) of inputs _check accepted (out=None) -> (B, m, n, k)
+_CACHE_LIMIT = 4096     # entries per cache; past this it starts over (shapes that change every call)
+
+
+def _prepare_launch(a: torch.Tensor, b3: torch.Tensor, knobs: dict) -> tuple:
+    """(kernel, grid, threads, smem, arguments after the three pointers) of out = a @ b3."""
     from .runtime.launch import module_for
 
+    batch, m, k = a.shape
+    n = b3.shape[2]
+    dev = a.device.index
+    plan, a_mode, b_mode, sab, sbb = plan_for(a, b3, **knobs)
+    if _PRINT_CONFIGS:
+        print(f"[fusedgemm] bmm_tiny batch={batch} m={m} n={n} k={k} modes a={a_mode} b={b_mode} -> "
+              + " ".join(f"{key}={val}" for key, val in plan.items()))
+    kern = module_for("bmm_tiny", dev).kernel(plan["name"], kernels.BMM_TINY)
+    if plan["smem"] > _SMEM_CAP:
+        kern.set_max_dynamic_smem(plan["smem"])  # the opt-in above 48 KB; a no-op once the limit is this high
+    return (kern, plan["grid"], plan["threads"], plan["smem"],
+            (batch, m, n, k, sab, a.stride(1), a.stride(2), sbb, b3.stride(1), b3.stride(2), a_mode, b_mode,
+             plan["tx"], plan["ty"], plan["elems"], plan["lda"], plan["ldb"], plan["a_elem"], plan["b_elem"],
+             plan["grid"][0], plan["stages"], plan["kc"]))
+
+
+def launch_bmm_tiny(a: torch.Tensor, b3: torch.Tensor, out: torch.Tensor, **knobs) -> torch.Tensor:
+    """out = a @ b3 with the kernel (inputs checked by _check); knobs go to plan_bmm_tiny (benchmark only)."""
     batch, m, k = a.shape
     n = b3.shape[2]
     if batch == 0 or m == 0 or n == 0:
         return out
     if k == 0:
         return out.zero_()
-    dev = a.device.index
-    sab = a.stride(0) if batch > 1 else m * k
-    sbb = 0 if b3.shape[0] == 1 or batch == 1 else b3.stride(0)
-    plan = plan_bmm_tiny(batch, m, n, k, _DTYPE_NAME[a.dtype], sbb == 0, _device_limits(dev), **knobs)
-    es = a.element_size()
-    a_mode = _operand_mode(a.data_ptr(), es, sab, a.stride(1), a.stride(2), m, k)
-    b_mode = _operand_mode(b3.data_ptr(), es, sbb, b3.stride(1), b3.stride(2), k, n, sbb == 0)
-    if _PRINT_CONFIGS:
-        print(f"[fusedgemm] bmm_tiny batch={batch} m={m} n={n} k={k} modes a={a_mode} b={b_mode} -> "
-              + " ".join(f"{key}={val}" for key, val in plan.items()))
-    kern = module_for("bmm_tiny", dev).kernel(plan["name"], kernels.BMM_TINY)
-    kern(plan["grid"], plan["threads"], plan["smem"], current_raw_stream(dev),
-         a.data_ptr(), b3.data_ptr(), out.data_ptr(), batch, m, n, k, sab, a.stride(1), a.stride(2),
-         sbb, b3.stride(1), b3.stride(2), a_mode, b_mode, plan["tx"], plan["ty"], plan["elems"], plan["lda"],
-         plan["ldb"], plan["a_elem"], plan["b_elem"], plan["grid"][0])
+    a_ptr, b_ptr = a.data_ptr(), b3.data_ptr()
+    if knobs:
+        launch = _prepare_launch(a, b3, knobs)
+    else:  # the operand modes depend on the pointers only through their 16-byte alignment
+        key = (a.shape, a.stride(), b3.shape, b3.stride(), a.dtype, a.device, a_ptr & 15, b_ptr & 15)
+        launch = _LAUNCHES.get(key)
+        if launch is None:
+            if len(_LAUNCHES) >= _CACHE_LIMIT:
+                _LAUNCHES.clear()
+            launch = _LAUNCHES[key] = _prepare_launch(a, b3, knobs)
+    kern, grid, threads, smem, args = launch
+    kern(grid, threads, smem, current_raw_stream(a.device.index), a_ptr, b_ptr, out.data_ptr(), *args)
     return out
 
 
 def _bmm_tiny_forward(a, b, out=None):
-    batch, m, n, k, b3 = _check(a, b, out)
-    if out is None:
+    if out is None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        key = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device)
+        dims = _VALIDATED.get(key)
+        if dims is None:  # bad inputs raise here and are never cached
+            dims = _check(a, b, None)[:4]
+            if len(_VALIDATED) >= _CACHE_LIMIT:
+                _VALIDATED.clear()
+            _VALIDATED[key] = dims
+        batch, m, n, _ = dims
+        b3 = b.unsqueeze(0) if b.dim() == 2 else b
         out = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
+    else:
+        batch, m, n, _, b3 = _check(a, b, out)
+        if out is None:
+            out = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
     with device_guard(a.device):
         return launch_bmm_tiny(a, b3, out)
 

@@ -6,7 +6,7 @@ import json
 
 import torch
 
-from .common import Timer, copy_bandwidth_gbs, device_info, geomean, print_table, progress
+from .common import Timer, copy_bandwidth_gbs, device_info, geomean, host_us_per_call, print_table, progress
 
 SHAPES = [(12, 12, 64), (12, 64, 12), (64, 64, 64), (16, 16, 16), (3, 7, 5)]
 BATCHES = [1024, 16384]
@@ -17,7 +17,7 @@ def _parse_knobs(text: str) -> dict:
     knobs = {}
     for item in text.split(","):
         key, val = item.split("=")
-        knobs[key] = bool(int(val)) if key == "persistent" else int(val)
+        knobs[key] = bool(int(val)) if key in ("persistent", "async_copy", "fixed_tx") else int(val)
     return knobs
 
 
@@ -42,7 +42,7 @@ def _resident_blocks(plan: dict):
 def run(argv=None) -> int:
     import fusedgemm as fg
     from fusedgemm.reference import rel_error
-    from fusedgemm.tiny_gemm import _device_limits, launch_bmm_tiny, plan_bmm_tiny
+    from fusedgemm.tiny_gemm import launch_bmm_tiny, plan_for
 
     p = argparse.ArgumentParser(prog="python -m fusedgemm.bench bmm_tiny", description=__doc__)
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
@@ -52,7 +52,8 @@ def run(argv=None) -> int:
                    help="how L2 is flushed before each timed run (see bench/common.py Timer)")
     p.add_argument("--json", help="write the rows as JSON here")
     p.add_argument("--variants", nargs="*", default=[],
-                   help="plan knobs to time as well, e.g. r=2 persistent=0 elems=1,threads=128 (see plan_bmm_tiny)")
+                   help="plan knobs to time as well, e.g. async_copy=0 r=2 rn=4 stages=2 elems=1,threads=128 "
+                        "(see plan_bmm_tiny)")
     args = p.parse_args(argv)
     dtype = getattr(torch, args.dtype)
     timer = Timer(reps=args.reps, flush=args.flush)
@@ -72,7 +73,7 @@ def run(argv=None) -> int:
         floor = (a.numel() + b.numel() + batch * m * n) * a.element_size() / (bw * 1e9) * 1e6
         rows.append(dict(batch=batch, m=m, n=n, k=k, fg_us=t_fg, torch_us=t_torch, floor_us=floor,
                          floor_ratio=t_fg / floor, speedup=t_torch / t_fg, rel_err=err,
-                         plan=plan_bmm_tiny(batch, m, n, k, args.dtype, False, _device_limits(0))))
+                         plan=plan_for(a, b)[0]))
         for v in args.variants:
             knobs = _parse_knobs(v)
             out = torch.empty_like(ours)
@@ -94,12 +95,15 @@ def run(argv=None) -> int:
             print(f"  variant {v}: geomean speedup {geomean(r['torch_us'] / r[v] for r in rows):.2f}x")
         for r in rows:
             print(f"  plan {r['batch']} {r['m']}x{r['n']}x{r['k']}: " +
-                  " ".join(f"{key}={val}" for key, val in r["plan"].items() if key != "name")
+                  " ".join(f"{key}={val}" for key, val in r["plan"].items())
                   + f" resident/SM={_resident_blocks(r['plan'])}")
     for bt in args.batches:
         sel = [r for r in rows if r["batch"] == bt]
         print(f"  batch {bt}: geomean speedup {geomean(r['speedup'] for r in sel):.2f}x, worst x floor "
               f"{max(r['floor_ratio'] for r in sel):.2f}")
+    a, b = torch.randn(1024, 12, 64, device="cuda", dtype=dtype), torch.randn(1024, 64, 12, device="cuda", dtype=dtype)
+    host_fg, host_torch = host_us_per_call(lambda: fg.bmm_tiny(a, b)), host_us_per_call(lambda: torch.bmm(a, b))
+    print(f"  host us per eager call (1024 x 12x12x64): fusedgemm.bmm_tiny {host_fg:.1f}, torch.bmm {host_torch:.1f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": info, "copy_gbs": bw, "rows": rows}, f, indent=1)

@@ -75,11 +75,12 @@ class TileConfig:
         return GEMM_A8_SM90 if self.unit == "gemm_a8_sm90" else GEMM_A8
 
 
-def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int) -> TileConfig:
-    """Mirror of WgmmaConfig in hip_src/include/fusedgemm/gemm_a8_sm90.hpp (block N = 128, K step 128 B)."""
-    smem = stages * (block_m * 128 + 128 * 128) + 2 * stages * 8 + 1024
-    producer_warps = 4 if block_m // 64 == 3 else 1  # kSetMaxNReg (3 consumer warpgroups): a producer warpgroup
-    return TileConfig(name, block_m, 128, block_m // 16 + producer_warps, "gemm_a8_sm90", smem, min_blocks)
+def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n: int = 128) -> TileConfig:
+    """Mirror of WgmmaConfig in hip_src/include/fusedgemm/gemm_a8_sm90.hpp (K step 128 B)."""
+    smem = stages * (block_m * 128 + block_n * 128) + 2 * stages * 8 + 1024
+    # kSetMaxNReg (3 consumer warpgroups, or 192-wide tiles): the producer is a warpgroup, else one warp
+    producer_warps = 4 if block_m // 64 == 3 or block_n > 128 else 1
+    return TileConfig(name, block_m, block_n, block_m // 16 + producer_warps, "gemm_a8_sm90", smem, min_blocks)
 
 
 # Must match the Config* aliases in hip_src/include/fusedgemm/gemm_a8.hpp / gemm_a8_sm90.hpp and the
@@ -90,6 +91,7 @@ GEMM_A8_CONFIGS = {
     "m128n128": TileConfig("m128n128", 128, 128, 8),
     "w64n128": _wgmma_config("w64n128", 64, 4, 2),
     "w128n128": _wgmma_config("w128n128", 128, 6, 1),
+    "w128n192": _wgmma_config("w128n192", 128, 5, 1, block_n=192),
     "w192n128": _wgmma_config("w192n128", 192, 5, 1),
 }
 
@@ -107,10 +109,15 @@ BMM_TINY = Signature((
     ("a", "ptr"), ("b", "ptr"), ("c", "ptr"), ("batch", "i32"), ("m", "i32"), ("n", "i32"), ("k", "i32"),
     ("sab", "i64"), ("sam", "i32"), ("sak", "i32"), ("sbb", "i64"), ("sbk", "i32"), ("sbn", "i32"),
     ("a_mode", "i32"), ("b_mode", "i32"), ("tx", "i32"), ("ty", "i32"), ("elems", "i32"), ("lda", "i32"),
-    ("ldb", "i32"), ("a_elem", "i32"), ("b_elem", "i32"), ("num_blocks", "i32"),
+    ("ldb", "i32"), ("a_elem", "i32"), ("b_elem", "i32"), ("num_blocks", "i32"), ("stages", "i32"),
+    ("kc", "i32"),
 ))
 BMM_TINY_DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 BMM_TINY_MICROTILES = (2, 4)  # R: each thread computes an R x R block of C
+# (RM, RN) of the f32 cp.async kernels -> their __launch_bounds__ threads (FG_BMM_TINY_ASYNC_ENTRY in bmm_tiny.hip)
+BMM_TINY_ASYNC_TILES = {(2, 4): 256, (4, 4): 256, (4, 8): 128}
+BMM_TINY_ASYNC_FIXED_TX = {(4, 8): (8,)}  # tiles that also have kernels with tx fixed at compile time (_tx<TX>)
+BMM_TINY_MAX_STAGES = 8  # kBmmTinyMaxStages: depth of the cp.async ring
 BMM_TINY_MAX_DIM = 64
 BMM_TINY_MAX_THREADS = 256  # kBmmTinyMaxThreads in hip_src/include/fusedgemm/bmm_tiny.hpp
 BMM_TINY_QUADS = 4  # kBmmTinyQuads: 4-value quads each thread stages per operand and group
@@ -122,5 +129,14 @@ def bmm_tiny_kernel_name(dtype: str, r: int) -> str:
     return f"fg_bmm_tiny_{BMM_TINY_DTYPES[dtype]}_r{r}"
 
 
+def bmm_tiny_async_kernel_name(rm: int, rn: int, tx: int = 0) -> str:
+    """The cp.async kernel of tile rm x rn; the one with tx fixed at compile time where there is one."""
+    fixed = tx in BMM_TINY_ASYNC_FIXED_TX.get((rm, rn), ())
+    return f"fg_bmm_tiny_f32_async_{rm}x{rn}" + (f"_tx{tx}" if fixed else "")
+
+
 def bmm_tiny_kernel_names() -> list[str]:
-    return [bmm_tiny_kernel_name(d, r) for d in BMM_TINY_DTYPES for r in BMM_TINY_MICROTILES]
+    return ([bmm_tiny_kernel_name(d, r) for d in BMM_TINY_DTYPES for r in BMM_TINY_MICROTILES]
+            + [bmm_tiny_async_kernel_name(rm, rn) for rm, rn in BMM_TINY_ASYNC_TILES]
+            + [bmm_tiny_async_kernel_name(rm, rn, tx)
+               for (rm, rn), txs in BMM_TINY_ASYNC_FIXED_TX.items() for tx in txs])

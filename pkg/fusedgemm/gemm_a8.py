@@ -142,8 +142,8 @@ def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132)
     """-> (tile config, split-K factor).
 
     sm_90a: wgmma + TMA kernels. M <= 64 is weight streaming: 64 x 128 tiles (rows past M cost nothing,
-    TMA zero-fills them), two CTAs per SM; M > 64: 128 x 128 or 192 x 128 tiles, whichever _modelled_time
-    says. When there are too few output tiles to
+    TMA zero-fills them), two CTAs per SM; M > 64: 128 x 128, 128 x 192 or 192 x 128 tiles, whichever
+    _modelled_time says. When there are too few output tiles to
     fill the SMs, K is split over a cluster of 2 or 4 CTAs (while every CTA keeps >= 4 K blocks of 128; 8 was
     slower than 4 on every decode shape of the H200 grid).
     Other arches: the mma/MFMA template: 16 x 16 tiles with 8-way in-block split-K for M <= 16, 64 x 16
@@ -155,8 +155,7 @@ def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132)
         if m <= 64:
             cfg = kernels.GEMM_A8_CONFIGS["w64n128"]
         else:
-            cfg = min((kernels.GEMM_A8_CONFIGS[name] for name in ("w128n128", "w192n128")),
-                      key=lambda c: _modelled_time(c, m, n, sms))
+            cfg = min((kernels.GEMM_A8_CONFIGS[name] for name in _TILE_RATE), key=lambda c: _modelled_time(c, m, n, sms))
         tiles = -(-n // cfg.block_n) * -(-m // cfg.block_m)
         k_blocks = -(-k // 128)
         slots = sms * cfg.min_blocks_per_sm
@@ -170,19 +169,20 @@ def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132)
     return cfg, splits
 
 
-# Rows per unit of time of the 192-row tile relative to the 128-row one, when both run whole waves: its
-# third consumer warpgroup keeps the tensor core busier (H200: 1.14-1.21x at M = 4096, --compare-plans).
-_W192_ROW_RATE = 1.2
+# Output elements per unit of time of each M > 64 config relative to w128n128, when each runs whole waves
+# (H200, --compare-plans at M = 4096 / 8192, fp8 and int8, all five grid shapes: 1.16-1.25 and 1.21-1.29).
+# Larger tiles keep the tensor core busier per K block (the wait and promotion are shared by more MMA work).
+_TILE_RATE = {"w128n128": 1.0, "w128n192": 1.2, "w192n128": 1.27}
 
 
 def _modelled_time(cfg: kernels.TileConfig, m: int, n: int, sms: int) -> float:
     """Relative time of an M > 64 GEMM on `cfg`: whole waves of tiles (a partial last wave costs a whole one)
-    x the rows each tile computes / the config's row rate. Picks w128n128 where the 192-row tiles round up to
-    the same number of waves (M = 1024 with N = 4096 or 6144: 13-21% faster on the H200) and w192n128 where
-    they save a wave."""
+    x the outputs each tile computes / the config's rate. Picks the small tile where the large ones need as
+    many waves (o_proj M = 1024: w128n128), w128n192 where it saves a wave (qkv M = 1024: 66 us against 81 on
+    w128n128 and 84 on w192n128), w192n128 at large M."""
     tiles = -(-n // cfg.block_n) * -(-m // cfg.block_m)
     waves = -(-tiles // (sms * cfg.min_blocks_per_sm))
-    return waves * cfg.block_m / (_W192_ROW_RATE if cfg.block_m == 192 else 1.0)
+    return waves * cfg.block_m * cfg.block_n / _TILE_RATE[cfg.name]
 
 
 def plan_for(m: int, n: int, k: int, device_index: int) -> tuple[kernels.TileConfig, int]:

@@ -21,7 +21,8 @@ from fusedgemm.runtime.build import NVCC_FLAGS, find_nvidia_tool, source_root
 from fusedgemm.runtime.launch import Module, encode_tensor_map_tiled
 
 MODES = {"normal": 0, "no_mma": 1, "no_copy": 2, "plain_b": 3}
-CFGS = {"w64n128": "fg::ConfigW64N128", "w128n128": "fg::ConfigW128N128", "w192n128": "fg::ConfigW192N128"}
+CFGS = {"w64n128": "fg::ConfigW64N128", "w128n128": "fg::ConfigW128N128", "w128n192": "fg::ConfigW128N192",
+        "w192n128": "fg::ConfigW192N128"}
 ENTRY = """
 extern "C" __global__ void __launch_bounds__(CFG::kThreads, CFG::kMinBlocksPerSm) probe_NAME_LABEL(
     const __grid_constant__ fg::sm90::TmaDesc a_map, const __grid_constant__ fg::sm90::TmaDesc b_map,
@@ -60,6 +61,7 @@ def main() -> int:
         "qkv M=8192 w128n128": (8192, 6144, 4096, "w128n128", 1),
         "qkv M=8192 w64n128": (8192, 6144, 4096, "w64n128", 1),
         "qkv M=8192 w192n128": (8192, 6144, 4096, "w192n128", 1),
+        "qkv M=8192 w128n192": (8192, 6144, 4096, "w128n192", 1),
     }.items():
         cfg = kernels.GEMM_A8_CONFIGS[cfg_name]
         a = torch.randn(m, k, device="cuda").to(torch.float8_e4m3fn)
@@ -68,8 +70,8 @@ def main() -> int:
         out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
         a_map = g._tensor_map_a(a.data_ptr(), m, k, cfg.block_m)
         b_map = g._tensor_map_b(wq.data.data_ptr(), n, k, cfg.block_n)
-        plain_map = encode_tensor_map_tiled(0, 2, w.data_ptr(), (k, n), (k,), (128, 128), (1, 1), 0, 3, 3, 0)
-        grid = ((n + 127) // 128, (m + cfg.block_m - 1) // cfg.block_m, splits)
+        plain_map = encode_tensor_map_tiled(0, 2, w.data_ptr(), (k, n), (k,), (128, cfg.block_n), (1, 1), 0, 3, 3, 0)
+        grid = ((n + cfg.block_n - 1) // cfg.block_n, (m + cfg.block_m - 1) // cfg.block_m, splits)
         times = []
         for mode in MODES:
             kern = mod.kernel(f"probe_{cfg_name}_{mode}", kernels.GEMM_A8_SM90)

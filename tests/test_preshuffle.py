@@ -67,3 +67,26 @@ def test_to_keeps_the_tag():
     moved = wq.to("cpu")
     assert isinstance(moved, fg.PreshuffledWeight) and torch.equal(moved.data, wq.data)
     assert "PreshuffledWeight(N=16, K=32" in repr(wq)
+
+
+def test_pickle_and_copy_keep_the_weight_and_drop_launch_plans():
+    import copy
+    import io
+    import pickle
+
+    w = torch.randn(32, 64).to(torch.float8_e4m3fn)
+    wq = fg.preshuffle(w)
+    wq.call_plans[("signature",)] = lambda: None  # what gemm_a8 leaves there cannot be pickled
+    # (plain pickle of an fp8 tensor fails inside torch itself: UntypedStorage has no dtype; int8 shows the path)
+    w8 = fg.preshuffle(torch.randint(-8, 8, (32, 64), dtype=torch.int8))
+    w8.call_plans[("signature",)] = lambda: None
+    clone8 = pickle.loads(pickle.dumps(w8))
+    assert clone8.call_plans == {} and torch.equal(clone8.data, w8.data)
+    for clone in (copy.deepcopy(wq), copy.copy(wq)):
+        assert isinstance(clone, fg.PreshuffledWeight) and clone.call_plans == {}
+        assert clone.layout == wq.layout and torch.equal(clone.data.view(torch.uint8), wq.data.view(torch.uint8))
+    buf = io.BytesIO()
+    torch.save({"w": wq}, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)["w"]
+    assert torch.equal(fg.unshuffle(loaded).view(torch.uint8), w.view(torch.uint8))

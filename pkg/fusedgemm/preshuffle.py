@@ -42,6 +42,10 @@ class PreshuffledWeight:
         # fast path, gemm_a8.py). Lives and dies with the weight; replacing `data` or `layout` clears it.
         self.call_plans: dict = {}
 
+    def __reduce__(self):
+        # pickle / copy / deepcopy carry the weight and its tag, not the launch plans (device handles)
+        return PreshuffledWeight, (self._data, self._layout)
+
     @property
     def data(self) -> torch.Tensor:
         return self._data

@@ -25,32 +25,18 @@ import json
 import statistics
 import sys
 import threading
-import time
 import traceback
 
 import torch
 
 import fusedgemm as fg
+from fusedgemm.bench.common import host_us_per_call
 from fusedgemm.runtime import kernels, launch
 from fusedgemm.runtime.arch import device_arch
 
 M, N, K = 16, 16, 64
 CONFIG = "m16n16k8"  # the mma kernel of unit gemm_a8 that serves M <= 16 (grid 1 x 1, 8 warps)
 FAILED: list[str] = []
-
-
-def host_us(fn, batches: int, calls: int) -> float:
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    per_call = []
-    for _ in range(batches):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per_call.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(per_call)
 
 
 def kernel_us(fn, reps: int = 50) -> float | None:
@@ -199,7 +185,7 @@ def main() -> int:
     print(f"{'':42s} {'host us':>8s} {'kernel us':>10s}")
     for case, fn in cases.items():
         try:
-            h = host_us(fn, args.batches, args.calls)
+            h = host_us_per_call(fn, args.calls, args.batches)
             d = None if case.startswith(("encode", "torch.empty")) else kernel_us(fn)
         except Exception as e:
             print(f"{case:42s} error: {type(e).__name__}: {e}"[:200])

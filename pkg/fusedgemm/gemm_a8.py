@@ -156,7 +156,7 @@ def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132)
             cfg = kernels.GEMM_A8_CONFIGS["w64n128"]
         else:
             cfg = min((kernels.GEMM_A8_CONFIGS[name] for name in _TILE_RATE), key=lambda c: _modelled_time(c, m, n, sms))
-        tiles = -(-n // cfg.block_n) * -(-m // cfg.block_m)
+        tiles = _tile_count(cfg, m, n)
         k_blocks = -(-k // 128)
         slots = sms * cfg.min_blocks_per_sm
         # Split-K caps: 4 for the decode tiles (8 was slower on every decode shape), 2 for the larger ones (4
@@ -178,13 +178,16 @@ def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132)
 _TILE_RATE = {"w128n128": 1.0, "w128n192": 1.2, "w192n128": 1.27}
 
 
+def _tile_count(cfg: kernels.TileConfig, m: int, n: int) -> int:
+    return -(-n // cfg.block_n) * -(-m // cfg.block_m)
+
+
 def _modelled_time(cfg: kernels.TileConfig, m: int, n: int, sms: int) -> float:
     """Relative time of an M > 64 GEMM on `cfg`: whole waves of tiles (a partial last wave costs a whole one)
     x the outputs each tile computes / the config's rate. Picks the small tile where the large ones need as
     many waves (o_proj M = 1024: w128n128), w128n192 where it saves a wave (qkv M = 1024: 66 us against 81 on
     w128n128 and 84 on w192n128), w192n128 at large M."""
-    tiles = -(-n // cfg.block_n) * -(-m // cfg.block_m)
-    waves = -(-tiles // (sms * cfg.min_blocks_per_sm))
+    waves = -(-_tile_count(cfg, m, n) // (sms * cfg.min_blocks_per_sm))
     return waves * cfg.block_m * cfg.block_n / _TILE_RATE[cfg.name]
 
 
@@ -316,14 +319,14 @@ class _CallPlan:
     `run` takes the tensors of a call whose metadata matched the signature (same shapes, strides, dtypes,
     devices) and re-checks only what the signature cannot promise: data addresses."""
 
-    __slots__ = ("dev", "m", "n", "k", "out_dtype", "launch", "tma", "block_m", "block_n", "scalars", "a_map",
-                 "bias_align", "b_ptr", "b_map")
+    __slots__ = ("dev", "m", "n", "k", "launch", "tma", "block_m", "block_n", "scalars", "a_map", "bias_align",
+                 "b_map")
 
     def __init__(self, dev: int, in_kind: str, act: str, m: int, n: int, k: int, out_dtype: torch.dtype,
                  bias_dtype, sa_stride: int, sb_stride: int, alpha: float):
-        self.dev, self.m, self.n, self.k, self.out_dtype = dev, m, n, k, out_dtype
+        self.dev, self.m, self.n, self.k = dev, m, n, k
         bias_kind = kernels.BIAS_KIND[None if bias_dtype is None else _BIAS_NAME[bias_dtype]]
-        self.bias_align = 1 if bias_dtype is None else (4 if bias_dtype == torch.float32 else 2)
+        self.bias_align = 1 if bias_dtype is None else bias_dtype.itemsize  # as check_gemm_a8_args asks
         self.scalars = (m, n, k, bias_kind, sa_stride, sb_stride, alpha)
         self.launch = None  # nothing to launch for an empty output
         self.tma = False
@@ -331,7 +334,7 @@ class _CallPlan:
         if m == 0 or n == 0:
             return
         cfg, splits = plan_for(m, n, k, dev)
-        grid = ((n + cfg.block_n - 1) // cfg.block_n, (m + cfg.block_m - 1) // cfg.block_m, splits)
+        grid = (-(-n // cfg.block_n), -(-m // cfg.block_m), splits)
         if grid[1] > _MAX_GRID_Y:
             raise ValueError(f"gemm_a8: M={m} is too large for one launch (at most {_MAX_GRID_Y * cfg.block_m} rows)")
         kernel = _kernel_for(dev, in_kind, out_dtype, act, cfg)
@@ -362,12 +365,13 @@ class _CallPlan:
 
 
 def launch_gemm_a8(a: torch.Tensor, b_data: torch.Tensor, bias, sa, sa_stride: int, sb, sb_stride: int,
-                   alpha: float, act: str, in_kind: str, out: torch.Tensor) -> None:
-    """Launch on the current stream. All arguments already validated."""
+                   alpha: float, act: str, in_kind: str, out: torch.Tensor) -> _CallPlan:
+    """Launch on the current stream. All arguments already validated. Returns the plan it launched with."""
     m, k = a.shape
     plan = _CallPlan(a.device.index, in_kind, act, m, b_data.shape[0], k, out.dtype,
                      None if bias is None else bias.dtype, sa_stride, sb_stride, alpha)
     plan.run(a.data_ptr(), b_data.data_ptr(), out.data_ptr(), _ptr(bias), _ptr(sa), _ptr(sb))
+    return plan
 
 
 def _ptr(t) -> int:
@@ -426,13 +430,11 @@ def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = N
 def _gemm_a8_checked(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, key):
     """Every check, then the launch; records the plan under `key` for the fast path when given one."""
     p = check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out)
-    m, n = p["m"], p["n"]
     if out is None:
-        out = torch.empty((m, n), dtype=out_dtype, device=a.device)
+        out = torch.empty((p["m"], p["n"]), dtype=out_dtype, device=a.device)
     with device_guard(a.device):
-        plan = _CallPlan(a.device.index, p["in_kind"], p["act"], m, n, p["k"], out_dtype,
-                         None if bias is None else bias.dtype, p["sa_stride"], p["sb_stride"], p["alpha"])
-        plan.run(a.data_ptr(), b.data.data_ptr(), out.data_ptr(), _ptr(bias), _ptr(p["sa"]), _ptr(p["sb"]))
+        plan = launch_gemm_a8(a, b.data, bias, p["sa"], p["sa_stride"], p["sb"], p["sb_stride"], p["alpha"],
+                              p["act"], p["in_kind"], out)
     if key is not None and _FORCED_CONFIG is None:
         plans = b.call_plans
         try:

@@ -228,3 +228,15 @@ def test_cached_launches_follow_alignment_and_strides(seed):
     assert rel_error(fg.bmm_tiny(at, b), oracle(at, b)) <= TOL[torch.float32]
     with pytest.raises(ValueError, match="must be on the same GPU"):
         fg.bmm_tiny(a.cpu(), b.cpu())
+
+
+def test_bench_kernel_time_counts_each_call_once():
+    """bench.common.kernel_us finds every fenced call in the profile and times only its own kernels: never more
+    than the event time of the same call (which adds the event pair's fixed cost)."""
+    from fusedgemm.bench.common import Timer, kernel_us
+
+    timer = Timer(reps=10)
+    a, b = torch.randn(4096, 16, 16, device="cuda"), torch.randn(4096, 16, 16, device="cuda")
+    for fn in (lambda: torch.bmm(a, b), lambda: fg.bmm_tiny(a, b)):
+        k = kernel_us(fn, timer, reps=10)
+        assert 0 < k < timer(fn)

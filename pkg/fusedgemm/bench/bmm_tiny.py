@@ -6,7 +6,8 @@ import json
 
 import torch
 
-from .common import Timer, copy_bandwidth_gbs, device_info, geomean, host_us_per_call, print_table, progress
+from .common import (Timer, copy_bandwidth_gbs, device_info, geomean, host_us_per_call, kernel_us, print_table,
+                     progress)
 
 SHAPES = [(12, 12, 64), (12, 64, 12), (64, 64, 64), (16, 16, 16), (3, 7, 5)]
 BATCHES = [1024, 16384]
@@ -51,6 +52,8 @@ def run(argv=None) -> int:
     p.add_argument("--flush", choices=["read", "write"], default="read",
                    help="how L2 is flushed before each timed run (see bench/common.py Timer)")
     p.add_argument("--json", help="write the rows as JSON here")
+    p.add_argument("--no-kernel-time", action="store_true",
+                   help="skip the profiler's kernel-only times (columns 'kernel us', beside the event times)")
     p.add_argument("--variants", nargs="*", default=[],
                    help="plan knobs to time as well, e.g. async_copy=0 r=2 rn=4 stages=2 elems=1,threads=128 "
                         "(see plan_bmm_tiny)")
@@ -60,6 +63,10 @@ def run(argv=None) -> int:
     bw = copy_bandwidth_gbs(timer)
     info = device_info()
     print(f"{info['gpu']}  torch {info['torch']}  copy bandwidth {bw:.0f} GB/s (read+write)  dtype {args.dtype}")
+    if not args.no_kernel_time:  # what the event pair itself costs: an empty-sized kernel
+        tiny = torch.zeros(1, device="cuda")
+        print(f"timer fixed cost: a 4-byte fill takes {timer(lambda: tiny.fill_(1.0)):.2f} us by events, "
+              f"{kernel_us(lambda: tiny.fill_(1.0), timer):.2f} us of kernel time")
     rows = []
     cases = [(bt, s) for bt in args.batches for s in SHAPES]
     for batch, (m, n, k) in progress(cases, len(cases), "bmm_tiny"):
@@ -74,6 +81,10 @@ def run(argv=None) -> int:
         rows.append(dict(batch=batch, m=m, n=n, k=k, fg_us=t_fg, torch_us=t_torch, floor_us=floor,
                          floor_ratio=t_fg / floor, speedup=t_torch / t_fg, rel_err=err,
                          plan=plan_for(a, b)[0]))
+        if not args.no_kernel_time:
+            k_fg, k_torch = kernel_us(lambda: fg.bmm_tiny(a, b), timer), kernel_us(lambda: torch.bmm(a, b), timer)
+            rows[-1].update(fg_kernel_us=k_fg, torch_kernel_us=k_torch, kernel_speedup=k_torch / k_fg,
+                            kernel_floor_ratio=k_fg / floor)
         for v in args.variants:
             knobs = _parse_knobs(v)
             out = torch.empty_like(ours)
@@ -88,6 +99,13 @@ def run(argv=None) -> int:
                        ("floor_us", "floor us", ".2f"), ("floor_ratio", "x floor", ".2f"),
                        ("speedup", "speedup", ".2f"), ("rel_err", "rel err", ".1e")])
     print(f"geomean speedup over torch.bmm: {geomean(r['speedup'] for r in rows):.2f}x")
+    if not args.no_kernel_time:
+        print("kernel time only (profiler; no event-pair overhead on either side):")
+        print_table(rows, [("batch", "batch", "d"), ("m", "m", "d"), ("n", "n", "d"), ("k", "k", "d"),
+                           ("fg_kernel_us", "fusedgemm kernel us", ".2f"),
+                           ("torch_kernel_us", "torch.bmm kernel us", ".2f"), ("floor_us", "floor us", ".2f"),
+                           ("kernel_floor_ratio", "x floor", ".2f"), ("kernel_speedup", "speedup", ".2f")])
+        print(f"geomean kernel-time speedup over torch.bmm: {geomean(r['kernel_speedup'] for r in rows):.2f}x")
     if args.variants:
         print_table(rows, [("batch", "batch", "d"), ("m", "m", "d"), ("n", "n", "d"), ("k", "k", "d"),
                            ("fg_us", "default us", ".2f")] + [(v, v + " us", ".2f") for v in args.variants])

@@ -66,6 +66,42 @@ class Timer:
         return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
 
 
+def kernel_us(fn, timer: Timer, reps: int = 30) -> float:
+    """Median GPU time of fn's own kernels and copies per call (us), from the profiler's device timestamps
+    (CUPTI), with the L2 flushed before each call as Timer does. A multi-kernel fn counts the sum of its
+    kernels' durations, not the gaps between them. Beside Timer's event times: a CUDA event pair adds a
+    fixed ~3 us around even an empty kernel (H200: a 4-byte fill measures 3.8 us by events, 0.8 us here),
+    which dominates few-microsecond rows and pulls their ratios towards 1.
+
+    Each call is fenced by two spin kernels (torch.cuda._sleep), so fn's work is exactly what runs between
+    the first and the second of a pair, whatever its kernels are named."""
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            timer.flush_l2()
+            torch.cuda._sleep(1000)
+            fn()
+            torch.cuda._sleep(1000)
+        torch.cuda.synchronize()
+    events = sorted((e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA),
+                    key=lambda e: e.time_range.start)
+    per_call, inside, total = [], False, 0.0
+    for e in events:
+        if "spin_kernel" in e.name:
+            if inside:
+                per_call.append(total)
+            inside, total = not inside, 0.0
+        elif inside:
+            total += e.time_range.elapsed_us()
+    if len(per_call) != reps:
+        raise RuntimeError(f"kernel_us: found {len(per_call)} fenced calls in the profile, expected {reps}")
+    return statistics.median(per_call)
+
+
 def copy_bandwidth_gbs(timer: Timer, nbytes: int = 1 << 30) -> float:
     """Device-to-device copy bandwidth counting bytes read plus written (GB/s), measured now."""
     src = torch.empty(nbytes, dtype=torch.uint8, device="cuda")

@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from .common import Timer, copy_bandwidth_gbs, device_info, geomean, host_us_per_call, print_table, progress
+from .common import (Timer, copy_bandwidth_gbs, device_info, geomean, host_us_per_call, kernel_us, print_table,
+                     progress)
 from ..gemm_a8 import forced_config, plan_for, plans
 
 # Dense 8-bit tensor-core peaks (TFLOP/s, datasheet) by arch.
@@ -86,6 +87,9 @@ def run(argv=None) -> int:
                    help="also time every (tile config, split-K) plan per shape and report the fastest beside the "
                         "heuristic's choice (for tuning the heuristic)")
     p.add_argument("--json", help="write rows and summary as JSON here")
+    p.add_argument("--kernel-time", action="store_true",
+                   help="also the profiler's kernel-only times of fusedgemm, (a) and (c) (no CUDA-event overhead; "
+                        "(a) counts its kernels, not the gaps between them), and their ratios")
     p.add_argument("--plot", help="write a PNG: speedup over (a) vs M, one line per shape")
     args = p.parse_args(argv)
 
@@ -132,9 +136,14 @@ def run(argv=None) -> int:
             for plan in plans(arch):
                 with forced_config(*plan):
                     row["plans_us"][f"{plan[0]}:{plan[1]}"] = timer(ours)
+        if args.kernel_time:
+            row["fg_kern_us"] = kernel_us(ours, timer)
         for key, fn in _baselines(args.dtype, a, w, bias, sa, sb, act_name, out_dtype, not args.no_compile).items():
             try:
                 row[f"{key}_us"] = timer(fn) if fn is not None else None
+                if args.kernel_time and key in ("a", "c") and fn is not None:
+                    row[f"{key}_kern_us"] = kernel_us(fn, timer)
+                    row[f"kx_{key}"] = row[f"{key}_kern_us"] / row["fg_kern_us"]
             except Exception as exc:  # a baseline the library cannot run for this shape (e.g. _int_mm M <= 16)
                 row[f"{key}_us"] = None
                 row[f"{key}_error"] = str(exc).splitlines()[0][:120]
@@ -163,6 +172,11 @@ def run(argv=None) -> int:
         print_table(rows, [("shape", "shape", "s"), ("M", "M", "d"), ("plan", "chosen plan", "s"),
                            ("fg_us", "chosen us", ".1f"), ("best_plan", "fastest plan", "s"),
                            ("best_plan_us", "fastest us", ".1f")])
+    if args.kernel_time:
+        print("kernel time only (profiler; no event-pair overhead on either side):")
+        print_table(rows, [("shape", "shape", "s"), ("M", "M", "d"), ("fg_kern_us", "fg kernel us", ".1f"),
+                           ("a_kern_us", "(a) kernels us", ".1f"), ("c_kern_us", "(c) kernel us", ".1f"),
+                           ("kx_a", "kx(a)", ".2f"), ("kx_c", "kx(c)", ".2f")])
     summary = {}
     for band, pred in BANDS:
         sel = [r for r in rows if pred(r["M"])]
@@ -171,6 +185,9 @@ def run(argv=None) -> int:
             summary[band]["floor_ratio"] = geomean(r["fg_us"] / r["floor_us"] for r in sel)
             print(f"geomean {band:12}: " + "  ".join(f"x({k[2:]}) {v:.2f}" for k, v in summary[band].items()
                                                      if k.startswith("x_")) + f"  time/floor {summary[band]['floor_ratio']:.2f}")
+            if args.kernel_time:
+                summary[band].update({f"kx_{k}": geomean(r.get(f"kx_{k}") for r in sel) for k in ("a", "c")})
+                print(f"  kernel time   : kx(a) {summary[band]['kx_a']:.2f}  kx(c) {summary[band]['kx_c']:.2f}")
 
     # Host overhead: CPU time per eager call on a tiny problem.
     a1 = torch.randn(16, 256, device="cuda").to(in_dtype) if in_dtype != torch.int8 else \

@@ -113,15 +113,52 @@ FG_DEVICE void store_pair(u16* __restrict__ out, int N, int row, int col, float 
       static_cast<u32>(Out::from_float(y0)) | (static_cast<u32>(Out::from_float(y1)) << 16);
 }
 
+// Accumulator element j of consumer thread t (t counted within its warpgroup): row and column in the
+// warpgroup's 64 x 128 tile (the wgmma D fragment layout).
+FG_DEVICE int acc_row(int t, int j) { return 16 * (t >> 5) + ((t & 31) >> 2) + 8 * ((j >> 1) & 1); }
+FG_DEVICE int acc_col(int t, int j) { return 8 * (j >> 2) + 2 * (t & 3) + (j & 1); }
+
+// Column scales and bias of a consumer thread's accumulator columns: for each of its kGroups 8-column groups
+// g, columns n0 + acc_col(t, 4 g) and the one after (0 past N). All are loaded before the first store, so
+// the epilogue waits for one round of loads instead of one per group (ncu, qkv M = 8192: the per-group
+// loads were ~9% of all warp stall samples, with the tensor core idle behind them).
+template <int kGroups>
+struct ColumnOperands {
+  float scale[2 * kGroups], bias[2 * kGroups];
+
+  FG_DEVICE void load(const void* __restrict__ bias_ptr, const float* __restrict__ scale_b, int scale_b_stride,
+                      int bias_kind, int N, int n0, int t) {
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+      const int col = n0 + acc_col(t, 4 * g);
+      const bool in = col < N;  // N % 16 == 0: a column pair is all in or all out
+#pragma unroll
+      for (int e = 0; e < 2; ++e) scale[2 * g + e] = in ? load_scale(scale_b, scale_b_stride, col + e) : 0.f;
+    }
+    // One loop per bias type (a uniform branch outside, independent loads inside).
+    auto load_all = [&](auto load_one) {
+#pragma unroll
+      for (int g = 0; g < kGroups; ++g) {
+        const int col = n0 + acc_col(t, 4 * g);
+#pragma unroll
+        for (int e = 0; e < 2; ++e) bias[2 * g + e] = col < N ? load_one(col + e) : 0.f;
+      }
+    };
+    if (bias_kind == kBiasF32)
+      load_all([&](int c) { return static_cast<const float*>(bias_ptr)[c]; });
+    else if (bias_kind == kBiasNone)
+      load_all([](int) { return 0.f; });
+    else
+      load_all([&](int c) { return load_bias(bias_ptr, bias_kind, c); });
+  }
+};
+
 // The epilogue of one 8-column group (accumulator elements j..j+3 of a thread: columns col, col + 1 of rows
-// row0 and row0 + 8): column scales and bias are read once for both rows.
+// row0 and row0 + 8) with those columns' scales sb0, sb1 and biases b0, b1.
 template <class Out, class Act, class Acc>
-FG_DEVICE void store_group(u16* __restrict__ out, const void* __restrict__ bias, const float* __restrict__ scale_b,
-                           int M, int N, int bias_kind, int scale_b_stride, const float (&row_scale)[2], int row0,
-                           int col, Acc v0, Acc v1, Acc v2, Acc v3) {
-  if (col >= N) return;  // N % 16 == 0: a column pair is all in or all out
-  const float sb0 = load_scale(scale_b, scale_b_stride, col), sb1 = load_scale(scale_b, scale_b_stride, col + 1);
-  const float b0 = load_bias(bias, bias_kind, col), b1 = load_bias(bias, bias_kind, col + 1);
+FG_DEVICE void store_group(u16* __restrict__ out, int M, int N, const float (&row_scale)[2], int row0, int col,
+                           float sb0, float sb1, float b0, float b1, Acc v0, Acc v1, Acc v2, Acc v3) {
+  if (col >= N) return;
   if (row0 < M)
     store_pair<Out, Act>(out, N, row0, col, static_cast<float>(v0), static_cast<float>(v1), row_scale[0] * sb0,
                          row_scale[0] * sb1, b0, b1);
@@ -129,11 +166,6 @@ FG_DEVICE void store_group(u16* __restrict__ out, const void* __restrict__ bias,
     store_pair<Out, Act>(out, N, row0 + 8, col, static_cast<float>(v2), static_cast<float>(v3), row_scale[1] * sb0,
                          row_scale[1] * sb1, b0, b1);
 }
-
-// Accumulator element j of consumer thread t (t counted within its warpgroup): row and column in the
-// warpgroup's 64 x 128 tile (the wgmma D fragment layout).
-FG_DEVICE int acc_row(int t, int j) { return 16 * (t >> 5) + ((t & 31) >> 2) + 8 * ((j >> 1) & 1); }
-FG_DEVICE int acc_col(int t, int j) { return 8 * (j >> 2) + 2 * (t & 3) + (j & 1); }
 
 // Timing probes for performance work (ci/probe_sm90.py builds them; the package never does): which part of
 // the pipeline bounds the kernel. kProbe 1: no MMAs (copies only); 2: no copies (MMAs on whatever is in
@@ -289,10 +321,13 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
   for (int h = 0; h < 2; ++h)
     row_scale[h] = row0 + 8 * h < M ? alpha * load_scale(scale_a, scale_a_stride, row0 + 8 * h) : 0.f;
   if (splits == 1) {
+    ColumnOperands<kAcc / 4> col_ops;
+    col_ops.load(bias, scale_b, scale_b_stride, bias_kind, N, n0, ct);
 #pragma unroll
     for (int j = 0; j < kAcc; j += 4)
-      store_group<Out, Act>(out, bias, scale_b, M, N, bias_kind, scale_b_stride, row_scale, row0,
-                            n0 + acc_col(ct, j), acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+      store_group<Out, Act>(out, M, N, row_scale, row0, n0 + acc_col(ct, j), col_ops.scale[j / 2],
+                            col_ops.scale[j / 2 + 1], col_ops.bias[j / 2], col_ops.bias[j / 2 + 1], acc[j], acc[j + 1],
+                            acc[j + 2], acc[j + 3]);
     return;
   }
 
@@ -304,15 +339,20 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
   for (int j = 0; j < kAcc; ++j) partial[j * Cfg::kConsumerThreads + tid] = __builtin_bit_cast(u32, acc[j]);
   sm90::cluster_sync();
   {
+    // Each CTA stores 1 / splits of the groups, loading their column operands as it goes: hoisting all of a
+    // thread's loads here (as the splits == 1 path does) made the decode shapes 3-5 us slower (H200).
     const int per_rank = kAcc / splits;  // a multiple of 8: whole 8-column groups
     for (int j = rank * per_rank; j < (rank + 1) * per_rank; j += 4) {
+      const int col = n0 + acc_col(ct, j);
+      if (col >= N) continue;
       Acc v[4] = {Acc(0), Acc(0), Acc(0), Acc(0)};
       for (int r = 0; r < splits; ++r)  // fixed order: the result does not depend on timing
 #pragma unroll
         for (int e = 0; e < 4; ++e)
           v[e] += __builtin_bit_cast(Acc, sm90::ld_cluster_u32(&partial[(j + e) * Cfg::kConsumerThreads + tid], r));
-      store_group<Out, Act>(out, bias, scale_b, M, N, bias_kind, scale_b_stride, row_scale, row0,
-                            n0 + acc_col(ct, j), v[0], v[1], v[2], v[3]);
+      store_group<Out, Act>(out, M, N, row_scale, row0, col, load_scale(scale_b, scale_b_stride, col),
+                            load_scale(scale_b, scale_b_stride, col + 1), load_bias(bias, bias_kind, col),
+                            load_bias(bias, bias_kind, col + 1), v[0], v[1], v[2], v[3]);
     }
   }
   sm90::cluster_sync();  // keep this CTA's partial tile alive until every CTA has read it

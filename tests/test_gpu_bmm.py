@@ -150,6 +150,7 @@ def test_dispatch(monkeypatch, seed):
 
     calls = []
     real = bmm_mod.launch_bmm_tiny
+    monkeypatch.setattr(bmm_mod, "_FAST", {})  # no bound launches from earlier tests: every call is seen
     monkeypatch.setattr(bmm_mod, "launch_bmm_tiny", lambda *a, **k: calls.append(1) or real(*a, **k))
     a, b = torch.randn(64, 12, 64, device="cuda"), torch.randn(64, 64, 12, device="cuda")
     y = fg.bmm(a, b)
@@ -170,6 +171,7 @@ def test_fallback_warns_once(monkeypatch, seed):
         raise RuntimeError("simulated: no code object")
 
     monkeypatch.setattr(bmm_mod, "launch_bmm_tiny", broken)
+    monkeypatch.setattr(bmm_mod, "_FAST", {})  # else a bound launch from an earlier test would bypass `broken`
     monkeypatch.setattr(bmm_mod, "_warned_fallback", False)
     a, b = torch.randn(8, 12, 64, device="cuda"), torch.randn(8, 64, 12, device="cuda")
     with warnings.catch_warnings(record=True) as w:
@@ -240,3 +242,30 @@ def test_bench_kernel_time_counts_each_call_once():
     for fn in (lambda: torch.bmm(a, b), lambda: fg.bmm_tiny(a, b)):
         k = kernel_us(fn, timer, reps=10)
         assert 0 < k < timer(fn)
+
+
+def test_eager_fast_path_relaunches_only_matching_calls(seed):
+    """Repeat calls of one signature reuse a bound launch (tiny_gemm._FAST); a change of shape, strides,
+    dtype, broadcast or 16-byte alignment is a different signature, planned afresh. Every call is checked
+    against the oracle on fresh data."""
+    from fusedgemm import tiny_gemm
+
+    tiny_gemm._FAST.clear()
+    base = torch.randn(300 * 12 * 64 + 4, device="cuda")
+    for _ in range(3):  # same signature: one entry, fresh data each time
+        base.normal_()
+        a = base[:300 * 12 * 64].view(300, 12, 64)
+        b = torch.randn(300, 64, 12, device="cuda")
+        assert rel_error(fg.bmm_tiny(a, b), oracle(a, b)) <= TOL[torch.float32]
+    assert len(tiny_gemm._FAST) == 1
+    variants = [base[1:1 + 300 * 12 * 64].view(300, 12, 64),            # 4-byte aligned only
+                torch.randn(300, 64, 12, device="cuda").transpose(1, 2),  # strided A
+                torch.randn(300, 12, 64, device="cuda", dtype=torch.bfloat16)]
+    for x in variants:
+        y = torch.randn(300, 64, 12, device="cuda", dtype=x.dtype)
+        for _ in range(2):
+            assert rel_error(fg.bmm_tiny(x, y), oracle(x, y)) <= TOL[x.dtype]
+    w = torch.randn(64, 12, device="cuda")  # broadcast B, then the same B as one batched operand
+    assert rel_error(fg.bmm_tiny(a, w), oracle(a, w)) <= TOL[torch.float32]
+    assert rel_error(fg.bmm_tiny(a, w.expand(300, 64, 12)), oracle(a, w)) <= TOL[torch.float32]
+    assert len(tiny_gemm._FAST) == 6

@@ -13,7 +13,7 @@ import warnings
 
 import torch
 
-from .gemm_a8 import current_raw_stream, device_guard
+from .gemm_a8 import current_device_index, current_raw_stream, device_guard
 from .runtime import kernels
 
 _DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -272,11 +272,21 @@ def plan_for(a: torch.Tensor, b3: torch.Tensor, **knobs) -> tuple[dict, int, int
     return plan, a_mode, b_mode, sab, sbb
 
 
-# Eager hot path (a tiny batch's kernel runs for a few us, as long as the Python around it): launches and
-# validated input signatures cached by what they depend on, so a repeat call skips planning and checks.
+# Eager hot path (a tiny batch's kernel runs for a few us, less than the Python around it). A call without
+# out= looks up everything its launch depends on -- shapes, strides, dtypes and devices of a and b, and their
+# 16-byte alignment -- in _FAST: a hit gives the output shape and a launch bound to its grid (Kernel.bind),
+# so it skips the checks and the planning; a miss takes the checked path, which fills it. launch_bmm_tiny
+# (out=, benchmark knobs) keeps its own cache of launches.
+_FAST: dict = {}        # (a and b metadata, alignments) -> _FastLaunch
 _LAUNCHES: dict = {}    # (shapes, strides, dtype, device, 16-byte alignment of a and b) -> (kernel, fixed args)
-_VALIDATED: dict = {}   # (shapes, strides, dtypes, devices) of inputs _check accepted (out=None) -> (B, m, n, k)
 _CACHE_LIMIT = 4096     # entries per cache; past this it starts over (shapes that change every call)
+
+
+class _FastLaunch:
+    __slots__ = ("dev", "out_shape", "launch", "args")
+
+    def __init__(self, dev: int, out_shape: tuple, launch, args: tuple):
+        self.dev, self.out_shape, self.launch, self.args = dev, out_shape, launch, args
 
 
 def _prepare_launch(a: torch.Tensor, b3: torch.Tensor, knobs: dict) -> tuple:
@@ -323,23 +333,31 @@ def launch_bmm_tiny(a: torch.Tensor, b3: torch.Tensor, out: torch.Tensor, **knob
 
 
 def _bmm_tiny_forward(a, b, out=None):
+    key = None
     if out is None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        key = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device)
-        dims = _VALIDATED.get(key)
-        if dims is None:  # bad inputs raise here and are never cached
-            dims = _check(a, b, None)[:4]
-            if len(_VALIDATED) >= _CACHE_LIMIT:
-                _VALIDATED.clear()
-            _VALIDATED[key] = dims
-        batch, m, n, _ = dims
-        b3 = b.unsqueeze(0) if b.dim() == 2 else b
+        a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
+        key = (a.shape, a.stride(), a.dtype, a.device, b.shape, b.stride(), b.dtype, b.device, a_ptr & 15, b_ptr & 15)
+        hit = _FAST.get(key)
+        if hit is not None and hit.dev == current_device_index():
+            out = torch.empty(hit.out_shape, dtype=a.dtype, device=a.device)
+            hit.launch(current_raw_stream(hit.dev), a_ptr, b_ptr, out.data_ptr(), *hit.args)
+            return out
+    batch, m, n, k, b3 = _check(a, b, out)  # bad inputs raise here and are never cached
+    if out is None:
         out = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
-    else:
-        batch, m, n, _, b3 = _check(a, b, out)
-        if out is None:
-            out = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
     with device_guard(a.device):
-        return launch_bmm_tiny(a, b3, out)
+        launch_bmm_tiny(a, b3, out)
+        if key is not None and min(batch, m, n, k) > 0:
+            _remember_fast(key, a, b3, (batch, m, n))
+    return out
+
+
+def _remember_fast(key: tuple, a: torch.Tensor, b3: torch.Tensor, out_shape: tuple) -> None:
+    """Record the launch of a call that just ran checked (out=None, non-empty problem) under its _FAST key."""
+    kern, grid, threads, smem, args = _prepare_launch(a, b3, {})
+    if len(_FAST) >= _CACHE_LIMIT:
+        _FAST.clear()
+    _FAST[key] = _FastLaunch(a.device.index, out_shape, kern.bind(grid, (1, 1, 1), threads, smem), args)
 
 
 def bmm_grads(a, b, grad, needs_input_grad, mm):

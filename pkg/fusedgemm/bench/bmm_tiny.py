@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 
 import torch
@@ -18,7 +19,7 @@ def _parse_knobs(text: str) -> dict:
     knobs = {}
     for item in text.split(","):
         key, val = item.split("=")
-        knobs[key] = bool(int(val)) if key in ("persistent", "async_copy", "fixed_tx") else int(val)
+        knobs[key] = bool(int(val)) if key in ("persistent", "async_copy", "fixed_tx", "mma") else int(val)
     return knobs
 
 
@@ -40,6 +41,16 @@ def _resident_blocks(plan: dict):
         return None
 
 
+@contextlib.contextmanager
+def _fp32_matmul():
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+
+
 def run(argv=None) -> int:
     import fusedgemm as fg
     from fusedgemm.reference import rel_error
@@ -48,6 +59,8 @@ def run(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m fusedgemm.bench bmm_tiny", description=__doc__)
     p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     p.add_argument("--batches", type=int, nargs="+", default=BATCHES)
+    p.add_argument("--shapes", nargs="+", metavar="MxNxK", help="default: " + " ".join(
+        "x".join(map(str, s)) for s in SHAPES))
     p.add_argument("--reps", type=int, default=100)
     p.add_argument("--flush", choices=["read", "write"], default="read",
                    help="how L2 is flushed before each timed run (see bench/common.py Timer)")
@@ -68,21 +81,26 @@ def run(argv=None) -> int:
         print(f"timer fixed cost: a 4-byte fill takes {timer(lambda: tiny.fill_(1.0)):.2f} us by events, "
               f"{kernel_us(lambda: tiny.fill_(1.0), timer):.2f} us of kernel time")
     rows = []
-    cases = [(bt, s) for bt in args.batches for s in SHAPES]
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes] if args.shapes else SHAPES
+    cases = [(bt, s) for bt in args.batches for s in shapes]
     for batch, (m, n, k) in progress(cases, len(cases), "bmm_tiny"):
         a = torch.randn(batch, m, k, device="cuda", dtype=dtype)
         b = torch.randn(batch, k, n, device="cuda", dtype=dtype)
         ours = fg.bmm_tiny(a, b)
         ref = torch.bmm(a.double(), b.double())
-        err = ((ours.double() - ref).norm() / ref.norm()).item()
+        err = rel_error(ours, ref)
+        with _fp32_matmul():  # torch.bmm's own error, TF32 off (the precision fusedgemm matches)
+            err_torch = rel_error(torch.bmm(a, b), ref)
         t_fg = timer(lambda: fg.bmm_tiny(a, b))
-        t_torch = timer(lambda: torch.bmm(a, b))
+        with _fp32_matmul():
+            t_torch = timer(lambda: torch.bmm(a, b))
         floor = (a.numel() + b.numel() + batch * m * n) * a.element_size() / (bw * 1e9) * 1e6
         rows.append(dict(batch=batch, m=m, n=n, k=k, fg_us=t_fg, torch_us=t_torch, floor_us=floor,
-                         floor_ratio=t_fg / floor, speedup=t_torch / t_fg, rel_err=err,
+                         floor_ratio=t_fg / floor, speedup=t_torch / t_fg, rel_err=err, torch_rel_err=err_torch,
                          plan=plan_for(a, b)[0]))
         if not args.no_kernel_time:
-            k_fg, k_torch = kernel_us(lambda: fg.bmm_tiny(a, b), timer), kernel_us(lambda: torch.bmm(a, b), timer)
+            with _fp32_matmul():
+                k_fg, k_torch = kernel_us(lambda: fg.bmm_tiny(a, b), timer), kernel_us(lambda: torch.bmm(a, b), timer)
             rows[-1].update(fg_kernel_us=k_fg, torch_kernel_us=k_torch, kernel_speedup=k_torch / k_fg,
                             kernel_floor_ratio=k_fg / floor)
         for v in args.variants:
@@ -97,7 +115,8 @@ def run(argv=None) -> int:
     print_table(rows, [("batch", "batch", "d"), ("m", "m", "d"), ("n", "n", "d"), ("k", "k", "d"),
                        ("fg_us", "fusedgemm us", ".2f"), ("torch_us", "torch.bmm us", ".2f"),
                        ("floor_us", "floor us", ".2f"), ("floor_ratio", "x floor", ".2f"),
-                       ("speedup", "speedup", ".2f"), ("rel_err", "rel err", ".1e")])
+                       ("speedup", "speedup", ".2f"), ("rel_err", "rel err", ".1e"),
+                       ("torch_rel_err", "torch rel err", ".1e")])
     print(f"geomean speedup over torch.bmm: {geomean(r['speedup'] for r in rows):.2f}x")
     if not args.no_kernel_time:
         print("kernel time only (profiler; no event-pair overhead on either side):")

@@ -1,6 +1,4 @@
 """bmm_tiny / bmm on the CPU: planning, validation, dispatch, and the backward formulas (gradcheck, float64)."""
-import itertools
-
 import pytest
 import torch
 
@@ -245,11 +243,8 @@ def _model_bmm_tiny_async(a, b3, **knobs):
     assert p["name"] in K.bmm_tiny_kernel_names()
     rm, rn, tx, ty, elems, nthreads = p["rm"], p["rn"], p["tx"], p["ty"], p["elems"], p["threads"]
     lda, ldb, a_elem, b_elem, stages, kc = p["lda"], p["ldb"], p["a_elem"], p["b_elem"], p["stages"], p["kc"]
-    tf32x3 = p["name"] == K.BMM_TINY_TF32X3
-    tpe, chunks = tx * ty * (32 if tf32x3 else 1), k // kc
+    tpe, chunks = tx * ty, k // kc
     assert k % kc == 0 and kc % 4 == 0 and lda % 4 == 0 and lda >= kc and ldb % 4 == 0 and ldb >= tx * rn >= n
-    if tf32x3:  # fragment reads free of bank conflicts: lda = 4 (2j + 1), ldb = 8 (2j + 1) words
-        assert kc % 8 == 0 and rm == rn == K.BMM_TINY_WARP_TILE and lda % 8 == 4 and ldb % 16 == 8
     assert a_elem == ty * rm * lda >= m * lda and b_elem == kc * ldb and tpe <= nthreads
     if ("_tx" in p["name"]):
         assert p["name"].endswith(f"_tx{tx}") and ldb == tx * rn
@@ -321,82 +316,13 @@ def _model_bmm_tiny_async(a, b3, **knobs):
                     copy_async(flat_b, b3.storage_offset(), sbb, b3.stride(1), kc, n, b_mode_c, ldb, b_elem, first,
                                count, smem, st + elems * a_elem, ch * kc * b3.stride(1))
                 for e in range(count):
-                    b0 = bc0 + ch * kc * ldb if bcast else st + elems * a_elem + e * b_elem
-                    if tf32x3:
-                        acc[e] += _tf32x3_tile_model(smem[st + e * a_elem:st + (e + 1) * a_elem],
-                                                     smem[b0:b0 + kc * ldb], kc, lda, ldb, tx, ty)
-                        continue
                     As = smem[st + e * a_elem:st + (e + 1) * a_elem].view(ty * rm, lda)[:, :kc]
+                    b0 = bc0 + ch * kc * ldb if bcast else st + elems * a_elem + e * b_elem
                     Bs = smem[b0:b0 + kc * ldb].view(kc, ldb)[:, :tx * rn]
                     acc[e] += As.double() @ Bs.double()
                 w += 1
             c[first:first + count] = acc[:, :m, :n].float()
     return c
-
-
-def _split_tf32(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """arch::split_tf32 bit for bit: hi = cvt.rna.satfinite.tf32.f32(x), lo = cvt.rna.tf32.f32(x - hi)."""
-    def rna(v, satfinite):
-        bits = v.view(torch.int32).to(torch.int64)
-        special = ~torch.isfinite(v)  # Inf and NaN pass through unrounded (then truncated)
-        bits = torch.where(special, bits, bits + 0x1000) & ~0x1FFF
-        out = (bits & 0xFFFFFFFF).to(torch.uint32).view(torch.float32) if hasattr(torch, "uint32") else \
-            torch.from_numpy((bits & 0xFFFFFFFF).numpy().astype("uint32").view("float32"))
-        if satfinite:  # +-Inf (from rounding or the input) -> +-largest finite tf32
-            out = torch.where(torch.isinf(out), torch.sign(out) * torch.tensor(0x7F7FE000, dtype=torch.int32)
-                              .view(torch.float32), out)
-        return out
-    hi = rna(x.float(), True)
-    return hi, rna(x.float() - hi, False)
-
-
-def _tf32x3_tile_model(a_smem, b_smem, kc, lda, ldb, tx, ty):
-    """One element's C (rows 32 ty, columns 32 tx) as Tf32x3Tile computes it: every lane reads its fragments
-    at the kernel's addresses, the fragments are placed where mma.m16n8k8's layout says they belong, and the
-    three split products are added; the result is read back out of the lanes' accumulators as store() does."""
-    c = torch.zeros(32 * ty, 32 * tx, dtype=torch.float64)
-    for warp in range(tx * ty):
-        row0, col0 = 32 * (warp // tx), 32 * (warp % tx)
-        acc = torch.zeros(2, 4, 16, 8, dtype=torch.float64)
-        for kk in range(0, kc, 8):
-            A = torch.full((2, 16, 8), float("nan"))
-            B = torch.full((4, 8, 8), float("nan"))
-            for lane in range(32):
-                g, t = lane // 4, lane % 4
-                for i in range(2):
-                    for r in range(4):  # a_r: rows g, g + 8; k t, t + 4
-                        A[i, g + 8 * (r % 2), t + 4 * (r // 2)] = a_smem[(row0 + g) * lda + t + (16 * i + 8 * (r % 2)) * lda + kk + 4 * (r // 2)]
-                for j in range(4):
-                    for r in range(2):  # b_r: k t, t + 4; column g
-                        B[j, t + 4 * r, g] = b_smem[t * ldb + col0 + g + (kk + 4 * r) * ldb + 8 * j]
-            ah, al = _split_tf32(A)
-            bh, bl = _split_tf32(B)
-            for i in range(2):
-                for j in range(4):
-                    acc[i, j] += al[i].double() @ bh[j].double() + ah[i].double() @ bl[j].double() \
-                        + ah[i].double() @ bh[j].double()
-        for lane in range(32):  # store(): lane (g, t) holds D[g + 8 h][2 t + {0, 1}] of each 16 x 8 tile
-            g, t = lane // 4, lane % 4
-            for i in range(2):
-                for h in range(2):
-                    for j in range(4):
-                        for v in range(2):
-                            c[row0 + 16 * i + g + 8 * h, col0 + 8 * j + 2 * t + v] = acc[i, j, g + 8 * h, 2 * t + v]
-    return c
-
-
-def test_split_tf32_is_exact_and_keeps_inf_nan():
-    x = torch.randn(4096) * torch.logspace(-30, 30, 4096)
-    hi, lo = _split_tf32(x)
-    for v in (hi, lo):
-        assert (v.view(torch.int32) & 0x1FFF == 0).all(), "not a tf32 value"
-    assert ((hi.double() + lo.double() - x.double()).abs() <= x.double().abs() * 2.0 ** -22).all()
-    big = torch.tensor([3.4028235e38, -3.4028235e38, float("inf"), float("-inf"), float("nan")])
-    hi, lo = _split_tf32(big)
-    assert torch.isfinite(hi[:4]).all() and torch.isfinite(lo[:2]).all()  # no overflow to Inf
-    assert torch.equal(lo[2:4], big[2:4]) and hi[4].isnan() and lo[4].isnan()
-    two = torch.tensor(2.0)
-    assert all(float(l * two + h * two) == float(x * two) for h, l, x in zip(hi[2:4], lo[2:4], big[2:4]))
 
 
 ASYNC_MODEL_CASES = [((9, 12, 64), (9, 64, 12)), ((5, 12, 12), (5, 12, 64)), ((3, 64, 64), (3, 64, 64)),
@@ -408,8 +334,7 @@ ASYNC_MODEL_CASES = [((9, 12, 64), (9, 64, 12)), ((5, 12, 12), (5, 12, 64)), ((3
 @pytest.mark.parametrize("layout", ["contiguous", "a_batch_strided", "a_rows_padded", "b_broadcast", "b_broadcast_t"])
 @pytest.mark.parametrize("knobs", [{}, {"rm": 2, "rn": 4}, {"rm": 4, "rn": 8}, {"kc": 4, "stages": 5},
                                    {"kc": 8, "elems": 2}, {"elems": 3, "threads": 32, "stages": 2},
-                                   {"rm": 4, "rn": 8, "fixed_tx": False}, {"mma": True},
-                                   {"mma": True, "kc": 8, "stages": 3}, {"mma": True, "elems": 2}])
+                                   {"rm": 4, "rn": 8, "fixed_tx": False}])
 def test_async_kernel_model_matches_matmul(a_shape, b_shape, layout, knobs, seed):
     batch, m, k = a_shape
     n = b_shape[2]
@@ -439,51 +364,14 @@ def test_async_plans_fit(b, m, n, k):
     from fusedgemm.runtime import kernels as K
     from fusedgemm.tiny_gemm import _ASYNC_REGS, _H100_LIMITS
 
-    from fusedgemm.tiny_gemm import _TF32X3_REGS
-
     sms, smem_sm, threads_sm, regs_sm = _H100_LIMITS
-    for bcast, mma in itertools.product((False, True), (None, True)):
-        try:
-            p = plan_bmm_tiny(b, m, n, k, "float32", bcast, _H100_LIMITS, async_copy=True, mma=mma)
-        except ValueError:
-            assert mma and k % 8, "only the tf32x3 kernel may refuse a shape (k % 8)"
-            continue
+    for bcast in (False, True):
+        p = plan_bmm_tiny(b, m, n, k, "float32", bcast, _H100_LIMITS, async_copy=True)
         tile = (p["rm"], p["rn"])
-        tf32x3 = p["name"] == K.BMM_TINY_TF32X3
-        assert p["name"] in K.bmm_tiny_kernel_names()
-        assert p["threads"] <= (K.BMM_TINY_TF32X3_THREADS if tf32x3 else K.BMM_TINY_ASYNC_TILES[tile])
+        assert p["name"] in K.bmm_tiny_kernel_names() and p["threads"] <= K.BMM_TINY_ASYNC_TILES[tile]
         assert p["threads"] % 32 == 0 and 2 <= p["stages"] <= K.BMM_TINY_MAX_STAGES and p["smem"] <= smem_sm - 1024
         per_sm = -(-p["grid"][0] // sms)
         assert per_sm * p["threads"] <= threads_sm and per_sm * (p["smem"] + 1024) <= smem_sm
-        assert per_sm * p["threads"] * (_TF32X3_REGS if tf32x3 else _ASYNC_REGS[tile]) <= regs_sm
+        assert per_sm * p["threads"] * _ASYNC_REGS[tile] <= regs_sm
     with pytest.raises(ValueError, match="cp.async kernels need float32 and k % 4 == 0"):
         plan_bmm_tiny(b, m, n, 6, "float32", False, _H100_LIMITS, async_copy=True)
-
-
-@pytest.mark.parametrize("m,n,k,want", [(64, 64, 64, True), (32, 32, 32, True), (40, 40, 40, True), (33, 47, 64, True),
-                                        (16, 16, 16, False), (12, 12, 64, False), (12, 64, 12, False),
-                                        (64, 64, 60, False), (64, 4, 64, False)])
-def test_tf32x3_where_ffma_would_bound(m, n, k, want, monkeypatch):
-    """float32 goes to the 3xTF32 tensor-core kernel where multiply-adds per value moved reach 10 and k is in
-    steps of 8, to FFMA tiles otherwise, and always to FFMA with FUSEDGEMM_BMM_TINY_FFMA=1 (read at import)."""
-    from fusedgemm import tiny_gemm
-    from fusedgemm.runtime import kernels as K
-
-    plan = plan_bmm_tiny(16384, m, n, k, "float32", False, tiny_gemm._H100_LIMITS, async_copy=True)
-    assert (plan["name"] == K.BMM_TINY_TF32X3) == want
-    monkeypatch.setattr(tiny_gemm, "_TF32X3", False)
-    plan_bmm_tiny.cache_clear()
-    try:
-        plan = plan_bmm_tiny(16384, m, n, k, "float32", False, tiny_gemm._H100_LIMITS, async_copy=True)
-        assert plan["name"] != K.BMM_TINY_TF32X3
-    finally:
-        plan_bmm_tiny.cache_clear()
-    with pytest.raises(ValueError, match="tf32x3 kernel needs kc a multiple of 8"):
-        plan_bmm_tiny(16384, m, n, 60, "float32", False, tiny_gemm._H100_LIMITS, async_copy=True, mma=True)
-
-
-def test_tf32x3_is_an_nvidia_kernel():
-    from fusedgemm.runtime import kernels as K
-
-    assert K.BMM_TINY_TF32X3 in K.bmm_tiny_kernel_names("nvidia")
-    assert K.BMM_TINY_TF32X3 not in K.bmm_tiny_kernel_names("amd")

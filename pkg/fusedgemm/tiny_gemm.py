@@ -26,11 +26,6 @@ _ASYNC_REGS = {(2, 4): 80, (4, 4): 80, (4, 8): 128}
 _ASYNC_STAGE_BYTES = 24 * 1024  # a ring slot of about this much (or one element), see _plan_async
 _ASYNC_RING_BYTES = 48 * 1024  # k-chunked plans (knob kc): a ring of about this much
 _PRINT_CONFIGS = os.environ.get("FUSEDGEMM_PRINT_CONFIGS", "") not in ("", "0")
-# float32 products on the tensor cores as 3xTF32 (the tf32x3 kernel) where FFMA would be the bound; set
-# FUSEDGEMM_BMM_TINY_FFMA=1 to keep every float32 product on FFMA.
-_TF32X3 = os.environ.get("FUSEDGEMM_BMM_TINY_FFMA", "") in ("", "0")
-_TF32X3_MIN_INTENSITY = 10.0  # m n k / (m k + k n + m n): multiply-adds per value moved (64^3: 21, 16^3: 5.3)
-_TF32X3_REGS = 168  # __launch_bounds__(128, 3) on sm_90a
 _warned_fallback = False
 
 
@@ -60,14 +55,11 @@ def plan_bmm_tiny(batch: int, m: int, n: int, k: int, dtype_name: str, broadcast
                   limits: tuple[int, int, int, int] = _H100_LIMITS, r: int | None = None, elems: int | None = None,
                   threads: int | None = None, persistent: bool = True, per_sm: int | None = None,
                   async_copy: bool = False, rm: int | None = None, rn: int | None = None,
-                  stages: int | None = None, kc: int | None = None, fixed_tx: bool = True,
-                  mma: bool | None = None) -> dict:
+                  stages: int | None = None, kc: int | None = None, fixed_tx: bool = True) -> dict:
     """Launch plan: micro-tile R, thread tile (tx, ty), elements per group, threads, shared-memory layout, grid.
 
     async_copy: the f32 cp.async kernels (_plan_async: tile rm x rn, `stages` ring slots, k-chunks of kc),
     which the launcher asks for when the operands allow it (_async_ok); r selects the register-staged kernels.
-    mma: with async_copy, the 3xTF32 tensor-core tiles (True), the FFMA tiles (False), or whichever suits
-    the shape (None: _use_tf32x3).
 
     A group (`elems` batch elements) is what a block stages at once: each thread holds up to BMM_TINY_QUADS
     quads (4 values) of A and of B, and the group's A and B must fit 48 KB of shared memory. Groups hold as
@@ -80,10 +72,6 @@ def plan_bmm_tiny(batch: int, m: int, n: int, k: int, dtype_name: str, broadcast
     if async_copy and r is None:
         if dtype_name != "float32" or k % 4:
             raise ValueError(f"bmm_tiny: the cp.async kernels need float32 and k % 4 == 0, got {dtype_name}, k={k}")
-        if mma is None:
-            mma = rm is None and rn is None and _use_tf32x3(m, n, k if kc is None else kc)
-        if mma:
-            return _plan_tf32x3(batch, m, n, k, broadcast_b, limits, elems, stages, threads, persistent, per_sm, kc)
         return _plan_async(batch, m, n, k, broadcast_b, limits, rm, rn, elems, stages, threads, persistent, per_sm,
                            kc, fixed_tx)
     sms, smem_per_sm, threads_per_sm, regs_per_sm = limits
@@ -195,53 +183,6 @@ def _plan_async(batch: int, m: int, n: int, k: int, broadcast_b: bool, limits: t
     return dict(name=kernels.bmm_tiny_async_kernel_name(rm, rn, tx if fixed_tx else 0), r=0, rm=rm, rn=rn, tx=tx,
                 ty=ty, elems=elems, threads=threads, lda=lda, ldb=ldb, a_elem=a_elem, b_elem=b_elem, smem=smem,
                 grid=(grid, 1, 1), k4=k, stages=stages, kc=kc)
-
-
-def _use_tf32x3(m: int, n: int, kc: int) -> bool:
-    """Whether float32 products go to the tensor cores (3xTF32): enabled (FUSEDGEMM_BMM_TINY_FFMA unset), k in
-    whole steps of 8, and enough multiply-adds per value moved that FFMA would bound the kernel rather than
-    memory (64^3 at FFMA: 1.53x the memory floor at batch 16384; docs/perf-notes.md, bmm_tiny session 5)."""
-    return _TF32X3 and kc % 8 == 0 and m * n * kc >= _TF32X3_MIN_INTENSITY * (m * kc + kc * n + m * n)
-
-
-def _plan_tf32x3(batch: int, m: int, n: int, k: int, broadcast_b: bool, limits: tuple[int, int, int, int],
-                 elems: int | None, stages: int | None, threads: int | None, persistent: bool,
-                 per_sm: int | None, kc: int | None) -> dict:
-    """Plan of the cp.async kernel with 3xTF32 tensor-core tiles (bmm_tiny.hpp, Tf32x3Tile): a warp per 32 x 32
-    of C, tx x ty warps per element; A rows padded to lda = 4 (2j + 1) and B rows to ldb = 8 (2j + 1) words so
-    that fragment reads are free of bank conflicts; ring slots as in _plan_async (one chunk: kc = k)."""
-    sms, smem_per_sm, threads_per_sm, regs_per_sm = limits
-    wt = kernels.BMM_TINY_WARP_TILE
-    tx, ty = _ceil_div(n, wt), _ceil_div(m, wt)
-    tpe = 32 * tx * ty
-    max_threads = kernels.BMM_TINY_TF32X3_THREADS
-    kc = k if kc is None else kc
-    if kc <= 0 or kc % 8 or k % kc:
-        raise ValueError(f"bmm_tiny: the tf32x3 kernel needs kc a multiple of 8 that divides k={k}, got {kc}")
-    lda, ldb = kc + 4, wt * tx + 8
-    a_elem, b_elem = ty * wt * lda, kc * ldb
-    per_elem = a_elem + (0 if broadcast_b else b_elem)
-    fixed = k * ldb if broadcast_b else 0
-    if elems is None:
-        elems = 1 if kc < k else max(1, min(max_threads // tpe, _ASYNC_STAGE_BYTES // (4 * per_elem),
-                                            _ceil_div(batch, sms)))
-    elems = min(elems, batch)
-    if stages is None:
-        stages = 2 if kc == k else max(2, min(kernels.BMM_TINY_MAX_STAGES, _ASYNC_RING_BYTES // (4 * elems * per_elem)))
-    if threads is None:
-        threads = min(max_threads, elems * tpe)
-    smem = 4 * (stages * elems * per_elem + fixed)
-    if not 2 <= stages <= kernels.BMM_TINY_MAX_STAGES or threads < tpe or threads > max_threads or threads % 32 \
-            or smem > smem_per_sm - 1024 or (kc < k and elems * tpe > threads):
-        raise ValueError(f"bmm_tiny: tf32x3 plan elems={elems}, stages={stages}, threads={threads}, kc={kc} does "
-                         f"not fit ({m}x{n}x{k})")
-    groups = _ceil_div(batch, elems)
-    if per_sm is None:
-        per_sm = min(threads_per_sm // threads, smem_per_sm // (smem + 1024), regs_per_sm // (threads * _TF32X3_REGS),
-                     32)
-    grid = min(groups, sms * max(1, per_sm)) if persistent else groups
-    return dict(name=kernels.BMM_TINY_TF32X3, r=0, rm=wt, rn=wt, tx=tx, ty=ty, elems=elems, threads=threads, lda=lda,
-                ldb=ldb, a_elem=a_elem, b_elem=b_elem, smem=smem, grid=(grid, 1, 1), k4=k, stages=stages, kc=kc)
 
 
 def _async_ok(dtype_name: str, a_mode: int, b_mode: int, broadcast_b: bool) -> bool:

@@ -361,11 +361,8 @@ FG_DEVICE void bmm_tiny_block(const typename T::Storage* __restrict__ a,  // [ba
   }
 }
 
-// Compute policies of the cp.async kernel: what one thread holds of one element's C, how it accumulates a
-// k-chunk from the staged A ([a_rows][lda]) and B ([kc][ldb]) and how it stores. kLanes threads share one
-// unit of the thread grid (tx, ty): 1 for FFMA micro-tiles, a warp for tensor-core tiles.
-
-// FFMA micro-tile: C rows tr + i ty (i < RM), columns 4 (tc + q tx) .. + 3 (q < RN / 4).
+// Adds to C rows tr + i ty (i < RM), columns 4 (tc + q tx) .. + 3 (q < RN / 4) of one element the products
+// over kc values of k, from its staged A ([a_rows][lda], Ae at row tr) and B ([kc][ldb], Be at column 4 tc).
 // Rows and column quads are interleaved rather than contiguous so that a warp's A reads hit adjacent rows
 // (lda = 4 mod 8: different banks) and its B reads adjacent 16-byte quads: one shared-memory wavefront per
 // 8 distinct quads, no bank conflicts. Per 4 steps of k, RM + RN / 4 x 4 float4 reads feed 4 RM RN
@@ -373,139 +370,34 @@ FG_DEVICE void bmm_tiny_block(const typename T::Storage* __restrict__ a,  // [ba
 // offsets become immediates and, with k unrolled by 4, so do the A offsets; at run-time tx the address
 // arithmetic was ~50 instructions per 128 FFMA (64^3: 69% of issue slots busy, the bound; ncu).
 template <int RM, int RN, int TX>
-struct FfmaTile {
-  static_assert(RN % 4 == 0, "columns are read from B as 16-byte quads");
-  static constexpr int kLanes = 1;
-  int tr, tc, tx, ty;
-  float acc[RM][RN];
-
-  FG_DEVICE FfmaTile(int t, int tx_rt, int ty_) : tx(TX > 0 ? TX : tx_rt), ty(ty_) {
-    tr = t / tx;
-    tc = t - tr * tx;
-  }
-  FG_DEVICE void zero() {
-#pragma unroll
-    for (int i = 0; i < RM; ++i)
-#pragma unroll
-      for (int j = 0; j < RN; ++j) acc[i][j] = 0.f;
-  }
-  FG_DEVICE void mac(const float* Ae, const float* Be, int kc, int lda, int ldb_rt) {
-    const float* A = Ae + tr * lda;
-    const float* B = Be + 4 * tc;
-    const int ldb = TX > 0 ? TX * RN : ldb_rt;
+FG_DEVICE void mac_tile_interleaved(const float* Ae, const float* Be, int kc, int lda, int ldb_rt, int ty,
+                                    int tx_rt, float (&acc)[RM][RN]) {
+  const int tx = TX > 0 ? TX : tx_rt;
+  const int ldb = TX > 0 ? TX * RN : ldb_rt;
 #pragma unroll 4
-    for (int kk = 0; kk < kc; kk += 4) {
-      F32xN<4> av[RM];
+  for (int kk = 0; kk < kc; kk += 4) {
+    F32xN<4> av[RM];
 #pragma unroll
-      for (int i = 0; i < RM; ++i) av[i] = *reinterpret_cast<const F32xN<4>*>(A + i * ty * lda + kk);
+    for (int i = 0; i < RM; ++i) av[i] = *reinterpret_cast<const F32xN<4>*>(Ae + i * ty * lda + kk);
 #pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        F32xN<4> bv[RN / 4];
+    for (int s = 0; s < 4; ++s) {
+      F32xN<4> bv[RN / 4];
 #pragma unroll
-        for (int q = 0; q < RN / 4; ++q) bv[q] = *reinterpret_cast<const F32xN<4>*>(B + (kk + s) * ldb + 4 * q * tx);
+      for (int q = 0; q < RN / 4; ++q) bv[q] = *reinterpret_cast<const F32xN<4>*>(Be + (kk + s) * ldb + 4 * q * tx);
 #pragma unroll
-        for (int i = 0; i < RM; ++i)
+      for (int i = 0; i < RM; ++i)
 #pragma unroll
-          for (int q = 0; q < RN / 4; ++q)
+        for (int q = 0; q < RN / 4; ++q)
 #pragma unroll
-            for (int w = 0; w < 4; ++w) acc[i][4 * q + w] += av[i].v[s] * bv[q].v[w];
-      }
+          for (int w = 0; w < 4; ++w) acc[i][4 * q + w] += av[i].v[s] * bv[q].v[w];
     }
   }
-  FG_DEVICE void store(float* ce, int m, int n, int c_misalign) const {  // c_misalign: address of C % 16
-    const bool vec = c_misalign == 0 && n % 4 == 0;
-#pragma unroll
-    for (int i = 0; i < RM; ++i) {
-      const int row = tr + i * ty;
-      if (row >= m) continue;
-#pragma unroll
-      for (int q = 0; q < RN / 4; ++q) {
-        const int col = 4 * (tc + q * tx);
-        const float v[4] = {acc[i][4 * q], acc[i][4 * q + 1], acc[i][4 * q + 2], acc[i][4 * q + 3]};
-        if (col < n) store_c_row<InF32, 4>(ce + row * n + col, v, n - col, vec);
-      }
-    }
-  }
-};
-
-#if defined(FG_NVIDIA)
-// Tensor-core tile (NVIDIA): a warp computes 32 x 32 of C, rows 32 wr.., columns 32 wc.. (warp w of the
-// element's tx x ty warps: wr = w / tx, wc = w % tx), as 2 x 4 m16n8k8 tf32 MMAs per 8 values of k, each
-// done 3 times on split operands (arch::split_tf32: fp32 accuracy at the tensor cores' rate).
-// Per warp and 8 values of k: 24 MMAs, 16 scalar shared-memory reads and 16 splits (~9 ALU each), where
-// 4x8 FFMA tiles issue 256 FFMA and 24 vector reads for the same work.
-// The fragment reads are conflict-free: A at (g + ..) lda + t hits 32 distinct banks when lda = 4 (2j + 1),
-// B at t ldb + g + .. when ldb = 8 (2j + 1) (the planner pads them so).
-// Rows past m and columns past n are computed from whatever the staging area holds and never stored.
-struct Tf32x3Tile {
-  static constexpr int kLanes = 32, kTilesM = 2, kTilesN = 4;  // 2 x 16 rows, 4 x 8 columns
-  int row0, col0, g, t;
-  float acc[kTilesM][kTilesN][4];
-
-  FG_DEVICE Tf32x3Tile(int thread, int tx, int /*ty*/) {
-    const int warp = thread / 32, lane = thread % 32;
-    row0 = 32 * (warp / tx);
-    col0 = 32 * (warp - (warp / tx) * tx);
-    g = lane / 4;
-    t = lane % 4;
-  }
-  FG_DEVICE void zero() {
-#pragma unroll
-    for (int i = 0; i < kTilesM; ++i)
-#pragma unroll
-      for (int j = 0; j < kTilesN; ++j)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
-  }
-  FG_DEVICE void mac(const float* Ae, const float* Be, int kc, int lda, int ldb) {
-    const float* A = Ae + (row0 + g) * lda + t;
-    const float* B = Be + t * ldb + col0 + g;
-#pragma unroll 2
-    for (int kk = 0; kk < kc; kk += 8) {
-      u32 a_hi[kTilesM][4], a_lo[kTilesM][4], b_hi[kTilesN][2], b_lo[kTilesN][2];
-#pragma unroll
-      for (int i = 0; i < kTilesM; ++i)
-#pragma unroll
-        for (int r = 0; r < 4; ++r)  // rows g, g + 8; k t, t + 4
-          arch::split_tf32(A[(16 * i + 8 * (r % 2)) * lda + kk + 4 * (r / 2)], a_hi[i][r], a_lo[i][r]);
-#pragma unroll
-      for (int j = 0; j < kTilesN; ++j)
-#pragma unroll
-        for (int r = 0; r < 2; ++r)  // k t, t + 4; column g
-          arch::split_tf32(B[(kk + 4 * r) * ldb + 8 * j], b_hi[j][r], b_lo[j][r]);
-#pragma unroll
-      for (int i = 0; i < kTilesM; ++i)
-#pragma unroll
-        for (int j = 0; j < kTilesN; ++j) {  // the two small terms first
-          arch::mma_tf32_16x8x8(acc[i][j], a_lo[i], b_hi[j]);
-          arch::mma_tf32_16x8x8(acc[i][j], a_hi[i], b_lo[j]);
-          arch::mma_tf32_16x8x8(acc[i][j], a_hi[i], b_hi[j]);
-        }
-    }
-  }
-  FG_DEVICE void store(float* ce, int m, int n, int c_misalign) const {
-    const bool vec = c_misalign % 8 == 0 && n % 2 == 0;  // pairs of adjacent columns: 8-byte stores
-#pragma unroll
-    for (int i = 0; i < kTilesM; ++i)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int row = row0 + 16 * i + g + 8 * h;
-        if (row >= m) continue;
-#pragma unroll
-        for (int j = 0; j < kTilesN; ++j) {
-          const int col = col0 + 8 * j + 2 * t;
-          const float v[2] = {acc[i][j][2 * h], acc[i][j][2 * h + 1]};
-          if (col < n) store_c_row<InF32, 2>(ce + row * n + col, v, n - col, vec);
-        }
-      }
-  }
-};
-#endif
+}
 
 // The f32 cp.async kernel. Preconditions (tiny_gemm.py::_async_ok, _plan_async): A has kVector | kAlongJ
 // (k % 4 == 0, stride 1 along k, aligned); B too, or is broadcast (sbb == 0, any strides: staged once through
-// registers); kc divides k, kc % 4 == 0 (% 8 for Tf32x3Tile), and if kc < k every element of a group has its
-// own threads (elems * tx * ty * kLanes <= threads: the accumulators stay in registers across chunks).
+// registers); kc divides k, kc % 4 == 0, and if kc < k every element of a group has its own threads
+// (elems * tx * ty <= threads: the accumulators stay in registers across chunks).
 // Work items: chunk c (k in [c kc, (c + 1) kc)) of the block's groups, in order; item w sits in ring slot
 // w % stages: [elems][a_elem] A chunk ([a_rows][lda]) then [elems][b_elem] B chunk ([kc][ldb], left out when
 // broadcast); after the ring the broadcast B [k][ldb]. Chunks (kc < k, a planner knob) fit more blocks per SM
@@ -513,7 +405,7 @@ struct Tf32x3Tile {
 // the default plans have one chunk (kc = k).
 // Nothing is zeroed: k needs no padding (k % 4 == 0), and the rows past m in A and columns past n in B only
 // feed outputs that are never stored.
-template <class Tile>
+template <int RM, int RN, int TX>
 FG_DEVICE void bmm_tiny_async_block(const float* __restrict__ a,  // [batch, m, k], strides sab, sam, 1
                                     const float* __restrict__ b,  // [batch or 1, k, n], sbb (0: broadcast)
                                     float* __restrict__ c,        // [batch, m, n] contiguous
@@ -521,6 +413,7 @@ FG_DEVICE void bmm_tiny_async_block(const float* __restrict__ a,  // [batch, m, 
                                     i64 sbb, int sbk, int sbn, int a_mode, int b_mode, int tx, int ty, int elems,
                                     int lda, int ldb, int a_elem, int b_elem, int num_blocks, int stages, int kc,
                                     float* smem) {
+  static_assert(RN % 4 == 0, "columns are read from B as 16-byte quads");
   (void)sak;  // 1: kVector along k
   const int tid = static_cast<int>(threadIdx.x);
   const int nthreads = static_cast<int>(blockDim.x);
@@ -566,12 +459,14 @@ FG_DEVICE void bmm_tiny_async_block(const float* __restrict__ a,  // [batch, m, 
     }
   }
 
-  // This thread's tile: element e0 (then e0 + e_step, ...) of each group, unit t of the element's tx x ty.
-  const int tpe = tx * ty * Tile::kLanes;
+  // This thread's tile: element e0 (then e0 + e_step, ...) of each group, row tr, column quad tc.
+  const int tpe = tx * ty;
   const int e_step = nthreads / tpe;
   const int e0 = tid / tpe;
-  Tile tile(tid - e0 * tpe, tx, ty);
-  const int c_misalign = static_cast<int>(reinterpret_cast<unsigned long long>(c) % 16);
+  const int t = tid - e0 * tpe;
+  const int tr = t / tx, tc = t - (t / tx) * tx;
+  const bool c_vec = n % 4 == 0 && reinterpret_cast<unsigned long long>(c) % 16 == 0;
+  float acc[RM][RN];
 
   for (int w = 0, grp = g0; grp < groups; grp += num_blocks) {
     const int first = grp * elems;
@@ -583,9 +478,28 @@ FG_DEVICE void bmm_tiny_async_block(const float* __restrict__ a,  // [batch, m, 
       const float* st = smem + (w % stages) * slot_floats;
       // Threads past the last whole element tile only copy. With chunks > 1 this loop runs at most once.
       for (int e = e0; e < count && e0 < e_step; e += e_step) {
-        if (ch == 0) tile.zero();
-        tile.mac(st + e * a_elem, (bcast ? Bc + ch * kc * ldb : st + elems * a_elem + e * b_elem), kc, lda, ldb);
-        if (ch + 1 == chunks) tile.store(c + static_cast<i64>(first + e) * m * n, m, n, c_misalign);
+        if (ch == 0) {
+#pragma unroll
+          for (int i = 0; i < RM; ++i)
+#pragma unroll
+            for (int j = 0; j < RN; ++j) acc[i][j] = 0.f;
+        }
+        mac_tile_interleaved<RM, RN, TX>(st + e * a_elem + tr * lda,
+                                         (bcast ? Bc + ch * kc * ldb : st + elems * a_elem + e * b_elem) + 4 * tc,
+                                         kc, lda, ldb, ty, tx, acc);
+        if (ch + 1 < chunks) continue;
+        float* ce = c + static_cast<i64>(first + e) * m * n;
+#pragma unroll
+        for (int i = 0; i < RM; ++i) {
+          const int row = tr + i * ty;
+          if (row >= m) continue;
+#pragma unroll
+          for (int q = 0; q < RN / 4; ++q) {
+            const int col = 4 * (tc + q * tx);
+            const float v[4] = {acc[i][4 * q], acc[i][4 * q + 1], acc[i][4 * q + 2], acc[i][4 * q + 3]};
+            if (col < n) store_c_row<InF32, 4>(ce + row * n + col, v, n - col, c_vec);
+          }
+        }
       }
     }
   }

@@ -19,7 +19,7 @@ def _parse_knobs(text: str) -> dict:
     knobs = {}
     for item in text.split(","):
         key, val = item.split("=")
-        knobs[key] = bool(int(val)) if key in ("persistent", "async_copy", "fixed_tx", "mma") else int(val)
+        knobs[key] = bool(int(val)) if key in ("persistent", "async_copy", "fixed_tx") else int(val)
     return knobs
 
 

@@ -117,11 +117,6 @@ BMM_TINY_MICROTILES = (2, 4)  # R: each thread computes an R x R block of C
 # (RM, RN) of the f32 cp.async kernels -> their __launch_bounds__ threads (FG_BMM_TINY_ASYNC_ENTRY in bmm_tiny.hip)
 BMM_TINY_ASYNC_TILES = {(2, 4): 256, (4, 4): 256, (4, 8): 128}
 BMM_TINY_ASYNC_FIXED_TX = {(4, 8): (8,)}  # tiles that also have kernels with tx fixed at compile time (_tx<TX>)
-# The f32 cp.async kernel with 3xTF32 tensor-core tiles (NVIDIA only): a warp per BMM_TINY_WARP_TILE^2 of C,
-# __launch_bounds__(BMM_TINY_TF32X3_THREADS, 3).
-BMM_TINY_TF32X3 = "fg_bmm_tiny_f32_tf32x3"
-BMM_TINY_WARP_TILE = 32
-BMM_TINY_TF32X3_THREADS = 128
 BMM_TINY_MAX_STAGES = 8  # kBmmTinyMaxStages: depth of the cp.async ring
 BMM_TINY_MAX_DIM = 64
 BMM_TINY_MAX_THREADS = 256  # kBmmTinyMaxThreads in hip_src/include/fusedgemm/bmm_tiny.hpp
@@ -140,10 +135,8 @@ def bmm_tiny_async_kernel_name(rm: int, rn: int, tx: int = 0) -> str:
     return f"fg_bmm_tiny_f32_async_{rm}x{rn}" + (f"_tx{tx}" if fixed else "")
 
 
-def bmm_tiny_kernel_names(vendor: str = "nvidia") -> list[str]:
-    """The kernels of the bmm_tiny code object for `vendor` ("nvidia" or "amd")."""
+def bmm_tiny_kernel_names() -> list[str]:
     return ([bmm_tiny_kernel_name(d, r) for d in BMM_TINY_DTYPES for r in BMM_TINY_MICROTILES]
             + [bmm_tiny_async_kernel_name(rm, rn) for rm, rn in BMM_TINY_ASYNC_TILES]
             + [bmm_tiny_async_kernel_name(rm, rn, tx)
-               for (rm, rn), txs in BMM_TINY_ASYNC_FIXED_TX.items() for tx in txs]
-            + ([BMM_TINY_TF32X3] if vendor == "nvidia" else []))
+               for (rm, rn), txs in BMM_TINY_ASYNC_FIXED_TX.items() for tx in txs])

@@ -45,26 +45,6 @@ FG_DEVICE u16 float_to_bf16_bits(float f) {
   return h;
 }
 
-// fp32 as the sum of two tf32 values (hi + lo, 11 significant bits each), for 3xTF32 products on the tensor
-// cores: a b ~ a_lo b_hi + a_hi b_lo + a_hi b_hi, where the dropped a_lo b_lo and the rounding of lo are
-// ~2^-24 relative, i.e. the accuracy of an fp32 FMA (docs/perf-notes.md, bmm_tiny session 5, has the numbers).
-// hi rounds to nearest and saturates to the largest finite tf32, so lo = x - hi is exact for every finite x
-// (none overflows to Inf), and for x = +-Inf, hi = +-MAX and lo = +-Inf: a product with Inf is then
-// Inf (or NaN, with 0 or an Inf of the other sign) exactly as in an fp32 FMA. NaN stays NaN in both.
-FG_DEVICE void split_tf32(float x, u32& hi, u32& lo) {
-  asm("cvt.rna.satfinite.tf32.f32 %0, %1;" : "=r"(hi) : "f"(x));
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(lo) : "f"(x - bits_to_float(hi)));
-}
-
-// D += A B for one m16n8k8 tile, tf32 operands, fp32 accumulation. Fragments (g = lane / 4, t = lane % 4):
-// a = A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4]; b = B[t][g], B[t+4][g]; d = D[g][2t], D[g][2t+1],
-// D[g+8][2t], D[g+8][2t+1].
-FG_DEVICE void mma_tf32_16x8x8(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2]) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 template <class In>
 struct MmaAtom;
 

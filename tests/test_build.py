@@ -249,7 +249,7 @@ def test_sm90_kernels_layout_isa_and_registers(built_sm90):
         assert [(p.offset, p.size) for p in params[name]] == want, name
         body = bodies[name]
         cfg = kernels.GEMM_A8_CONFIGS[name.rsplit("_", 1)[1]]
-        shape = f"64x{cfg.block_n}x32"
+        shape = f"64x{cfg.block_m if cfg.swap_ab else cfg.block_n}x32"  # swapped: the activation is the N side
         mma = rf"\bQGMMA\.{shape}\.F32\.E4M3\.E4M3\b" if "_fp8_" in name else rf"\bIGMMA\.{shape}\.S8\.S8\b"
         assert re.search(mma, body), f"{name}: no {mma}"
         assert "UTMALDG" in body, f"{name}: operands do not come through TMA"

@@ -125,7 +125,7 @@ def test_every_plan_against_the_oracle(kind, plan, seed):
             assert torch.equal(again, got), (m, n, k)
 
 
-@pytest.mark.parametrize("config", ["w64n128", "w128n128", "w192n128"])
+@pytest.mark.parametrize("config", ["v16n128", "w64n128", "w128n128", "w192n128"])
 def test_grouped_tile_order_for_weights_larger_than_l2(config, seed):
     """Weights over 48 MiB take tiles in groups of 8 row blocks (tile_of_block in gemm_a8_sm90.hpp): every
     tile is computed once, including the ragged last group and ragged last column tile."""

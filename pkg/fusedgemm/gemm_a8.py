@@ -141,8 +141,10 @@ def _sm_count(device_index: int) -> int:
 def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132) -> tuple[kernels.TileConfig, int]:
     """-> (tile config, split-K factor).
 
-    sm_90a: wgmma + TMA kernels. M <= 64 is weight streaming: 64 x 128 tiles (rows past M cost nothing,
-    TMA zero-fills them), two CTAs per SM; M > 64: 128 x 128, 128 x 192 or 192 x 128 tiles, whichever
+    sm_90a: wgmma + TMA kernels. M <= 64 is weight streaming: M <= 16 on the swapped 16 x 128 tiles (the
+    weight's rows are the MMA's M, the activation's its N: a quarter of the tensor-core work of an m64 tile at
+    M = 1; three CTAs per SM), else 64 x 128 tiles (rows past M cost nothing, TMA zero-fills them), two CTAs
+    per SM; M > 64: 128 x 128, 128 x 192 or 192 x 128 tiles, whichever
     _modelled_time says. When there are too few output tiles to
     fill the SMs, K is split over a cluster of 2 or 4 CTAs (2 for M > 64), while every CTA keeps >= 4 K blocks
     of 128.
@@ -152,8 +154,8 @@ def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132)
         name, splits = _FORCED_CONFIG
         return kernels.GEMM_A8_CONFIGS[name], splits
     if arch == "sm_90a":
-        if m <= 64:
-            cfg = kernels.GEMM_A8_CONFIGS["w64n128"]
+        if m <= 64:  # weight streaming; up to 16 rows the swapped tile wastes less of the tensor core
+            cfg = kernels.GEMM_A8_CONFIGS["v16n128" if m <= 16 else "w64n128"]
         else:
             cfg = min((kernels.GEMM_A8_CONFIGS[name] for name in _TILE_RATE), key=lambda c: _modelled_time(c, m, n, sms))
         tiles = _tile_count(cfg, m, n)
@@ -161,7 +163,7 @@ def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132)
         slots = sms * cfg.min_blocks_per_sm
         # Split-K caps: 4 for the decode tiles (8 was slower on every decode shape), 2 for the larger ones (4
         # was 10-35% slower than 2 at M = 128 and 256: o_proj M=128 26.9 against 22.0 us, down 45.3 / 40.4).
-        max_splits = 4 if cfg.block_m == 64 else 2
+        max_splits = 4 if cfg.block_m <= 64 else 2
         splits = 1
         while splits < max_splits and tiles * splits * 2 <= slots and k_blocks >= 4 * splits * 2:
             splits *= 2

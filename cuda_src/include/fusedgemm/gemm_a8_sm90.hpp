@@ -32,14 +32,22 @@
 #if defined(FG_NVIDIA)
 namespace fg {
 
-template <int kBlockM_, int kStages_, int kMinBlocksPerSm_, int kBlockN_ = 128>
+// kSwapAB (decode, M <= kBlockM <= 64): the MMAs compute C^T = B . A^T, so the weight's rows are the wgmma's
+// M (kBlockN / 64 MMAs of 64 rows per K step, one warpgroup) and the activation's rows its N (kBlockM, down
+// to 16). At M = 1 an unswapped m64 MMA computes 64 rows for one: swapped, the tensor core does 1/4 of that
+// work and the MMA-only time of a decode call drops from ~8 us to ~2 (qkv M = 1, docs/perf-notes.md).
+// The shared-memory stages are the same; only the descriptors trade places.
+template <int kBlockM_, int kStages_, int kMinBlocksPerSm_, int kBlockN_ = 128, bool kSwapAB_ = false>
 struct WgmmaConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;  // one m64nBNk32 wgmma per warpgroup per K step: 128 or 192
   static constexpr int kBlockK = 128;  // bytes = fp8/int8 values of K per stage
   static constexpr int kStages = kStages_;
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
-  static constexpr int kConsumerWarpgroups = kBlockM / 64;
+  static constexpr bool kSwapAB = kSwapAB_;
+  static constexpr int kConsumerWarpgroups = kSwapAB ? 1 : kBlockM / 64;
+  static constexpr int kMmaN = kSwapAB ? kBlockM : kBlockN;        // the wgmma's N
+  static constexpr int kMmasPerStep = kSwapAB ? kBlockN / 64 : 1;  // per warpgroup and K step of 32
   static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
   // Each SM sub-partition has 16384 registers for its warps: three consumer warpgroups plus a producer warp
   // would be capped at 128 registers per thread (spills). Then the producer is a whole warpgroup that gives
@@ -53,12 +61,13 @@ struct WgmmaConfig {
   static constexpr int kStageBytesA = kBlockM * kBlockK;
   static constexpr int kStageBytesB = kBlockN * kBlockK;
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
-  static constexpr int kAccPerThread = kBlockN / 2;
+  static constexpr int kAccPerThread = kMmasPerStep * kMmaN / 2;
   static constexpr int kReduceBytes = kAccPerThread * kConsumerThreads * 4;
   static constexpr int kBarrierOffset = kStages * kStageBytes;
   // + 1024: the dynamic shared-memory base is rounded up to the 1024-byte alignment the swizzle needs.
   static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;
-  static_assert(kBlockM % 64 == 0 && kBlockM <= 192, "one to three consumer warpgroups of 64 rows");
+  static_assert(kSwapAB ? kBlockM == 16 && kBlockN % 64 == 0 : kBlockM % 64 == 0 && kBlockM <= 192,
+                "one to three consumer warpgroups of 64 rows; swapped: 16 activation rows, 64-row weight MMAs");
   static_assert(kReduceBytes <= kBarrierOffset, "the split-K partial tile reuses the stage buffers");
 };
 
@@ -70,6 +79,7 @@ using ConfigW128N128 = WgmmaConfig<128, 6, 1>;  // M > 64: 6 x 32 KB stages
 using ConfigW128N192 = WgmmaConfig<128, 5, 1, 192>;
 using ConfigW192N128 = WgmmaConfig<192, 5, 1>;  // large M: three consumer warpgroups keep the tensor core fed
                                                 // while one of them promotes; 5 x 40 KB stages
+using ConfigV16N128 = WgmmaConfig<16, 4, 3, 128, true>;  // M <= 16, swapped: 4 x 18 KB stages, 3 CTAs per SM
 
 // Which output tile a CTA computes. CTAs start roughly in launch order (blockIdx.x fastest). Row-major tile
 // order makes one wave sweep a whole row of B's column tiles: right while B fits in L2 (50 MB on H100/H200),
@@ -167,6 +177,45 @@ FG_DEVICE void store_group(u16* __restrict__ out, int M, int N, const float (&ro
                          row_scale[1] * sb1, b0, b1);
 }
 
+// The swapped (kSwapAB) epilogue. Accumulator element j of consumer thread t: MMA h = j / kAccPerMma, whose
+// D row (a weight row: output column n0 + 64 h + acc_row) and column (an activation row: output row m0 +
+// acc_col) follow the wgmma D layout. Each value is stored alone (2 bytes; a decode call writes a few KB).
+// With split-K, the partial tiles are reduced over the cluster as in the unswapped path (fixed order), each
+// CTA storing 1 / splits of the elements.
+template <class Out, class Act, class Cfg, int kAcc, int kAccPerMma, class Acc>
+FG_DEVICE void store_swapped(u16* __restrict__ out, const void* __restrict__ bias, const float* __restrict__ scale_a,
+                             const float* __restrict__ scale_b, int M, int N, int bias_kind, int scale_a_stride,
+                             int scale_b_stride, float alpha, int m0, int n0, int t, int splits, int rank,
+                             const Acc (&acc)[kAcc], u8* smem) {
+  using Epilogue = EpilogueScaleBiasAct<Act>;
+  auto store_one = [&](int j, Acc v) {
+    const int h = j / kAccPerMma, e = j % kAccPerMma;
+    const int m = m0 + acc_col(t, e), n = n0 + 64 * h + acc_row(t, e);
+    if (m >= M || n >= N) return;
+    const float scale = alpha * load_scale(scale_a, scale_a_stride, m) * load_scale(scale_b, scale_b_stride, n);
+    out[static_cast<i64>(m) * N + n] =
+        Out::from_float(Epilogue::apply(static_cast<float>(v), scale, load_bias(bias, bias_kind, n)));
+  };
+  if (splits == 1) {
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) store_one(j, acc[j]);
+    return;
+  }
+  u32* partial = reinterpret_cast<u32*>(smem);
+  sm90::named_barrier_sync(1, Cfg::kConsumerThreads);  // every consumer is past its last wgmma: stages are free
+#pragma unroll
+  for (int j = 0; j < kAcc; ++j) partial[j * Cfg::kConsumerThreads + t] = __builtin_bit_cast(u32, acc[j]);
+  sm90::cluster_sync();
+  const int per_rank = kAcc / splits;
+  for (int j = rank * per_rank; j < (rank + 1) * per_rank; ++j) {
+    Acc v = Acc(0);
+    for (int r = 0; r < splits; ++r)  // fixed order: the result does not depend on timing
+      v += __builtin_bit_cast(Acc, sm90::ld_cluster_u32(&partial[j * Cfg::kConsumerThreads + t], r));
+    store_one(j, v);
+  }
+  sm90::cluster_sync();  // keep this CTA's partial tile alive until every CTA has read it
+}
+
 // Timing probes for performance work (ci/probe_sm90.py builds them; the package never does): which part of
 // the pipeline bounds the kernel. kProbe 1: no MMAs (copies only); 2: no copies (MMAs on whatever is in
 // shared memory); 3: B is a plain row-major [N, K] weight read through a 2-D 128-byte-swizzled map.
@@ -178,10 +227,11 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
                              u16* __restrict__ out, const void* __restrict__ bias,
                              const float* __restrict__ scale_a, const float* __restrict__ scale_b, int M, int N,
                              int K, int bias_kind, int scale_a_stride, int scale_b_stride, float alpha) {
-  using Mma = sm90::Wgmma<In, Cfg::kBlockN>;
+  using Mma = sm90::Wgmma<In, Cfg::kMmaN>;
   using Acc = typename Mma::Acc;
   constexpr int kAcc = Cfg::kAccPerThread;
-  static_assert(kAcc == Mma::kAccPerThread, "one m64nBN wgmma per warpgroup per K step");
+  constexpr int kAccPerMma = Mma::kAccPerThread;
+  static_assert(kAcc == Cfg::kMmasPerStep * kAccPerMma, "kMmasPerStep m64 wgmmas per warpgroup per K step");
 
   if (sm90::dynamic_smem_bytes() < Cfg::kSmemBytes) __trap();  // host / device layouts disagree: fail loudly
   extern __shared__ u8 smem_raw[];
@@ -266,11 +316,22 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
 #pragma unroll
       for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
         const sm90::u64 da = sm90::smem_desc(a_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B);
-        const sm90::u64 db =
-            kProbe == kProbePlainB
-                ? sm90::smem_desc(b_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B)
-                : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16, Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
-        Mma::mma(d, da, db, accumulate || kk > 0);
+        if constexpr (Cfg::kSwapAB) {
+          // Weight rows 64h..64h+63 (8 core matrices of 8 rows, 128 B apart) are the MMA's A, the activation
+          // its B: D[h] = B_h . A^T.
+#pragma unroll
+          for (int h = 0; h < Cfg::kMmasPerStep; ++h) {
+            const sm90::u64 dw = sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16 + h * 8 * 128,
+                                                 Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
+            Mma::mma(*reinterpret_cast<Acc(*)[kAccPerMma]>(&d[h * kAccPerMma]), dw, da, accumulate || kk > 0);
+          }
+        } else {
+          const sm90::u64 db =
+              kProbe == kProbePlainB
+                  ? sm90::smem_desc(b_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B)
+                  : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16, Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
+          Mma::mma(d, da, db, accumulate || kk > 0);
+        }
       }
       sm90::wgmma_commit();
     };
@@ -314,6 +375,11 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
 
   // ---- epilogue -------------------------------------------------------------------------------------------
   const int ct = tid & 127;                   // thread within its consumer warpgroup
+  if constexpr (Cfg::kSwapAB) {
+    store_swapped<Out, Act, Cfg, kAcc, kAccPerMma>(out, bias, scale_a, scale_b, M, N, bias_kind, scale_a_stride,
+                                                   scale_b_stride, alpha, m0, n0, ct, splits, rank, acc, smem);
+    return;
+  }
   const int wg_row0 = m0 + 64 * (warp >> 2);  // first row of the warpgroup's tile
   const int row0 = wg_row0 + acc_row(ct, 0);
   float row_scale[2];  // alpha * scale_a of rows row0 and row0 + 8

@@ -69,18 +69,22 @@ class TileConfig:
     unit: str = "gemm_a8"  # the source unit / code object that holds the kernels
     smem: int = 0  # dynamic shared-memory bytes per block
     min_blocks_per_sm: int = 1
+    swap_ab: bool = False  # wgmma tiles computing C^T = B . A^T (decode; WgmmaConfig::kSwapAB)
 
     @property
     def signature(self) -> Signature:
         return GEMM_A8_SM90 if self.unit == "gemm_a8_sm90" else GEMM_A8
 
 
-def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n: int = 128) -> TileConfig:
+def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n: int = 128,
+                  swap_ab: bool = False) -> TileConfig:
     """Mirror of WgmmaConfig in hip_src/include/fusedgemm/gemm_a8_sm90.hpp (K step 128 B)."""
     smem = stages * (block_m * 128 + block_n * 128) + 2 * stages * 8 + 1024
+    consumer_warps = 4 if swap_ab else block_m // 16  # swapped: one warpgroup
     # kSetMaxNReg (3 consumer warpgroups, or 192-wide tiles): the producer is a warpgroup, else one warp
-    producer_warps = 4 if block_m // 64 == 3 or block_n > 128 else 1
-    return TileConfig(name, block_m, block_n, block_m // 16 + producer_warps, "gemm_a8_sm90", smem, min_blocks)
+    producer_warps = 4 if consumer_warps == 12 or block_n > 128 else 1
+    return TileConfig(name, block_m, block_n, consumer_warps + producer_warps, "gemm_a8_sm90", smem, min_blocks,
+                      swap_ab)
 
 
 # Must match the Config* aliases in hip_src/include/fusedgemm/gemm_a8.hpp / gemm_a8_sm90.hpp and the
@@ -93,6 +97,7 @@ GEMM_A8_CONFIGS = {
     "w128n128": _wgmma_config("w128n128", 128, 6, 1),
     "w128n192": _wgmma_config("w128n192", 128, 5, 1, block_n=192),
     "w192n128": _wgmma_config("w192n128", 192, 5, 1),
+    "v16n128": _wgmma_config("v16n128", 16, 4, 3, swap_ab=True),
 }
 
 

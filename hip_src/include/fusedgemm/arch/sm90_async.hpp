@@ -144,7 +144,7 @@ FG_DEVICE void fence_regs(T (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(*reinterpret_cast<u32*>(&r[i]))::"memory");
 }
 
-// One m64nNk32 warpgroup MMA, N = 128 or 192: D[64 x N] (+)= A[64 x 32] . B[N x 32]^T, both K-major in
+// One m64nNk32 warpgroup MMA, N = 16, 128 or 192: D[64 x N] (+)= A[64 x 32] . B[N x 32]^T, both K-major in
 // shared memory. Thread t of the warpgroup holds D rows 16 (t / 32) + (t % 32) / 4 + 8 ((j / 2) % 2), columns
 // 8 (j / 4) + 2 (t % 4) + j % 2, for j = 0..N/2-1. accumulate = 0 overwrites D.
 template <class In, int N>
@@ -168,6 +168,8 @@ struct Wgmma;
   C(D[84]), C(D[85]), C(D[86]), C(D[87]), C(D[88]), C(D[89]), C(D[90]), C(D[91]), C(D[92]), C(D[93]),  \
   C(D[94]), C(D[95])
 
+#define FG_WGMMA_D8(C, D) C(D[0]), C(D[1]), C(D[2]), C(D[3]), C(D[4]), C(D[5]), C(D[6]), C(D[7])
+#define FG_WGMMA_REGS8 "{%0, %1, %2, %3, %4, %5, %6, %7}"
 #define FG_WGMMA_REGS64 \
   "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20,  "  \
   "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39,  "  \
@@ -205,6 +207,11 @@ FG_WGMMA_SPECIALISE(Int8, 128, int, true, "m64n128k32.s32.s8.s8", FG_RW_INT, FG_
                     64, 65, 66, "")
 FG_WGMMA_SPECIALISE(Int8, 192, int, true, "m64n192k32.s32.s8.s8", FG_RW_INT, FG_WGMMA_D96, FG_WGMMA_REGS96,
                     96, 97, 98, "")
+// n16: the swapped decode tiles (WgmmaConfig::kSwapAB), where N is the activation's rows.
+FG_WGMMA_SPECIALISE(Fp8E4M3, 16, float, false, "m64n16k32.f32.e4m3.e4m3", FG_RW_FLOAT, FG_WGMMA_D8,
+                    FG_WGMMA_REGS8, 8, 9, 10, ", 1, 1")
+FG_WGMMA_SPECIALISE(Int8, 16, int, true, "m64n16k32.s32.s8.s8", FG_RW_INT, FG_WGMMA_D8, FG_WGMMA_REGS8, 8, 9,
+                    10, "")
 
 #undef FG_WGMMA_SPECIALISE
 #undef FG_WGMMA_D96
@@ -213,6 +220,8 @@ FG_WGMMA_SPECIALISE(Int8, 192, int, true, "m64n192k32.s32.s8.s8", FG_RW_INT, FG_
 #undef FG_RW_FLOAT
 #undef FG_RW_INT
 #undef FG_WGMMA_REGS64
+#undef FG_WGMMA_D8
+#undef FG_WGMMA_REGS8
 
 }  // namespace sm90
 }  // namespace fg

@@ -234,7 +234,7 @@ template <class Cfg>
 FG_DEVICE void produce_cp_async(const sm90::TmaDesc& a_map, const u8* __restrict__ b, u8* stage_a, u8* stage_b,
                                 sm90::u64* full, sm90::u64* empty, int M, int N, int K, int m0, int n0,
                                 int kb_begin, int kb_count, int pt) {
-  static_assert(Cfg::kBlockK == 128 && Cfg::kBlockN == 128 && Cfg::kProducerThreads == 128 && Cfg::kStages >= 2,
+  static_assert(Cfg::kBlockK == 128 && Cfg::kBlockN == 128 && Cfg::kProducerThreads == 128,
                 "8 K chunks x 128 rows = 8 vectors per producer thread");
   constexpr int kLag = Cfg::kStages - 1;
   const int a_rows = a_box_rows<Cfg>(M);
@@ -248,12 +248,6 @@ FG_DEVICE void produce_cp_async(const sm90::TmaDesc& a_map, const u8* __restrict
     sm90::mbar_arrive(&full[i % Cfg::kStages]);
   };
   for (int i = 0; i < kb_count; ++i) {
-    // Signal the oldest stage before waiting for a free one: the int8 consumers release stage i - kStages
-    // only once stage i - kStages + 1 is full, so a producer that waited first would wait forever.
-    if (i >= kLag) {
-      sm90::cp_async_wait<kLag - 1>();
-      signal(i - kLag);
-    }
     const int s = i % Cfg::kStages;
     sm90::mbar_wait(&empty[s], ((i / Cfg::kStages) & 1) ^ 1);
     const int kb = kb_begin + i;
@@ -269,6 +263,10 @@ FG_DEVICE void produce_cp_async(const sm90::TmaDesc& a_map, const u8* __restrict
       sm90::cp_async16(dst + j * 256, in ? src + static_cast<i64>(j) * 16 * K + kb * 2048 : b, in ? 16 : 0);
     }
     sm90::cp_async_commit();
+    if (i >= kLag) {
+      sm90::cp_async_wait<kLag>();
+      signal(i - kLag);
+    }
   }
   sm90::cp_async_wait<0>();
   for (int i = max(kb_count - kLag, 0); i < kb_count; ++i) signal(i);

@@ -13,9 +13,9 @@
           const __grid_constant__ fg::sm90::TmaDesc a_map, const __grid_constant__ fg::sm90::TmaDesc b_map,   \
           fg::u16* __restrict__ out, const void* __restrict__ bias, const float* __restrict__ scale_a,        \
           const float* __restrict__ scale_b, int M, int N, int K, int bias_kind, int scale_a_stride,          \
-          int scale_b_stride, float alpha, const fg::u8* __restrict__ b) {                                     \
+          int scale_b_stride, float alpha) {                                                                   \
     fg::gemm_a8_wgmma<IN, OUT, ACT, CFG>(a_map, b_map, out, bias, scale_a, scale_b, M, N, K, bias_kind,       \
-                                         scale_a_stride, scale_b_stride, alpha, b);                            \
+                                         scale_a_stride, scale_b_stride, alpha);                               \
   }
 
 FG_GEMM_A8_INSTANCES(FG_WGMMA_ENTRY, w64n128, fg::ConfigW64N128)

@@ -363,7 +363,7 @@ class _CallPlan:
         if b_last != b_ptr:
             b_map = _tensor_map_b(b_ptr, self.n, self.k, self.block_n)
             self.b_map = (b_ptr, b_map)
-        self.launch(stream, a_map, b_map, out_ptr, bias_ptr, sa_ptr, sb_ptr, *self.scalars, b_ptr)
+        self.launch(stream, a_map, b_map, out_ptr, bias_ptr, sa_ptr, sb_ptr, *self.scalars)
 
 
 def launch_gemm_a8(a: torch.Tensor, b_data: torch.Tensor, bias, sa, sa_stride: int, sb, sb_stride: int,

@@ -36,11 +36,7 @@ namespace fg {
 // to 16). At M = 1 an unswapped m64 MMA computes 64 rows for one: swapped, the tensor core does 1/4 of that
 // work and the MMA-only time of a decode call drops from ~8 us to ~2 (qkv M = 1, docs/perf-notes.md).
 // The shared-memory stages are the same; only the descriptors trade places.
-// kCpAsyncB: a producer warpgroup streams B with 16-byte cp.async per thread (8 per thread and stage) instead
-// of one TMA copy per stage: on the decode shapes the TMA stream alone measured 2-3 us slower than a plain
-// load stream of the same weight (docs/perf-notes.md, session 5).
-template <int kBlockM_, int kStages_, int kMinBlocksPerSm_, int kBlockN_ = 128, bool kSwapAB_ = false,
-          bool kCpAsyncB_ = false>
+template <int kBlockM_, int kStages_, int kMinBlocksPerSm_, int kBlockN_ = 128, bool kSwapAB_ = false>
 struct WgmmaConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;  // one m64nBNk32 wgmma per warpgroup per K step: 128 or 192
@@ -48,7 +44,6 @@ struct WgmmaConfig {
   static constexpr int kStages = kStages_;
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
   static constexpr bool kSwapAB = kSwapAB_;
-  static constexpr bool kCpAsyncB = kCpAsyncB_;
   static constexpr int kConsumerWarpgroups = kSwapAB ? 1 : kBlockM / 64;
   static constexpr int kMmaN = kSwapAB ? kBlockM : kBlockN;        // the wgmma's N
   static constexpr int kMmasPerStep = kSwapAB ? kBlockN / 64 : 1;  // per warpgroup and K step of 32
@@ -61,8 +56,7 @@ struct WgmmaConfig {
   static constexpr bool kSetMaxNReg = kConsumerWarpgroups == 3 || kBlockN > 128;
   static constexpr int kProducerRegs = kConsumerWarpgroups == 3 ? 24 : 40;
   static constexpr int kConsumerRegs = kConsumerWarpgroups == 3 ? 160 : 232;
-  static constexpr int kProducerThreads = kSetMaxNReg || kCpAsyncB ? 128 : 32;
-  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
+  static constexpr int kThreads = kConsumerThreads + (kSetMaxNReg ? 128 : 32);
   static constexpr int kStageBytesA = kBlockM * kBlockK;
   static constexpr int kStageBytesB = kBlockN * kBlockK;
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
@@ -84,8 +78,7 @@ using ConfigW128N128 = WgmmaConfig<128, 6, 1>;  // M > 64: 6 x 32 KB stages
 using ConfigW128N192 = WgmmaConfig<128, 5, 1, 192>;
 using ConfigW192N128 = WgmmaConfig<192, 5, 1>;  // large M: three consumer warpgroups keep the tensor core fed
                                                 // while one of them promotes; 5 x 40 KB stages
-using ConfigV16N128 = WgmmaConfig<16, 4, 3, 128, true, true>;  // M <= 16, swapped, B by cp.async: 4 x 18 KB
-                                                               // stages, 3 CTAs per SM
+using ConfigV16N128 = WgmmaConfig<16, 4, 3, 128, true>;  // M <= 16, swapped: 4 x 18 KB stages, 3 CTAs per SM
 
 // Which output tile a CTA computes. CTAs start roughly in launch order (blockIdx.x fastest). Row-major tile
 // order makes one wave sweep a whole row of B's column tiles: right while B fits in L2 (50 MB on H100/H200),
@@ -222,56 +215,6 @@ FG_DEVICE void store_swapped(u16* __restrict__ out, const void* __restrict__ bia
   sm90::cluster_sync();  // keep this CTA's partial tile alive until every CTA has read it
 }
 
-// The kCpAsyncB producer: all kProducerThreads threads. Per stage, lane 0 copies A with TMA (its bytes counted
-// on the full barrier) and every thread copies 8 16-byte vectors of B: K chunk c = pt / 16 of the stage, row
-// r = pt % 16 of each of the tile's 8 row blocks. In the preshuffled layout a row block's chunks are 256 B
-// apart and its rows 16 B apart, so a warp reads 512 contiguous bytes; in shared memory vector (chunk c, row
-// n) goes to c * BN * 16 + n * 16, the layout the TMA path lands. A thread keeps up to kStages - 1 stages in
-// flight and signals stage i once its own copies of it have landed and are fenced for the async proxy
-// (wgmma reads shared memory through it): full[s] completes when all threads and A's bytes have arrived.
-// Vectors past K or N are written as zeros.
-template <class Cfg>
-FG_DEVICE void produce_cp_async(const sm90::TmaDesc& a_map, const u8* __restrict__ b, u8* stage_a, u8* stage_b,
-                                sm90::u64* full, sm90::u64* empty, int M, int N, int K, int m0, int n0,
-                                int kb_begin, int kb_count, int pt) {
-  static_assert(Cfg::kBlockK == 128 && Cfg::kBlockN == 128 && Cfg::kProducerThreads == 128,
-                "8 K chunks x 128 rows = 8 vectors per producer thread");
-  constexpr int kLag = Cfg::kStages - 1;
-  const int a_rows = a_box_rows<Cfg>(M);
-  if (pt == 0) sm90::prefetch_tma_desc(&a_map);
-  const int chunk = pt / 16, row = pt % 16;
-  const int row_blocks = min(Cfg::kBlockN / 16, (N - n0) / 16);  // N % 16 == 0
-  const int k_chunks = K / 16;
-  const u8* src = b + static_cast<i64>(n0 / 16) * 16 * K + chunk * 256 + row * 16;
-  auto signal = [&](int i) {  // this thread's copies of stage i have landed
-    sm90::fence_proxy_async_shared();
-    sm90::mbar_arrive(&full[i % Cfg::kStages]);
-  };
-  for (int i = 0; i < kb_count; ++i) {
-    const int s = i % Cfg::kStages;
-    sm90::mbar_wait(&empty[s], ((i / Cfg::kStages) & 1) ^ 1);
-    const int kb = kb_begin + i;
-    if (pt == 0) {
-      sm90::mbar_arrive_expect_tx(&full[s], a_rows * Cfg::kBlockK);
-      sm90::tma_load_2d(stage_a + s * Cfg::kStageBytesA, &a_map, &full[s], kb * Cfg::kBlockK, m0);
-    }
-    const bool k_in = kb * 8 + chunk < k_chunks;
-    u8* dst = stage_b + s * Cfg::kStageBytesB + chunk * Cfg::kBlockN * 16 + row * 16;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const bool in = k_in && j < row_blocks;
-      sm90::cp_async16(dst + j * 256, in ? src + static_cast<i64>(j) * 16 * K + kb * 2048 : b, in ? 16 : 0);
-    }
-    sm90::cp_async_commit();
-    if (i >= kLag) {
-      sm90::cp_async_wait<kLag>();
-      signal(i - kLag);
-    }
-  }
-  sm90::cp_async_wait<0>();
-  for (int i = max(kb_count - kLag, 0); i < kb_count; ++i) signal(i);
-}
-
 // Timing probes for performance work (ci/probe_sm90.py builds them; the package never does): which part of
 // the pipeline bounds the kernel. kProbe 1: no MMAs (copies only); 2: no copies (MMAs on whatever is in
 // shared memory); 3: B is a plain row-major [N, K] weight read through a 2-D 128-byte-swizzled map.
@@ -282,8 +225,7 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
                              const sm90::TmaDesc& b_map,  // B (16,16) preshuffled, see above
                              u16* __restrict__ out, const void* __restrict__ bias,
                              const float* __restrict__ scale_a, const float* __restrict__ scale_b, int M, int N,
-                             int K, int bias_kind, int scale_a_stride, int scale_b_stride, float alpha,
-                             const u8* __restrict__ b_raw) {  // B's address (kCpAsyncB: read without the map)
+                             int K, int bias_kind, int scale_a_stride, int scale_b_stride, float alpha) {
   using Mma = sm90::Wgmma<In, Cfg::kMmaN>;
   using Acc = typename Mma::Acc;
   constexpr int kAcc = Cfg::kAccPerThread;
@@ -313,7 +255,7 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
 
   if (tid == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
-      sm90::mbar_init(&full[s], Cfg::kCpAsyncB ? 1 + Cfg::kProducerThreads : 1);
+      sm90::mbar_init(&full[s], 1);
       sm90::mbar_init(&empty[s], Cfg::kConsumerThreads / 32);
     }
     sm90::fence_mbar_init();
@@ -321,12 +263,9 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
   __syncthreads();
 
   if (warp >= Cfg::kConsumerThreads / 32) {
-    // ---- producer: one lane issues TMA copies (kCpAsyncB: the producer warpgroup streams B itself) -------
+    // ---- producer: one lane issues the copies ------------------------------------------------------------
     if constexpr (Cfg::kSetMaxNReg) sm90::setmaxnreg_dec<Cfg::kProducerRegs>();
-    if constexpr (Cfg::kCpAsyncB) {
-      produce_cp_async<Cfg>(a_map, b_raw, stage_a, stage_b, full, empty, M, N, K, m0, n0, kb_begin, kb_count,
-                            tid - Cfg::kConsumerThreads);
-    } else if (warp == Cfg::kConsumerThreads / 32 && lane == 0) {
+    if (warp == Cfg::kConsumerThreads / 32 && lane == 0) {
       const int a_rows = a_box_rows<Cfg>(M);
       sm90::prefetch_tma_desc(&a_map);
       sm90::prefetch_tma_desc(&b_map);

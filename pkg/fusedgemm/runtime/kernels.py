@@ -49,9 +49,8 @@ _GEMM_A8_TAIL = (
     ("scale_b_stride", "i32"), ("alpha", "f32"),
 )
 GEMM_A8 = Signature((("a", "ptr"), ("b", "ptr"), *_GEMM_A8_TAIL))
-# The Hopper tensor-core kernels (unit gemm_a8_sm90) read A and B through TMA tensor maps; B's address too,
-# for the configs that stream it with cp.async (kCpAsyncB).
-GEMM_A8_SM90 = Signature((("a_map", "tmap"), ("b_map", "tmap"), *_GEMM_A8_TAIL, ("b", "ptr")))
+# The Hopper tensor-core kernels (unit gemm_a8_sm90) read A and B through TMA tensor maps.
+GEMM_A8_SM90 = Signature((("a_map", "tmap"), ("b_map", "tmap"), *_GEMM_A8_TAIL))
 
 # Must match `enum BiasKind` in hip_src/include/fusedgemm/epilogue.hpp.
 BIAS_KIND = {None: 0, "float32": 1, "bfloat16": 2, "float16": 3}
@@ -78,13 +77,12 @@ class TileConfig:
 
 
 def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n: int = 128,
-                  swap_ab: bool = False, cp_async_b: bool = False) -> TileConfig:
+                  swap_ab: bool = False) -> TileConfig:
     """Mirror of WgmmaConfig in hip_src/include/fusedgemm/gemm_a8_sm90.hpp (K step 128 B)."""
     smem = stages * (block_m * 128 + block_n * 128) + 2 * stages * 8 + 1024
     consumer_warps = 4 if swap_ab else block_m // 16  # swapped: one warpgroup
-    # kSetMaxNReg (3 consumer warpgroups, or 192-wide tiles) or kCpAsyncB: the producer is a warpgroup, else
-    # one warp
-    producer_warps = 4 if consumer_warps == 12 or block_n > 128 or cp_async_b else 1
+    # kSetMaxNReg (3 consumer warpgroups, or 192-wide tiles): the producer is a warpgroup, else one warp
+    producer_warps = 4 if consumer_warps == 12 or block_n > 128 else 1
     return TileConfig(name, block_m, block_n, consumer_warps + producer_warps, "gemm_a8_sm90", smem, min_blocks,
                       swap_ab)
 
@@ -99,7 +97,7 @@ GEMM_A8_CONFIGS = {
     "w128n128": _wgmma_config("w128n128", 128, 6, 1),
     "w128n192": _wgmma_config("w128n192", 128, 5, 1, block_n=192),
     "w192n128": _wgmma_config("w192n128", 192, 5, 1),
-    "v16n128": _wgmma_config("v16n128", 16, 4, 3, swap_ab=True, cp_async_b=True),
+    "v16n128": _wgmma_config("v16n128", 16, 4, 3, swap_ab=True),
 }
 
 

@@ -76,21 +76,6 @@ FG_DEVICE void tma_load_3d(void* dst, const TmaDesc* map, u64* bar, int c0, int 
       "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
-// ---- cp.async: 16 bytes global -> shared per thread, into any layout ------------------------------------------
-// src_bytes 0 reads nothing and writes 16 zero bytes (operands past K or N).
-FG_DEVICE void cp_async16(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src), "r"(src_bytes)
-               : "memory");
-}
-FG_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-template <int kPending>
-FG_DEVICE void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
-}
-// Shared-memory writes of the generic proxy (st.shared, cp.async) become visible to the async proxy (wgmma
-// operand reads, TMA) of threads that synchronise with this one afterwards.
-FG_DEVICE void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-
 FG_DEVICE void prefetch_tma_desc(const TmaDesc* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }

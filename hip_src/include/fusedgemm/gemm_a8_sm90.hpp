@@ -176,6 +176,32 @@ FG_DEVICE void store_group(u16* __restrict__ out, int M, int N, const float (&ro
                          row_scale[1] * sb1, b0, b1);
 }
 
+// Split-K over the cluster, step 1: once every consumer is past its last wgmma (the stages are free), park this
+// thread's accumulators in its CTA's shared memory as their own bits (int32 partial sums stay exact), element
+// j of consumer thread t at [j][t], and wait until every CTA of the cluster has.
+template <class Cfg, int kAcc, class Acc>
+FG_DEVICE const u32* park_partials(const Acc (&acc)[kAcc], u8* smem, int t) {
+  u32* partial = reinterpret_cast<u32*>(smem);
+  sm90::named_barrier_sync(1, Cfg::kConsumerThreads);
+#pragma unroll
+  for (int j = 0; j < kAcc; ++j) partial[j * Cfg::kConsumerThreads + t] = __builtin_bit_cast(u32, acc[j]);
+  sm90::cluster_sync();
+  return partial;
+}
+
+// Step 2: elements j .. j + kN - 1 of thread t summed over the cluster's CTAs in rank order, so the result does
+// not depend on timing. (Step 3, the caller's: a last cluster barrier keeps each CTA's partial tile alive
+// until every CTA has read it.)
+template <class Cfg, int kN, class Acc>
+FG_DEVICE void cluster_sum(const u32* partial, int j, int t, int splits, Acc (&v)[kN]) {
+#pragma unroll
+  for (int e = 0; e < kN; ++e) v[e] = Acc(0);
+  for (int r = 0; r < splits; ++r)
+#pragma unroll
+    for (int e = 0; e < kN; ++e)
+      v[e] += __builtin_bit_cast(Acc, sm90::ld_cluster_u32(&partial[(j + e) * Cfg::kConsumerThreads + t], r));
+}
+
 // The swapped (kSwapAB) epilogue. Accumulator element j of consumer thread t: MMA h = j / kAccPerMma, whose
 // D row (a weight row: output column n0 + 64 h + acc_row) and column (an activation row: output row m0 +
 // acc_col) follow the wgmma D layout. Each value is stored alone (2 bytes; a decode call writes a few KB).
@@ -200,17 +226,12 @@ FG_DEVICE void store_swapped(u16* __restrict__ out, const void* __restrict__ bia
     for (int j = 0; j < kAcc; ++j) store_one(j, acc[j]);
     return;
   }
-  u32* partial = reinterpret_cast<u32*>(smem);
-  sm90::named_barrier_sync(1, Cfg::kConsumerThreads);  // every consumer is past its last wgmma: stages are free
-#pragma unroll
-  for (int j = 0; j < kAcc; ++j) partial[j * Cfg::kConsumerThreads + t] = __builtin_bit_cast(u32, acc[j]);
-  sm90::cluster_sync();
+  const u32* partial = park_partials<Cfg>(acc, smem, t);
   const int per_rank = kAcc / splits;
   for (int j = rank * per_rank; j < (rank + 1) * per_rank; ++j) {
-    Acc v = Acc(0);
-    for (int r = 0; r < splits; ++r)  // fixed order: the result does not depend on timing
-      v += __builtin_bit_cast(Acc, sm90::ld_cluster_u32(&partial[j * Cfg::kConsumerThreads + t], r));
-    store_one(j, v);
+    Acc v[1];
+    cluster_sum<Cfg>(partial, j, t, splits, v);
+    store_one(j, v[0]);
   }
   sm90::cluster_sync();  // keep this CTA's partial tile alive until every CTA has read it
 }
@@ -377,50 +398,41 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
   if constexpr (Cfg::kSwapAB) {
     store_swapped<Out, Act, Cfg, kAcc, kAccPerMma>(out, bias, scale_a, scale_b, M, N, bias_kind, scale_a_stride,
                                                    scale_b_stride, alpha, m0, n0, ct, splits, rank, acc, smem);
-    return;
-  }
-  const int wg_row0 = m0 + 64 * (warp >> 2);  // first row of the warpgroup's tile
-  const int row0 = wg_row0 + acc_row(ct, 0);
-  float row_scale[2];  // alpha * scale_a of rows row0 and row0 + 8
+  } else {
+    const int wg_row0 = m0 + 64 * (warp >> 2);  // first row of the warpgroup's tile
+    const int row0 = wg_row0 + acc_row(ct, 0);
+    float row_scale[2];  // alpha * scale_a of rows row0 and row0 + 8
 #pragma unroll
-  for (int h = 0; h < 2; ++h)
-    row_scale[h] = row0 + 8 * h < M ? alpha * load_scale(scale_a, scale_a_stride, row0 + 8 * h) : 0.f;
-  if (splits == 1) {
-    ColumnOperands<kAcc / 4> col_ops;
-    col_ops.load(bias, scale_b, scale_b_stride, bias_kind, N, n0, ct);
+    for (int h = 0; h < 2; ++h)
+      row_scale[h] = row0 + 8 * h < M ? alpha * load_scale(scale_a, scale_a_stride, row0 + 8 * h) : 0.f;
+    if (splits == 1) {
+      ColumnOperands<kAcc / 4> col_ops;
+      col_ops.load(bias, scale_b, scale_b_stride, bias_kind, N, n0, ct);
 #pragma unroll
-    for (int j = 0; j < kAcc; j += 4)
-      store_group<Out, Act>(out, M, N, row_scale, row0, n0 + acc_col(ct, j), col_ops.scale[j / 2],
-                            col_ops.scale[j / 2 + 1], col_ops.bias[j / 2], col_ops.bias[j / 2 + 1], acc[j], acc[j + 1],
-                            acc[j + 2], acc[j + 3]);
-    return;
-  }
-
-  // Split-K over the cluster. Partial tile layout: element j of consumer thread tid at [j][tid], stored as
-  // the accumulator's own bits (int32 partial sums stay exact).
-  u32* partial = reinterpret_cast<u32*>(smem);
-  sm90::named_barrier_sync(1, Cfg::kConsumerThreads);  // every consumer is past its last wgmma: stages are free
-#pragma unroll
-  for (int j = 0; j < kAcc; ++j) partial[j * Cfg::kConsumerThreads + tid] = __builtin_bit_cast(u32, acc[j]);
-  sm90::cluster_sync();
-  {
-    // Each CTA stores 1 / splits of the groups, loading their column operands as it goes: hoisting all of a
-    // thread's loads here (as the splits == 1 path does) made the decode shapes 3-5 us slower (H200).
-    const int per_rank = kAcc / splits;  // a multiple of 8: whole 8-column groups
-    for (int j = rank * per_rank; j < (rank + 1) * per_rank; j += 4) {
-      const int col = n0 + acc_col(ct, j);
-      if (col >= N) continue;
-      Acc v[4] = {Acc(0), Acc(0), Acc(0), Acc(0)};
-      for (int r = 0; r < splits; ++r)  // fixed order: the result does not depend on timing
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          v[e] += __builtin_bit_cast(Acc, sm90::ld_cluster_u32(&partial[(j + e) * Cfg::kConsumerThreads + tid], r));
-      store_group<Out, Act>(out, M, N, row_scale, row0, col, load_scale(scale_b, scale_b_stride, col),
-                            load_scale(scale_b, scale_b_stride, col + 1), load_bias(bias, bias_kind, col),
-                            load_bias(bias, bias_kind, col + 1), v[0], v[1], v[2], v[3]);
+      for (int j = 0; j < kAcc; j += 4)
+        store_group<Out, Act>(out, M, N, row_scale, row0, n0 + acc_col(ct, j), col_ops.scale[j / 2],
+                              col_ops.scale[j / 2 + 1], col_ops.bias[j / 2], col_ops.bias[j / 2 + 1], acc[j],
+                              acc[j + 1], acc[j + 2], acc[j + 3]);
+      return;
     }
+
+    const u32* partial = park_partials<Cfg>(acc, smem, tid);  // split-K over the cluster
+    {
+      // Each CTA stores 1 / splits of the groups, loading their column operands as it goes: hoisting all of a
+      // thread's loads here (as the splits == 1 path does) made the decode shapes 3-5 us slower (H200).
+      const int per_rank = kAcc / splits;  // a multiple of 8: whole 8-column groups
+      for (int j = rank * per_rank; j < (rank + 1) * per_rank; j += 4) {
+        const int col = n0 + acc_col(ct, j);
+        if (col >= N) continue;
+        Acc v[4];
+        cluster_sum<Cfg>(partial, j, tid, splits, v);
+        store_group<Out, Act>(out, M, N, row_scale, row0, col, load_scale(scale_b, scale_b_stride, col),
+                              load_scale(scale_b, scale_b_stride, col + 1), load_bias(bias, bias_kind, col),
+                              load_bias(bias, bias_kind, col + 1), v[0], v[1], v[2], v[3]);
+      }
+    }
+    sm90::cluster_sync();  // keep this CTA's partial tile alive until every CTA has read it
   }
-  sm90::cluster_sync();  // keep this CTA's partial tile alive until every CTA has read it
 }
 
 }  // namespace fg

@@ -49,30 +49,15 @@ FG_DEVICE void mbar_arrive(u64* bar) {
 }
 // Block until the barrier's phase with this parity has completed. A fresh barrier counts its (virtual)
 // previous phase, parity 1, as completed: producers start waiting on "empty" with parity 1.
-//
-// NOTE: the suspend-time hint makes a waiting warp sleep until the phase completes (SASS: NANOSLEEP.SYNCS,
-// woken by the barrier) instead of re-polling it. Without it the wait compiles to a YIELD / TRYWAIT loop, and
-// ncu counted ~576 shared-memory wavefronts per K block per SM at qkv M = 8192 (w192n128): polls on the same
-// shared-memory pipe the wgmma operand reads and the TMA writes need. (FG_PROBE_POLLING_WAIT: the old loop, for
-// ci/probe_sm90.py's same-process comparison only.)
-constexpr u32 kMbarSuspendHintNs = 10000000;
 FG_DEVICE void mbar_wait(u64* bar, u32 parity) {
   const u32 addr = smem_addr(bar);
   u32 done = 0;
   do {
-#if defined(FG_PROBE_POLLING_WAIT)
     asm volatile(
         "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
         : "=r"(done)
         : "r"(addr), "r"(parity)
         : "memory");
-#else
-    asm volatile(
-        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3; selp.u32 %0, 1, 0, p; }"
-        : "=r"(done)
-        : "r"(addr), "r"(parity), "r"(kMbarSuspendHintNs)
-        : "memory");
-#endif
   } while (!done);
 }
 

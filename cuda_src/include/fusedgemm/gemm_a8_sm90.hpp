@@ -239,8 +239,11 @@ FG_DEVICE void store_swapped(u16* __restrict__ out, const void* __restrict__ bia
 
 // Timing probes for performance work (ci/probe_sm90.py builds them; the package never does): which part of
 // the pipeline bounds the kernel. kProbe 1: no MMAs (copies only); 2: no copies (MMAs on whatever is in
-// shared memory); 3: B is a plain row-major [N, K] weight read through a 2-D 128-byte-swizzled map.
-enum ProbeMode : int { kProbeNone = 0, kProbeNoMma = 1, kProbeNoCopy = 2, kProbePlainB = 3 };
+// shared memory); 3: B is a plain row-major [N, K] weight read through a 2-D 128-byte-swizzled map; 4: no
+// copies, and the MMAs read B through a 128-byte-swizzle descriptor (does B's no-swizzle layout cost MMA rate?).
+enum ProbeMode : int { kProbeNone = 0, kProbeNoMma = 1, kProbeNoCopy = 2, kProbePlainB = 3, kProbeNoCopyPlainB = 4 };
+__host__ __device__ constexpr bool probe_no_copy(int probe) { return probe == kProbeNoCopy || probe == kProbeNoCopyPlainB; }
+__host__ __device__ constexpr bool probe_plain_b(int probe) { return probe == kProbePlainB || probe == kProbeNoCopyPlainB; }
 
 template <class In, class Out, class Act, class Cfg, int kProbe = kProbeNone>
 FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major, box 128 B x BM, swizzle 128
@@ -294,7 +297,7 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
       for (int i = 0; i < kb_count; ++i) {
         const int s = i % Cfg::kStages;
         sm90::mbar_wait(&empty[s], ((i / Cfg::kStages) & 1) ^ 1);
-        if constexpr (kProbe == kProbeNoCopy) {
+        if constexpr (probe_no_copy(kProbe)) {
           sm90::mbar_arrive(&full[s]);
           continue;
         }
@@ -348,7 +351,7 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
           }
         } else {
           const sm90::u64 db =
-              kProbe == kProbePlainB
+              probe_plain_b(kProbe)
                   ? sm90::smem_desc(b_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B)
                   : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16, Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
           Mma::mma(d, da, db, accumulate || kk > 0);

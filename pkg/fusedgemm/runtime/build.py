@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             spec = BuildSpec(unit, arch)
             if args.out:
-                d = args.out / arch
+                d = args.out.resolve() / arch  # the compiler runs in the source directory
                 d.mkdir(parents=True, exist_ok=True)
                 print(spec.compile_into(d))
             else:

@@ -38,11 +38,13 @@ extern "C" __global__ void __launch_bounds__(CFG::kThreads, CFG::kMinBlocksPerSm
 # label: (M, N, K, config, split-K, input, probe modes timed)
 CASES = {
     "qkv M=1 v16n128 s4": (1, 6144, 4096, "v16n128", 4, "fp8", ("normal", "no_mma", "no_copy")),
-    "qkv M=8192 w128n128": (8192, 6144, 4096, "w128n128", 1, "fp8", ("normal", "no_mma", "no_copy", "no_copy_plain_b")),
-    "qkv M=8192 w128n192": (8192, 6144, 4096, "w128n192", 1, "fp8", ("normal", "no_mma", "no_copy", "no_copy_plain_b")),
-    "qkv M=8192 w192n128": (8192, 6144, 4096, "w192n128", 1, "fp8", ("normal", "no_mma", "no_copy", "no_copy_plain_b")),
-    "qkv M=8192 w128n192 int8": (8192, 6144, 4096, "w128n192", 1, "i8", ("normal", "no_copy", "no_copy_plain_b")),
-    "qkv M=8192 w192n128 int8": (8192, 6144, 4096, "w192n128", 1, "i8", ("normal", "no_copy", "no_copy_plain_b")),
+    "qkv M=256 w128n128": (256, 6144, 4096, "w128n128", 1, "fp8", ("normal", "no_copy")),
+    "qkv M=1024 w128n192": (1024, 6144, 4096, "w128n192", 1, "fp8", ("normal", "no_copy")),
+    "qkv M=8192 w128n128": (8192, 6144, 4096, "w128n128", 1, "fp8", ("normal", "no_mma", "no_copy")),
+    "qkv M=8192 w128n192": (8192, 6144, 4096, "w128n192", 1, "fp8", ("normal", "no_mma", "no_copy")),
+    "qkv M=8192 w192n128": (8192, 6144, 4096, "w192n128", 1, "fp8", ("normal", "no_mma", "no_copy")),
+    "qkv M=8192 w128n128 int8": (8192, 6144, 4096, "w128n128", 1, "i8", ("normal", "no_copy")),
+    "qkv M=8192 w192n128 int8": (8192, 6144, 4096, "w192n128", 1, "i8", ("normal", "no_copy")),
 }
 
 

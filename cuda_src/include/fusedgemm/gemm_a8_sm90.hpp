@@ -5,8 +5,8 @@
 // cores differs (mma.sync on sm_90 runs fp8 as converted f16 HMMA; wgmma runs it natively as QGMMA).
 //
 // Block = kConsumerWarpgroups x 128 consumer threads (warpgroup w owns rows 64w..64w+63 of the block tile)
-// plus a producer: one warp, or a whole warpgroup that hands its registers to three consumer warpgroups
-// (setmaxnreg). One producer lane streams K blocks of 128 bytes into a ring of kStages shared-memory
+// plus a producer: one warp, or a whole warpgroup that hands its registers to the consumer warpgroups
+// (setmaxnreg) when they hold more accumulators (three warpgroups, 192-wide tiles, two accumulator chains). One producer lane streams K blocks of 128 bytes into a ring of kStages shared-memory
 // stages; "full" barriers count the copy engine's bytes, "empty" barriers count consumer warps done.
 //
 // Shared-memory layouts, both K-major as wgmma reads them:
@@ -19,7 +19,8 @@
 //
 // Precision: fp8 products are accumulated by the tensor core into a per-K-block register tile that is
 // added to the fp32 result every 128 values of K (the tensor core's own fp8 accumulation keeps fewer
-// mantissa bits); int8 accumulates exactly in int32 either way.
+// mantissa bits); int8 accumulates exactly in int32 either way. With two accumulator chains (kChains),
+// consecutive K blocks alternate between two such tiles, so one is promoted while the other's MMAs run.
 //
 // Split-K: a launch may group S CTAs (S = 1, 2, 4, 8) along grid z into a cluster; CTA r takes the r-th
 // share of the K blocks, parks its partial tile in its shared memory, and after a cluster barrier reduces
@@ -37,7 +38,13 @@ namespace fg {
 // to 16). At M = 1 an unswapped m64 MMA computes 64 rows for one: swapped, the tensor core does 1/4 of that
 // work and the MMA-only time of a decode call drops from ~8 us to ~2 (qkv M = 1, docs/perf-notes.md).
 // The shared-memory stages are the same; only the descriptors trade places.
-template <int kBlockM_, int kStages_, int kMinBlocksPerSm_, int kBlockN_ = 128, bool kSwapAB_ = false>
+//
+// kChains (unswapped tiles): independent accumulator chains per warpgroup. Consecutive K blocks alternate
+// between them (fp8: two partial tiles; int8: two int32 tiles summed at the end), so a block's MMAs never wait
+// for the previous block's results inside the tensor core, and an fp8 block's promotion runs while the next
+// block's MMAs do.
+template <int kBlockM_, int kStages_, int kMinBlocksPerSm_, int kBlockN_ = 128, bool kSwapAB_ = false,
+          int kChains_ = 1>
 struct WgmmaConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;  // one m64nBNk32 wgmma per warpgroup per K step: 128 or 192
@@ -45,6 +52,7 @@ struct WgmmaConfig {
   static constexpr int kStages = kStages_;
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
   static constexpr bool kSwapAB = kSwapAB_;
+  static constexpr int kChains = kChains_;
   static constexpr int kConsumerWarpgroups = kSwapAB ? 1 : kBlockM / 64;
   static constexpr int kMmaN = kSwapAB ? kBlockM : kBlockN;        // the wgmma's N
   static constexpr int kMmasPerStep = kSwapAB ? kBlockN / 64 : 1;  // per warpgroup and K step of 32
@@ -54,7 +62,8 @@ struct WgmmaConfig {
   // registers back (setmaxnreg) so the consumers can hold 160. Otherwise the producer is one warp.
   // Likewise 192-wide tiles: 2 x 96 accumulators per thread do not fit the 168 registers that two consumer
   // warpgroups and a producer warp get (one sub-partition holds 3 of the 9 warps).
-  static constexpr bool kSetMaxNReg = kConsumerWarpgroups == 3 || kBlockN > 128;
+  // Two chains of 64 columns likewise: fp8 holds acc + 2 partial tiles = 192 accumulators per thread.
+  static constexpr bool kSetMaxNReg = kConsumerWarpgroups == 3 || kBlockN > 128 || kChains > 1;
   static constexpr int kProducerRegs = kConsumerWarpgroups == 3 ? 24 : 40;
   static constexpr int kConsumerRegs = kConsumerWarpgroups == 3 ? 160 : 232;
   static constexpr int kThreads = kConsumerThreads + (kSetMaxNReg ? 128 : 32);
@@ -69,11 +78,15 @@ struct WgmmaConfig {
   static_assert(kSwapAB ? kBlockM == 16 && kBlockN % 64 == 0 : kBlockM % 64 == 0 && kBlockM <= 192,
                 "one to three consumer warpgroups of 64 rows; swapped: 16 activation rows, 64-row weight MMAs");
   static_assert(kReduceBytes <= kBarrierOffset, "the split-K partial tile reuses the stage buffers");
+  static_assert(kChains == 1 || (kChains == 2 && !kSwapAB && kConsumerWarpgroups == 2 && kBlockN == 128),
+                "two chains: fp8 needs 3 x 64 accumulators per thread, which fits 2 consumer warpgroups of n128 only");
 };
 
 // Names must match runtime/kernels.py GEMM_A8_CONFIGS.
 using ConfigW64N128 = WgmmaConfig<64, 4, 2>;    // M <= 64: two CTAs per SM, 4 x 24 KB in flight each
-using ConfigW128N128 = WgmmaConfig<128, 6, 1>;  // M > 64: 6 x 32 KB stages
+// M > 64: 6 x 32 KB stages, two accumulator chains (H100, qkv M = 8192, MMAs alone: 335 us against 405 with
+// one chain; the whole kernel 416 against 432)
+using ConfigW128N128 = WgmmaConfig<128, 6, 1, 128, false, 2>;
 // 192-wide tiles: each wgmma does 1.5x the work of an n128 one for the same A bytes and per-block overhead
 // (wait, promotion, barrier); 96 + 96 accumulator registers per consumer thread; 5 x 40 KB stages.
 using ConfigW128N192 = WgmmaConfig<128, 5, 1, 192>;
@@ -365,10 +378,17 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
       if (lane == 0) sm90::mbar_arrive(&empty[i % Cfg::kStages]);
     };
     if constexpr (Mma::kExactAccumulator) {
-      // int8: the tensor core's int32 sums are exact, so every K block accumulates straight into acc and
-      // the MMAs of consecutive blocks queue back to back; only the stage release waits, one block behind.
+      // int8: the tensor core's int32 sums are exact, so every K block accumulates straight into an int32
+      // tile and the MMAs of consecutive blocks queue back to back; only the stage release waits, one block
+      // behind. Two chains: odd blocks go to acc2, added to acc at the end.
+      Acc acc2[kAcc];  // the second chain (unused with one chain)
       for (int i = 0; i < kb_count; ++i) {
-        issue(i, acc, i > 0);
+        bool second = false;
+        if constexpr (Cfg::kChains > 1) second = i & 1;
+        if (second)
+          issue(i, acc2, i > 1);
+        else
+          issue(i, acc, i > 0);
         if (i > 0) {
           sm90::wgmma_wait<1>();
           release(i - 1);
@@ -377,11 +397,64 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
       sm90::wgmma_wait<0>();
       sm90::fence_regs(acc);
       if (kb_count > 0) release(kb_count - 1);
+      if constexpr (Cfg::kChains > 1) {
+        sm90::fence_regs(acc2);
+        if (kb_count > 1) {
+#pragma unroll
+          for (int j = 0; j < kAcc; ++j) acc[j] += acc2[j];
+        }
+      }
+    } else if constexpr (Cfg::kChains > 1) {
+      // fp8, two partial tiles: block i's MMAs are issued into part[i % 2] before block i - 1's partial tile
+      // (the other one) is waited for and promoted, so the promotion overlaps the tensor core's work.
+      // NOTE: ptxas tracks which wgmma group a wait retires only in straight-line code: across a loop's back
+      // edge it assumes the other partial tile may still be in flight and serialises every wgmma (C7514). So
+      // the loop body is kUnroll blocks, unrolled, ending in wait<0> (one exposed promotion per kUnroll
+      // blocks); a remainder of fewer blocks runs one block at a time.
+      constexpr int kUnroll = 4;
+      Acc part0[kAcc], part1[kAcc];
+      auto promote = [&](Acc(&p)[kAcc]) {
+        sm90::fence_regs(p);
+#pragma unroll
+        for (int j = 0; j < kAcc; ++j) acc[j] += p[j];
+      };
+      int i = 0;
+      for (; i + kUnroll <= kb_count; i += kUnroll) {
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          if (u & 1) {
+            sm90::fence_regs(part1);
+            issue(i + u, part1, false);
+          } else {
+            sm90::fence_regs(part0);
+            issue(i + u, part0, false);
+          }
+          if (u > 0) {
+            sm90::wgmma_wait<1>();  // block i + u - 1 is complete
+            release(i + u - 1);
+            if (u & 1)
+              promote(part0);
+            else
+              promote(part1);
+          }
+        }
+        sm90::wgmma_wait<0>();
+        release(i + kUnroll - 1);
+        if ((kUnroll - 1) & 1)
+          promote(part1);
+        else
+          promote(part0);
+      }
+      for (; i < kb_count; ++i) {
+        sm90::fence_regs(part0);
+        issue(i, part0, false);
+        sm90::wgmma_wait<0>();
+        release(i);
+        promote(part0);
+      }
     } else {
       // fp8: each K block goes to a partial tile that is waited for and added to the fp32 result (promotion
-      // every 128 values of K). NOTE: a second partial tile, so the next block's MMAs run during the
-      // promotion, needs 64 more registers: ptxas then caps consumers at 168 registers (65536 / 384 threads,
-      // setmaxnreg notwithstanding), spills, and serialises the wgmmas anyway (C7514) -- measured, left out.
+      // every 128 values of K).
       Acc part[kAcc];
 #pragma unroll
       for (int j = 0; j < kAcc; ++j) part[j] = Acc(0);

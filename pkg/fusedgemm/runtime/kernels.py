@@ -77,12 +77,13 @@ class TileConfig:
 
 
 def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n: int = 128,
-                  swap_ab: bool = False) -> TileConfig:
+                  swap_ab: bool = False, chains: int = 1) -> TileConfig:
     """Mirror of WgmmaConfig in hip_src/include/fusedgemm/gemm_a8_sm90.hpp (K step 128 B)."""
     smem = stages * (block_m * 128 + block_n * 128) + 2 * stages * 8 + 1024
     consumer_warps = 4 if swap_ab else block_m // 16  # swapped: one warpgroup
-    # kSetMaxNReg (3 consumer warpgroups, or 192-wide tiles): the producer is a warpgroup, else one warp
-    producer_warps = 4 if consumer_warps == 12 or block_n > 128 else 1
+    # kSetMaxNReg (3 consumer warpgroups, 192-wide tiles or two accumulator chains): the producer is a
+    # warpgroup, else one warp
+    producer_warps = 4 if consumer_warps == 12 or block_n > 128 or chains > 1 else 1
     return TileConfig(name, block_m, block_n, consumer_warps + producer_warps, "gemm_a8_sm90", smem, min_blocks,
                       swap_ab)
 
@@ -94,7 +95,7 @@ GEMM_A8_CONFIGS = {
     "m64n16k8": TileConfig("m64n16k8", 64, 16, 8),
     "m128n128": TileConfig("m128n128", 128, 128, 8),
     "w64n128": _wgmma_config("w64n128", 64, 4, 2),
-    "w128n128": _wgmma_config("w128n128", 128, 6, 1),
+    "w128n128": _wgmma_config("w128n128", 128, 6, 1, chains=2),
     "w128n192": _wgmma_config("w128n192", 128, 5, 1, block_n=192),
     "w192n128": _wgmma_config("w192n128", 192, 5, 1),
     "v16n128": _wgmma_config("v16n128", 16, 4, 3, swap_ab=True),

@@ -13,6 +13,10 @@ are garbage in the probe modes; only the times matter.
     python3 ci/probe_sm90.py --clocks 2 ...       # also: each kernel back to back for 2 s, with the SM clock
                                                   # and board power nvidia-smi reads meanwhile (and the same
                                                   # for torch's _scaled_mm / _int_mm at each shape)
+    python3 ci/probe_sm90.py --stamps ...         # also: a timeline of each case's normal kernel (SiLU
+                                                  # epilogue) from per-CTA timestamps (FG_PROBE_STAMPS): CTA
+                                                  # start-up, pipeline fill, main loop (cycles against the
+                                                  # tensor core's), epilogue, gap to the SM's next CTA
 """
 import argparse
 import os
@@ -23,16 +27,26 @@ from pathlib import Path
 
 MODES = {"normal": 0, "no_mma": 1, "no_copy": 2, "plain_b": 3, "no_copy_plain_b": 4}
 CFGS = {"w64n128": "fg::ConfigW64N128", "w128n128": "fg::ConfigW128N128", "w128n192": "fg::ConfigW128N192",
-        "w192n128": "fg::ConfigW192N128", "v16n128": "fg::ConfigV16N128"}
+        "w192n128": "fg::ConfigW192N128", "v16n128": "fg::ConfigV16N128", "p128n128": "fg::ConfigP128N128"}
 INPUTS = {"fp8": "fg::Fp8E4M3", "i8": "fg::Int8"}
 VARIANTS = {"default": []}
+# The timeline build (--stamps): a variant of its own, with the SiLU epilogue the bench times.
+STAMPS_VARIANT = ("stamps", ["-DFG_PROBE_STAMPS", "-DFG_PROBE_ACT=fg::ActSilu"])
+PRELUDE = """
+#ifndef FG_PROBE_ACT
+#define FG_PROBE_ACT fg::ActIdentity
+#endif
+#if defined(FG_PROBE_STAMPS)
+extern "C" __global__ void probe_set_stamps(unsigned long long* p) { fg::fg_probe_stamps = p; }
+#endif
+"""
 ENTRY = """
 extern "C" __global__ void __launch_bounds__(CFG::kThreads, CFG::kMinBlocksPerSm) probe_IN_NAME_LABEL(
     const __grid_constant__ fg::sm90::TmaDesc a_map, const __grid_constant__ fg::sm90::TmaDesc b_map,
     fg::u16* out, const void* bias, const float* sa, const float* sb, int M, int N, int K, int bk, int sas,
     int sbs, float alpha) {
-  fg::gemm_a8_wgmma<IN_T, fg::OutBf16, fg::ActIdentity, CFG, MODE>(a_map, b_map, out, bias, sa, sb, M, N,
-                                                                   K, bk, sas, sbs, alpha);
+  fg::gemm_a8_wgmma<IN_T, fg::OutBf16, FG_PROBE_ACT, CFG, MODE>(a_map, b_map, out, bias, sa, sb, M, N,
+                                                                K, bk, sas, sbs, alpha);
 }
 """
 # label: (M, N, K, config, split-K, input, probe modes timed)
@@ -43,6 +57,7 @@ CASES = {
     "qkv M=8192 w128n128": (8192, 6144, 4096, "w128n128", 1, "fp8", ("normal", "no_mma", "no_copy")),
     "qkv M=8192 w128n192": (8192, 6144, 4096, "w128n192", 1, "fp8", ("normal", "no_mma", "no_copy")),
     "qkv M=8192 w192n128": (8192, 6144, 4096, "w192n128", 1, "fp8", ("normal", "no_mma", "no_copy")),
+    "qkv M=8192 p128n128": (8192, 6144, 4096, "p128n128", 1, "fp8", ("normal", "no_mma", "no_copy")),
     "qkv M=8192 w128n128 int8": (8192, 6144, 4096, "w128n128", 1, "i8", ("normal", "no_copy")),
     "qkv M=8192 w192n128 int8": (8192, 6144, 4096, "w192n128", 1, "i8", ("normal", "no_copy")),
 }
@@ -51,7 +66,8 @@ CASES = {
 def build(out_dir: Path, variant: str) -> Path:
     from fusedgemm.runtime.build import NVCC_FLAGS, find_nvidia_tool, source_root
 
-    src = [f'#include "{source_root()}/cuda_src/include/fusedgemm/gemm_a8_sm90.hpp"']
+    defines = dict(VARIANTS, **dict([STAMPS_VARIANT]))[variant]
+    src = [f'#include "{source_root()}/cuda_src/include/fusedgemm/gemm_a8_sm90.hpp"', PRELUDE]
     for name, cfg in CFGS.items():
         for in_name, in_t in INPUTS.items():
             for mode, v in MODES.items():
@@ -61,7 +77,7 @@ def build(out_dir: Path, variant: str) -> Path:
     cu.write_text("\n".join(src))
     out = out_dir / f"probe_{variant}.cubin"
     flags = [f for f in NVCC_FLAGS if f not in ("-Xptxas", "-v")]
-    subprocess.run([os.environ.get("FUSEDGEMM_NVCC") or find_nvidia_tool("nvcc"), *flags, *VARIANTS[variant],
+    subprocess.run([os.environ.get("FUSEDGEMM_NVCC") or find_nvidia_tool("nvcc"), *flags, *defines,
                     "-o", str(out), str(cu)], check=True)
     return out
 
@@ -95,6 +111,43 @@ def sustained(fn, seconds: float):
     return start.elapsed_time(end) * 1e3 / calls, mhz, watts
 
 
+def timeline(mod, name: str, cfg, grid, stream, args) -> dict:
+    """Run kernel `name` of the stamps build once (after a warm-up) and summarise its per-CTA stamps
+    (gemm_a8_sm90.hpp, FG_PROBE_STAMPS): start = entry -> main loop (barrier init, CTA set-up, and the wait
+    for the first stage), loop, epi (epilogue), gap = this CTA's end -> the next CTA's entry on the same SM."""
+    import statistics
+
+    import torch
+
+    from fusedgemm.runtime import kernels
+    from fusedgemm.runtime.kernels import Signature
+
+    ctas = grid[0] * grid[1]
+    buf = torch.zeros(ctas * 8, dtype=torch.int64, device="cuda")
+    mod.kernel("probe_set_stamps", Signature((("p", "ptr"),)))((1, 1, 1), 1, 0, stream, buf.data_ptr())
+    kern = mod.kernel(name, kernels.GEMM_A8_SM90)
+    kern.set_max_dynamic_smem(cfg.smem)
+    for _ in range(3):
+        kern(grid, cfg.warps * 32, cfg.smem, stream, *args)
+    torch.cuda.synchronize()
+    s = buf.view(ctas, 8).cpu().tolist()
+    per_sm: dict[int, list] = {}
+    for row in s:
+        per_sm.setdefault(row[7], []).append(row)
+    gaps = []
+    for rows in per_sm.values():
+        rows.sort(key=lambda r: r[0])
+        gaps += [b[0] - a[3] for a, b in zip(rows, rows[1:])]
+    med = lambda xs: statistics.median(xs) if xs else float("nan")
+    loop_ns = med([r[2] - r[1] for r in s])
+    loop_cycles = med([r[5] - r[4] for r in s])
+    k = args[8]
+    return dict(wall=(max(r[3] for r in s) - min(r[0] for r in s)) / 1e3, per_sm=ctas / len(per_sm),
+                start=med([r[1] - r[0] for r in s]) / 1e3, loop=loop_ns / 1e3, epi=med([r[3] - r[2] for r in s]) / 1e3,
+                gap=med(gaps) / 1e3, loop_cycles=loop_cycles,
+                ideal=cfg.block_m * cfg.block_n * k / 4096, mhz=loop_cycles / loop_ns * 1e3)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build-only", type=Path, help="build the probe cubins into this directory and stop")
@@ -103,10 +156,11 @@ def main() -> int:
     ap.add_argument("--cases", nargs="*", help="only the cases whose label contains one of these strings")
     ap.add_argument("--clocks", type=float, default=0.0, help="seconds of back-to-back runs per kernel while "
                     "sampling the SM clock and power (0: off)")
+    ap.add_argument("--stamps", action="store_true", help="a per-CTA timeline of each case's normal kernel")
     args = ap.parse_args()
     if args.build_only:
         args.build_only.mkdir(parents=True, exist_ok=True)
-        for v in VARIANTS:
+        for v in [*VARIANTS, STAMPS_VARIANT[0]]:
             print(build(args.build_only, v))
         return 0
 
@@ -125,6 +179,11 @@ def main() -> int:
     timer = Timer(reps=args.reps)
     stream = torch.cuda.current_stream().cuda_stream
     clocks = []
+    timelines = []
+    stamps_mod = None
+    if args.stamps:
+        v = STAMPS_VARIANT[0]
+        stamps_mod = Module(cubin_dir / f"probe_{v}.cubin" if args.cubins else build(cubin_dir, v), "nvidia", 0)
     cols = [f"{mode}/{v}" if len(VARIANTS) > 1 else mode for mode in MODES for v in VARIANTS]
     print(f"{'case':28} " + " ".join(f"{c:>14}" for c in cols) + "   (event us, median)")
     for label, (m, n, k, cfg_name, splits, in_name, modes) in CASES.items():
@@ -141,6 +200,8 @@ def main() -> int:
         b_map = g._tensor_map_b(wq.data.data_ptr(), n, k, cfg.block_n, l2)
         plain_map = encode_tensor_map_tiled(0, 2, w.data_ptr(), (k, n), (k,), (128, cfg.block_n), (1, 1), 0, 3, 3, 0)
         grid = ((n + cfg.block_n - 1) // cfg.block_n, (m + cfg.block_m - 1) // cfg.block_m, splits)
+        if cfg.persistent:  # one wave of CTAs looping over the tiles (as gemm_a8.py launches it)
+            grid = (min(grid[0] * grid[1], torch.cuda.get_device_properties(0).multi_processor_count), 1, 1)
         row = {}
         for mode in modes:
             for v, mod in mods.items():
@@ -156,6 +217,9 @@ def main() -> int:
                 if args.clocks:
                     clocks.append((label, col, *sustained(run, args.clocks)))
         print(f"{label:28} " + " ".join(f"{row[c]:14.1f}" if c in row else f"{'-':>14}" for c in cols), flush=True)
+        if stamps_mod is not None and splits == 1 and not cfg.persistent:  # stamps: CTA-per-tile kernels
+            timelines.append((label, timeline(stamps_mod, f"probe_{in_name}_{cfg_name}_normal", cfg, grid, stream,
+                                              (a_map, b_map, out.data_ptr(), 0, 0, 0, m, n, k, 0, 0, 0, 1.0))))
         if args.clocks:  # the vendor GEMM at the same shape, for its clock and power
             if in_name == "fp8":
                 sa, sb = torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda")
@@ -163,6 +227,14 @@ def main() -> int:
             else:
                 blas = lambda: torch._int_mm(a, w.t())
             clocks.append((label, "torch", *sustained(blas, args.clocks)))
+    if timelines:
+        print(f"\nper-CTA timeline of the normal kernel with a SiLU epilogue (median over CTAs; us, except "
+              "cycles); ideal = the main loop's MMA cycles at the datasheet rate (4096 fp8 MAC per SM per clock)")
+        print(f"{'case':28} {'wall':>7} {'CTAs/SM':>7} {'start':>6} {'loop':>7} {'epi':>6} {'gap':>6} "
+              f"{'loop cyc':>9} {'ideal':>7} {'MHz':>5}")
+        for label, t in timelines:
+            print(f"{label:28} {t['wall']:7.1f} {t['per_sm']:7.1f} {t['start']:6.2f} {t['loop']:7.2f} "
+                  f"{t['epi']:6.2f} {t['gap']:6.2f} {t['loop_cycles']:9.0f} {t['ideal']:7.0f} {t['mhz']:5.0f}")
     if clocks:
         print(f"\n{'back to back, no L2 flush':28} {'kernel':>16} {'us/call':>9} {'SM MHz':>7} {'W':>6}")
         for label, col, us, mhz, watts in clocks:

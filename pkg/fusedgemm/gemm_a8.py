@@ -107,8 +107,10 @@ def forced_config(name: str, splits: int = 1):
     global _FORCED_CONFIG
     if name not in kernels.GEMM_A8_CONFIGS:
         raise ValueError(f"unknown gemm_a8 config {name!r}; expected one of {sorted(kernels.GEMM_A8_CONFIGS)}")
-    if splits not in SPLITS or (splits > 1 and kernels.GEMM_A8_CONFIGS[name].unit != "gemm_a8_sm90"):
-        raise ValueError(f"splits must be one of {SPLITS} (> 1 only for the sm_90 wgmma configs), got {splits}")
+    cfg = kernels.GEMM_A8_CONFIGS[name]
+    if splits not in SPLITS or (splits > 1 and (cfg.unit != "gemm_a8_sm90" or cfg.persistent)):
+        raise ValueError(f"splits must be one of {SPLITS} (> 1 only for the sm_90 wgmma configs that are not "
+                         f"persistent), got {splits} for {name}")
     saved, _FORCED_CONFIG = _FORCED_CONFIG, (name, splits)
     try:
         yield
@@ -124,7 +126,7 @@ def plans(arch: str) -> list[tuple[str, int]]:
     out = []
     for name, cfg in kernels.GEMM_A8_CONFIGS.items():
         if cfg.unit == "gemm_a8_sm90":
-            out += [(name, s) for s in SPLITS] if arch == "sm_90a" else []
+            out += [(name, s) for s in (SPLITS[:1] if cfg.persistent else SPLITS)] if arch == "sm_90a" else []
         elif arch != "sm_90a" or name == "m128n128":  # sm_90a keeps one mma.sync config reachable, tested
             out.append((name, 1))
     return out
@@ -144,8 +146,8 @@ def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132)
     sm_90a: wgmma + TMA kernels. M <= 64 is weight streaming: M <= 16 on the swapped 16 x 128 tiles (the
     weight's rows are the MMA's M, the activation's its N: a quarter of the tensor-core work of an m64 tile at
     M = 1; three CTAs per SM), else 64 x 128 tiles (rows past M cost nothing, TMA zero-fills them), two CTAs
-    per SM; M > 64: 128 x 128, 128 x 192 or 192 x 128 tiles, whichever
-    _modelled_time says. When there are too few output tiles to
+    per SM; M > 64: the persistent 128 x 128 kernel when there are at least as many tiles as SMs and
+    K <= _PERSISTENT_MAX_K, else 128 x 128, 128 x 192 or 192 x 128 tiles, whichever _modelled_time says. When there are too few output tiles to
     fill the SMs, K is split over a cluster of 2 or 4 CTAs (2 for M > 64), while every CTA keeps >= 4 K blocks
     of 128.
     Other arches: the mma/MFMA template: 16 x 16 tiles with 8-way in-block split-K for M <= 16, 64 x 16
@@ -156,6 +158,8 @@ def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132)
     if arch == "sm_90a":
         if m <= 64:  # weight streaming; up to 16 rows the swapped tile wastes less of the tensor core
             cfg = kernels.GEMM_A8_CONFIGS["v16n128" if m <= 16 else "w64n128"]
+        elif k <= _PERSISTENT_MAX_K and _tile_count(kernels.GEMM_A8_CONFIGS["p128n128"], m, n) >= sms:
+            return _log_choice(m, n, k, kernels.GEMM_A8_CONFIGS["p128n128"], 1)
         else:
             cfg = min((kernels.GEMM_A8_CONFIGS[name] for name in _TILE_RATE), key=lambda c: _modelled_time(c, m, n, sms))
         tiles = _tile_count(cfg, m, n)
@@ -169,9 +173,21 @@ def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132)
             splits *= 2
     else:
         cfg, splits = kernels.GEMM_A8_CONFIGS["m16n16k8" if m <= 16 else "m64n16k8" if m <= 64 else "m128n128"], 1
+    return _log_choice(m, n, k, cfg, splits)
+
+
+def _log_choice(m: int, n: int, k: int, cfg: kernels.TileConfig, splits: int) -> tuple[kernels.TileConfig, int]:
     if _PRINT_CONFIGS:
         print(f"[fusedgemm] gemm_a8 M={m} N={n} K={k} -> {cfg.name} split-K {splits}")
     return cfg, splits
+
+
+# p128n128 (persistent CTAs, the epilogue on spare warps under the next tile's MMAs) where every SM gets a tile
+# and K is not long: the epilogue it hides is a fixed cost per tile, so its share shrinks with K while the
+# 128 x 128 tile's operand traffic stays. H100, fp8 bias_silu, same process (docs/perf-notes.md, session 6):
+# fastest at K = 2048 and 4096 on every grid shape with >= 132 tiles (3-21% over the best CTA-per-tile plan),
+# 3-12% slower than w128n192 at K = 14336 (down).
+_PERSISTENT_MAX_K = 8192
 
 
 # Output elements per unit of time of each M > 64 config relative to w128n128, when each runs whole waves
@@ -341,6 +357,8 @@ class _CallPlan:
             return
         cfg, splits = plan_for(m, n, k, dev)
         grid = (-(-n // cfg.block_n), -(-m // cfg.block_m), splits)
+        if cfg.persistent:  # one wave of CTAs, each looping over tiles
+            grid = (min(grid[0] * grid[1], _sm_count(dev) * cfg.min_blocks_per_sm), 1, 1)
         if grid[1] > _MAX_GRID_Y:
             raise ValueError(f"gemm_a8: M={m} is too large for one launch (at most {_MAX_GRID_Y * cfg.block_m} rows)")
         kernel = _kernel_for(dev, in_kind, out_dtype, act, cfg)

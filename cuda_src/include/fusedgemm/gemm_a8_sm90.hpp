@@ -43,8 +43,14 @@ namespace fg {
 // between them (fp8: two partial tiles; int8: two int32 tiles summed at the end), so a block's MMAs never wait
 // for the previous block's results inside the tensor core, and an fp8 block's promotion runs while the next
 // block's MMAs do.
+//
+// kPersistent (unswapped, two consumer warpgroups, n128; no split-K): one wave of CTAs, each looping over
+// tiles, with the epilogue handed to the producer warpgroup's three spare warps. The consumers park each
+// finished tile's fp32 accumulators in shared memory and start the next tile's K blocks at once, so the
+// epilogue (scales, bias, activation, stores: 2.7 of a tile's 17.4 us on H100, qkv M = 8192) and the CTA
+// start-up run under the next tile's MMAs instead of between them.
 template <int kBlockM_, int kStages_, int kMinBlocksPerSm_, int kBlockN_ = 128, bool kSwapAB_ = false,
-          int kChains_ = 1>
+          int kChains_ = 1, bool kPersistent_ = false>
 struct WgmmaConfig {
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;  // one m64nBNk32 wgmma per warpgroup per K step: 128 or 192
@@ -53,6 +59,7 @@ struct WgmmaConfig {
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
   static constexpr bool kSwapAB = kSwapAB_;
   static constexpr int kChains = kChains_;
+  static constexpr bool kPersistent = kPersistent_;
   static constexpr int kConsumerWarpgroups = kSwapAB ? 1 : kBlockM / 64;
   static constexpr int kMmaN = kSwapAB ? kBlockM : kBlockN;        // the wgmma's N
   static constexpr int kMmasPerStep = kSwapAB ? kBlockN / 64 : 1;  // per warpgroup and K step of 32
@@ -63,7 +70,8 @@ struct WgmmaConfig {
   // Likewise 192-wide tiles: 2 x 96 accumulators per thread do not fit the 168 registers that two consumer
   // warpgroups and a producer warp get (one sub-partition holds 3 of the 9 warps).
   // Two chains of 64 columns likewise: fp8 holds acc + 2 partial tiles = 192 accumulators per thread.
-  static constexpr bool kSetMaxNReg = kConsumerWarpgroups == 3 || kBlockN > 128 || kChains > 1;
+  // A persistent kernel's epilogue warps are the producer warpgroup's.
+  static constexpr bool kSetMaxNReg = kConsumerWarpgroups == 3 || kBlockN > 128 || kChains > 1 || kPersistent;
   static constexpr int kProducerRegs = kConsumerWarpgroups == 3 ? 24 : 40;
   static constexpr int kConsumerRegs = kConsumerWarpgroups == 3 ? 160 : 232;
   static constexpr int kThreads = kConsumerThreads + (kSetMaxNReg ? 128 : 32);
@@ -72,14 +80,24 @@ struct WgmmaConfig {
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
   static constexpr int kAccPerThread = kMmasPerStep * kMmaN / 2;
   static constexpr int kReduceBytes = kAccPerThread * kConsumerThreads * 4;
-  static constexpr int kBarrierOffset = kStages * kStageBytes;
+  // Persistent: the parked tile (fp32, kBlockM x kBlockN), its rows' scales and its columns' scales and biases
+  // follow the stages.
+  static constexpr int kEpilogueThreads = kPersistent ? 96 : 0;
+  static constexpr int kParkedOffset = kStages * kStageBytes;
+  static constexpr int kRowScaleOffset = kParkedOffset + (kPersistent ? kBlockM * kBlockN * 4 : 0);
+  static constexpr int kColumnOpsOffset = kRowScaleOffset + (kPersistent ? kBlockM * 4 : 0);  // scales, biases
+  static constexpr int kBarrierOffset = kColumnOpsOffset + (kPersistent ? 2 * kBlockN * 4 : 0);
+  static constexpr int kBarriers = 2 * kStages + (kPersistent ? 2 : 0);  // + parked tile full / empty
   // + 1024: the dynamic shared-memory base is rounded up to the 1024-byte alignment the swizzle needs.
-  static constexpr int kSmemBytes = kBarrierOffset + 2 * kStages * 8 + 1024;
+  static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8 + 1024;
   static_assert(kSwapAB ? kBlockM == 16 && kBlockN % 64 == 0 : kBlockM % 64 == 0 && kBlockM <= 192,
                 "one to three consumer warpgroups of 64 rows; swapped: 16 activation rows, 64-row weight MMAs");
   static_assert(kReduceBytes <= kBarrierOffset, "the split-K partial tile reuses the stage buffers");
   static_assert(kChains == 1 || (kChains == 2 && !kSwapAB && kConsumerWarpgroups == 2 && kBlockN == 128),
                 "two chains: fp8 needs 3 x 64 accumulators per thread, which fits 2 consumer warpgroups of n128 only");
+  static_assert(!kPersistent || (!kSwapAB && kConsumerWarpgroups == 2 && kBlockN == 128),
+                "persistent: the parked-tile layout and the epilogue warps' row mapping assume a 128 x 128 tile");
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
 };
 
 // Names must match runtime/kernels.py GEMM_A8_CONFIGS.
@@ -92,6 +110,8 @@ using ConfigW128N128 = WgmmaConfig<128, 6, 1, 128, false, 2>;
 using ConfigW128N192 = WgmmaConfig<128, 5, 1, 192>;
 using ConfigW192N128 = WgmmaConfig<192, 5, 1>;  // large M: three consumer warpgroups keep the tensor core fed
                                                 // while one of them promotes; 5 x 40 KB stages
+// M > 64, many tiles: persistent, epilogue warps, 5 x 32 KB stages (the parked tile takes 64 KB).
+using ConfigP128N128 = WgmmaConfig<128, 5, 1, 128, false, 1, true>;
 using ConfigV16N128 = WgmmaConfig<16, 4, 3, 128, true>;  // M <= 16, swapped: 4 x 18 KB stages, 3 CTAs per SM
 
 // Which output tile a CTA computes. CTAs start roughly in launch order (blockIdx.x fastest). Row-major tile
@@ -102,19 +122,24 @@ using ConfigV16N128 = WgmmaConfig<16, 4, 3, 128, true>;  // M <= 16, swapped: 4 
 // measured 2-6% slower on the H200, so they keep row-major order.)
 constexpr int kTileGroupRows = 8;
 constexpr i64 kGroupTilesAboveWeightBytes = i64(48) << 20;
-FG_DEVICE void tile_of_block(int N, int K, int& m_block, int& n_block) {
+// Tile t (0 <= t < num_n * num_m, in the order CTAs take them) -> its row and column block.
+FG_DEVICE void tile_of(int t, int num_n, int num_m, int N, int K, int& m_block, int& n_block) {
   if (static_cast<i64>(N) * K <= kGroupTilesAboveWeightBytes) {
-    m_block = static_cast<int>(blockIdx.y);
-    n_block = static_cast<int>(blockIdx.x);
+    m_block = t / num_n;
+    n_block = t - m_block * num_n;
     return;
   }
-  const int num_n = static_cast<int>(gridDim.x), num_m = static_cast<int>(gridDim.y);
-  const int pid = static_cast<int>(blockIdx.y) * num_n + static_cast<int>(blockIdx.x);
-  const int first_m = pid / (kTileGroupRows * num_n) * kTileGroupRows;
+  const int first_m = t / (kTileGroupRows * num_n) * kTileGroupRows;
   const int rows = min(num_m - first_m, kTileGroupRows);
-  const int local = pid % (kTileGroupRows * num_n);
+  const int local = t % (kTileGroupRows * num_n);
   m_block = first_m + local % rows;
   n_block = local / rows;
+}
+// A CTA-per-tile grid: the block's linear index is its tile.
+FG_DEVICE void tile_of_block(int N, int K, int& m_block, int& n_block) {
+  const int num_n = static_cast<int>(gridDim.x), num_m = static_cast<int>(gridDim.y);
+  tile_of(static_cast<int>(blockIdx.y) * num_n + static_cast<int>(blockIdx.x), num_n, num_m, N, K, m_block,
+          n_block);
 }
 
 // Rows of A one TMA copy brings: the whole tile, except when all of M fits in one tile: then M rounded up to
@@ -258,8 +283,376 @@ enum ProbeMode : int { kProbeNone = 0, kProbeNoMma = 1, kProbeNoCopy = 2, kProbe
 __host__ __device__ constexpr bool probe_no_copy(int probe) { return probe == kProbeNoCopy || probe == kProbeNoCopyPlainB; }
 __host__ __device__ constexpr bool probe_plain_b(int probe) { return probe == kProbePlainB || probe == kProbeNoCopyPlainB; }
 
-template <class In, class Out, class Act, class Cfg, int kProbe = kProbeNone>
-FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major, box 128 B x BM, swizzle 128
+// The consumer warpgroups' main loop: K blocks i = 0 .. kb_count - 1 of the tile into acc (zeroed by the
+// caller). Block i is the CTA's g0 + i-th: the ring's stage and phase follow that count, so a persistent CTA's
+// tiles continue one sequence.
+template <class In, class Cfg, int kProbe, class Acc, int kAcc>
+FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* stage_a, u8* stage_b,
+                                 sm90::u64* full, sm90::u64* empty, int wg, int lane) {
+  using Mma = sm90::Wgmma<In, Cfg::kMmaN>;
+  constexpr int kAccPerMma = Mma::kAccPerThread;
+  // Issue K block i's MMAs into `d` (asynchronously; committed as one group). accumulate = false: the
+  // block's first MMA overwrites d.
+  auto issue = [&](int i, Acc(&d)[kAcc], bool accumulate) {
+    const int g = g0 + i;
+    const int s = g % Cfg::kStages;
+    sm90::mbar_wait(&full[s], (g / Cfg::kStages) & 1);
+    if constexpr (kProbe == kProbeNoMma) return;
+    const u32 a_base = sm90::smem_addr(stage_a + s * Cfg::kStageBytesA + wg * 64 * Cfg::kBlockK);
+    const u32 b_base = sm90::smem_addr(stage_b + s * Cfg::kStageBytesB);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
+      const sm90::u64 da = sm90::smem_desc(a_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B);
+      if constexpr (Cfg::kSwapAB) {
+        // Weight rows 64h..64h+63 (8 core matrices of 8 rows, 128 B apart) are the MMA's A, the activation
+        // its B: D[h] = B_h . A^T.
+#pragma unroll
+        for (int h = 0; h < Cfg::kMmasPerStep; ++h) {
+          const sm90::u64 dw = sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16 + h * 8 * 128,
+                                               Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
+          Mma::mma(*reinterpret_cast<Acc(*)[kAccPerMma]>(&d[h * kAccPerMma]), dw, da, accumulate || kk > 0);
+        }
+      } else {
+        const sm90::u64 db =
+            probe_plain_b(kProbe)
+                ? sm90::smem_desc(b_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B)
+                : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16, Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
+        Mma::mma(d, da, db, accumulate || kk > 0);
+      }
+    }
+    sm90::wgmma_commit();
+  };
+  // K block i's MMAs are complete: its stage can be refilled.
+  auto release = [&](int i) {
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(&empty[(g0 + i) % Cfg::kStages]);
+  };
+  if constexpr (Mma::kExactAccumulator) {
+    // int8: the tensor core's int32 sums are exact, so every K block accumulates straight into an int32
+    // tile and the MMAs of consecutive blocks queue back to back; only the stage release waits, one block
+    // behind. Two chains: odd blocks go to acc2, added to acc at the end.
+    Acc acc2[kAcc];  // the second chain (unused with one chain)
+    for (int i = 0; i < kb_count; ++i) {
+      bool second = false;
+      if constexpr (Cfg::kChains > 1) second = i & 1;
+      if (second)
+        issue(i, acc2, i > 1);
+      else
+        issue(i, acc, i > 0);
+      if (i > 0) {
+        sm90::wgmma_wait<1>();
+        release(i - 1);
+      }
+    }
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(acc);
+    if (kb_count > 0) release(kb_count - 1);
+    if constexpr (Cfg::kChains > 1) {
+      sm90::fence_regs(acc2);
+      if (kb_count > 1) {
+#pragma unroll
+        for (int j = 0; j < kAcc; ++j) acc[j] += acc2[j];
+      }
+    }
+  } else if constexpr (Cfg::kChains > 1) {
+    // fp8, two partial tiles: block i's MMAs are issued into part[i % 2] before block i - 1's partial tile
+    // (the other one) is waited for and promoted, so the promotion overlaps the tensor core's work.
+    // NOTE: ptxas tracks which wgmma group a wait retires only in straight-line code: across a loop's back
+    // edge it assumes the other partial tile may still be in flight and serialises every wgmma (C7514). So
+    // the loop body is kUnroll blocks, unrolled, ending in wait<0> (one exposed promotion per kUnroll
+    // blocks); a remainder of fewer blocks runs one block at a time.
+    constexpr int kUnroll = 4;
+    Acc part0[kAcc], part1[kAcc];
+    if constexpr (Cfg::kPersistent) {
+      // The wgmma asm reads its accumulators ("+f"): without this, the previous tile's partial tiles would stay
+      // live across the parked-tile store and the tile loop, and ptxas spills.
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) part0[j] = part1[j] = Acc(0);
+    }
+    auto promote = [&](Acc(&p)[kAcc]) {
+      sm90::fence_regs(p);
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) acc[j] += p[j];
+    };
+    int i = 0;
+    for (; i + kUnroll <= kb_count; i += kUnroll) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (u & 1) {
+          sm90::fence_regs(part1);
+          issue(i + u, part1, false);
+        } else {
+          sm90::fence_regs(part0);
+          issue(i + u, part0, false);
+        }
+        if (u > 0) {
+          sm90::wgmma_wait<1>();  // block i + u - 1 is complete
+          release(i + u - 1);
+          if (u & 1)
+            promote(part0);
+          else
+            promote(part1);
+        }
+      }
+      sm90::wgmma_wait<0>();
+      release(i + kUnroll - 1);
+      if ((kUnroll - 1) & 1)
+        promote(part1);
+      else
+        promote(part0);
+    }
+    for (; i < kb_count; ++i) {
+      sm90::fence_regs(part0);
+      issue(i, part0, false);
+      sm90::wgmma_wait<0>();
+      release(i);
+      promote(part0);
+    }
+  } else {
+    // fp8: each K block goes to a partial tile that is waited for and added to the fp32 result (promotion
+    // every 128 values of K).
+    Acc part[kAcc];
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) part[j] = Acc(0);
+    for (int i = 0; i < kb_count; ++i) {
+      sm90::fence_regs(part);
+      issue(i, part, false);
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(part);
+      release(i);
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) acc[j] += part[j];
+    }
+  }
+}
+
+// ---- persistent kernel with epilogue warps (Cfg::kPersistent) ------------------------------------------------
+// Parked tile: element (row, col) of the 128 x 128 fp32 tile at word row * 128 + (col ^ ((row & 3) << 3)). The
+// XOR puts the four rows that a consumer half-warp writes (one 8-word group each) on different banks, and keeps
+// an epilogue thread's four columns 4c..4c+3 together (one conflict-free 16-byte read).
+FG_DEVICE int parked_index(int row, int col) { return row * 128 + (col ^ ((row & 3) << 3)); }
+
+// The epilogue warps' part of a tile: rows r = w, w + 3, ... of the parked tile (w: epilogue warp), columns
+// 4 lane .. 4 lane + 3, through scale, bias and activation to `out`, one 8-byte store per row and thread.
+template <class Out, class Act>
+FG_DEVICE void store_parked_rows(u16* __restrict__ out, const float* parked, const float* row_scale,
+                                 const float* col_scale, const float* col_bias, int M, int N, int m0, int col,
+                                 int col_local, int w) {
+  using Epilogue = EpilogueScaleBiasAct<Act>;
+  const int rows = min(128, M - m0);
+  const bool vec = (reinterpret_cast<unsigned long long>(out) & 7) == 0;
+#pragma unroll 1
+  for (int r = w; r < rows; r += 3) {
+    const float4 v = *reinterpret_cast<const float4*>(&parked[parked_index(r, col_local)]);
+    const float4 cs = *reinterpret_cast<const float4*>(&col_scale[col_local]);
+    const float4 cb = *reinterpret_cast<const float4*>(&col_bias[col_local]);
+    const float sb[4] = {cs.x, cs.y, cs.z, cs.w}, bb[4] = {cb.x, cb.y, cb.z, cb.w};
+    const float rs = row_scale[r];
+    const u32 lo = static_cast<u32>(Out::from_float(Epilogue::apply(v.x, rs * sb[0], bb[0]))) |
+                   (static_cast<u32>(Out::from_float(Epilogue::apply(v.y, rs * sb[1], bb[1]))) << 16);
+    const u32 hi = static_cast<u32>(Out::from_float(Epilogue::apply(v.z, rs * sb[2], bb[2]))) |
+                   (static_cast<u32>(Out::from_float(Epilogue::apply(v.w, rs * sb[3], bb[3]))) << 16);
+    u16* dst = out + static_cast<i64>(m0 + r) * N + col;
+    if (vec) {
+      *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
+    } else {
+      reinterpret_cast<u32*>(dst)[0] = lo;
+      reinterpret_cast<u32*>(dst)[1] = hi;
+    }
+  }
+}
+
+// The persistent kernel's shared memory: stages (A, then B), the parked tile, its rows' scales, the barriers.
+// The base comes through an asm volatile, so each role recomputes it after its setmaxnreg (no CSE with the
+// prologue's copy).
+template <class Cfg>
+struct PersistentSmem {
+  u8* base;
+  FG_DEVICE PersistentSmem() {
+    extern __shared__ u8 smem_raw[];
+    u32 addr = sm90::smem_addr(smem_raw);
+    asm volatile("" : "+r"(addr));
+    base = smem_raw + ((1024 - (addr & 1023)) & 1023);
+  }
+  FG_DEVICE u8* stage_a() const { return base; }
+  FG_DEVICE u8* stage_b() const { return base + Cfg::kStages * Cfg::kStageBytesA; }
+  FG_DEVICE float* parked() const { return reinterpret_cast<float*>(base + Cfg::kParkedOffset); }
+  FG_DEVICE float* row_scale() const { return reinterpret_cast<float*>(base + Cfg::kRowScaleOffset); }
+  FG_DEVICE float* col_scale() const { return reinterpret_cast<float*>(base + Cfg::kColumnOpsOffset); }
+  FG_DEVICE float* col_bias() const { return col_scale() + Cfg::kBlockN; }
+  FG_DEVICE sm90::u64* full() const { return reinterpret_cast<sm90::u64*>(base + Cfg::kBarrierOffset); }
+  FG_DEVICE sm90::u64* empty() const { return full() + Cfg::kStages; }
+  FG_DEVICE sm90::u64* parked_full() const { return full() + 2 * Cfg::kStages; }
+  FG_DEVICE sm90::u64* parked_empty() const { return full() + 2 * Cfg::kStages + 1; }
+};
+
+// One wave of CTAs; CTA c computes tiles c, c + gridDim.x, ... (tile_of order). Warp roles:
+//  * consumer warpgroups 0, 1: per tile, the K blocks (consumer_mainloop, K blocks counted across tiles), then
+//    wait until the parked tile is free, park the accumulators as fp32, and go on with the next tile;
+//  * producer warpgroup, warp 0: TMA copies of every tile's K blocks into the ring, running ahead across tiles;
+//  * producer warpgroup, warps 1-3 (epilogue warps, 40 registers): per tile, the rows' scales and the columns'
+//    scales and biases into shared memory (while the consumers still compute), then wait for the parked tile and
+//    store it through the epilogue.
+// Two barriers hand the parked tile over: parked_full (256 consumer arrivals) and parked_empty (96).
+template <class In, class Out, class Act, class Cfg, int kProbe>
+FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map,
+                                        u16* __restrict__ out, const void* __restrict__ bias,
+                                        const float* __restrict__ scale_a, const float* __restrict__ scale_b, int M,
+                                        int N, int K, int bias_kind, int scale_a_stride, int scale_b_stride,
+                                        float alpha) {
+  using Mma = sm90::Wgmma<In, Cfg::kMmaN>;
+  using Acc = typename Mma::Acc;
+  constexpr int kAcc = Cfg::kAccPerThread;
+  constexpr int kConsumerWarps = Cfg::kConsumerThreads / 32;
+
+  if (sm90::dynamic_smem_bytes() < Cfg::kSmemBytes) __trap();  // host / device layouts disagree: fail loudly
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  // NOTE: each role derives its shared-memory addresses and tile counts after its setmaxnreg (PersistentSmem,
+  // from an opaque base): a value computed before the split and live across setmaxnreg.dec 40 would be
+  // spilled to local memory.
+  if (tid == 0) {
+    const PersistentSmem<Cfg> sm;
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      sm90::mbar_init(&sm.full()[s], 1);
+      sm90::mbar_init(&sm.empty()[s], kConsumerWarps);
+    }
+    sm90::mbar_init(sm.parked_full(), Cfg::kConsumerThreads);
+    sm90::mbar_init(sm.parked_empty(), Cfg::kEpilogueThreads);
+    sm90::fence_mbar_init();
+  }
+  __syncthreads();
+  // Per role, after its setmaxnreg (see above): tiles along N and M, all tiles, K blocks per tile.
+  auto counts = [&](int& num_n, int& num_m, int& num_tiles, int& kb_count) {
+    num_n = (N + Cfg::kBlockN - 1) / Cfg::kBlockN;
+    num_m = (M + Cfg::kBlockM - 1) / Cfg::kBlockM;
+    num_tiles = num_n * num_m;
+    kb_count = (K + Cfg::kBlockK - 1) / Cfg::kBlockK;
+  };
+
+  if (warp >= kConsumerWarps) {
+    sm90::setmaxnreg_dec<Cfg::kProducerRegs>();
+    const PersistentSmem<Cfg> sm;
+    int num_n, num_m, num_tiles, kb_count;
+    counts(num_n, num_m, num_tiles, kb_count);
+    const int w = warp - kConsumerWarps - 1;  // epilogue warp 0..2; -1: the copy warp
+    if (w < 0) {
+      if (lane == 0) {
+        u8* stage_a = sm.stage_a();
+        u8* stage_b = sm.stage_b();
+        sm90::u64* full = sm.full();
+        sm90::u64* empty = sm.empty();
+        const int a_rows = a_box_rows<Cfg>(M);
+        sm90::prefetch_tma_desc(&a_map);
+        sm90::prefetch_tma_desc(&b_map);
+        for (int t = blockIdx.x, g = 0; t < num_tiles; t += gridDim.x) {
+          int m_block, n_block;
+          tile_of(t, num_n, num_m, N, K, m_block, n_block);
+          for (int i = 0; i < kb_count; ++i, ++g) {
+            const int s = g % Cfg::kStages;
+            sm90::mbar_wait(&empty[s], ((g / Cfg::kStages) & 1) ^ 1);
+            if constexpr (probe_no_copy(kProbe)) {
+              sm90::mbar_arrive(&full[s]);
+              continue;
+            }
+            sm90::mbar_arrive_expect_tx(&full[s], a_rows * Cfg::kBlockK + Cfg::kStageBytesB);
+            sm90::tma_load_2d(stage_a + s * Cfg::kStageBytesA, &a_map, &full[s], i * Cfg::kBlockK,
+                              m_block * Cfg::kBlockM);
+            sm90::tma_load_3d(stage_b + s * Cfg::kStageBytesB, &b_map, &full[s], 0, n_block * (Cfg::kBlockN / 16),
+                              i * (Cfg::kBlockK / 16));
+          }
+        }
+      }
+      return;
+    }
+    const int e = 32 * w + lane;  // epilogue thread 0..95
+    for (int t = blockIdx.x, it = 0; t < num_tiles; t += gridDim.x, ++it) {
+      int m_block, n_block;
+      tile_of(t, num_n, num_m, N, K, m_block, n_block);
+      const int m0 = m_block * Cfg::kBlockM;
+      const int col = n_block * Cfg::kBlockN + 4 * lane;
+      const int n0 = n_block * Cfg::kBlockN;
+      // Addresses come from a fresh PersistentSmem per tile: held across the loop, 40 registers do not suffice.
+      const PersistentSmem<Cfg> tsm;
+      float* row_scale = tsm.row_scale();
+      float* col_scale = tsm.col_scale();
+      float* col_bias = tsm.col_bias();
+      for (int r = e; r < Cfg::kBlockM; r += Cfg::kEpilogueThreads)
+        row_scale[r] = m0 + r < M ? alpha * load_scale(scale_a, scale_a_stride, m0 + r) : 0.f;
+      for (int c = e; c < Cfg::kBlockN; c += Cfg::kEpilogueThreads) {
+        const bool in = n0 + c < N;
+        col_scale[c] = in ? load_scale(scale_b, scale_b_stride, n0 + c) : 0.f;
+        col_bias[c] = in ? load_bias(bias, bias_kind, n0 + c) : 0.f;
+      }
+      sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // the rows' and columns' operands are in
+      sm90::mbar_wait(tsm.parked_full(), it & 1);
+      if (col < N)  // N % 16 == 0: the thread's four columns are all in or all out
+        store_parked_rows<Out, Act>(out, tsm.parked(), row_scale, col_scale, col_bias, M, N, m0, col, 4 * lane, w);
+      sm90::mbar_arrive(tsm.parked_empty());
+      sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // everyone is done with row_scale
+    }
+    return;
+  }
+
+  sm90::setmaxnreg_inc<Cfg::kConsumerRegs>();
+  const PersistentSmem<Cfg> sm;
+  u8* stage_a = sm.stage_a();
+  u8* stage_b = sm.stage_b();
+  sm90::u64* full = sm.full();
+  sm90::u64* empty = sm.empty();
+  float* parked = sm.parked();
+  sm90::u64* parked_full = sm.parked_full();
+  sm90::u64* parked_empty = sm.parked_empty();
+  int num_n, num_m, num_tiles, kb_count;
+  counts(num_n, num_m, num_tiles, kb_count);
+  // NOTE: the fp8 two-chain main loop needs 192 accumulators of the 232 registers; little else may stay live
+  // across it (the tile count only; the rest is recomputed after), or ptxas spills inside the loop.
+  const int ctas = static_cast<int>(gridDim.x);
+  const int my_tiles = (num_tiles - static_cast<int>(blockIdx.x) + ctas - 1) / ctas;
+  for (int it = 0; it < my_tiles; ++it) {
+    Acc acc[kAcc];
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
+    consumer_mainloop<In, Cfg, kProbe>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty, warp >> 2, lane);
+    sm90::mbar_wait(parked_empty, (it & 1) ^ 1);  // the epilogue warps are done with the previous tile
+    const int ct = tid & 127;  // thread within its consumer warpgroup
+#pragma unroll
+    for (int j = 0; j < kAcc; j += 2)
+      *reinterpret_cast<float2*>(&parked[parked_index(64 * (warp >> 2) + acc_row(ct, j), acc_col(ct, j))]) =
+          make_float2(static_cast<float>(acc[j]), static_cast<float>(acc[j + 1]));
+    sm90::mbar_arrive(parked_full);
+  }
+}
+
+// Timeline probe (ci/probe_sm90.py --stamps; compiled only with FG_PROBE_STAMPS): consumer thread 0 of each
+// CTA records, into fg_probe_stamps[CTA][8], the global timer at kernel entry, main-loop start and end and
+// epilogue end, the SM clock at main-loop start and end, and the SM id. Read back per SM, they show where a
+// tile's time goes: CTA start-up, pipeline fill, the main loop's cycles against the tensor core's, epilogue.
+#if defined(FG_PROBE_STAMPS)
+__device__ unsigned long long* fg_probe_stamps;
+FG_DEVICE void probe_stamp(int slot, bool clock) {
+  if (threadIdx.x != 0) return;
+  unsigned long long t;
+  if (clock)
+    t = clock64();
+  else
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  fg_probe_stamps[(blockIdx.y * gridDim.x + blockIdx.x) * 8 + slot] = t;
+  if (slot == 0) {
+    unsigned sm;
+    asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
+    fg_probe_stamps[(blockIdx.y * gridDim.x + blockIdx.x) * 8 + 7] = sm;
+  }
+}
+#define FG_PROBE_STAMP(SLOT, CLOCK) probe_stamp(SLOT, CLOCK)
+#else
+#define FG_PROBE_STAMP(SLOT, CLOCK)
+#endif
+
+template <class In, class Out, class Act, class Cfg, int kProbe>
+FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-major, box 128 B x BM, swizzle 128
                              const sm90::TmaDesc& b_map,  // B (16,16) preshuffled, see above
                              u16* __restrict__ out, const void* __restrict__ bias,
                              const float* __restrict__ scale_a, const float* __restrict__ scale_b, int M, int N,
@@ -271,6 +664,7 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
   static_assert(kAcc == Cfg::kMmasPerStep * kAccPerMma, "kMmasPerStep m64 wgmmas per warpgroup per K step");
 
   if (sm90::dynamic_smem_bytes() < Cfg::kSmemBytes) __trap();  // host / device layouts disagree: fail loudly
+  FG_PROBE_STAMP(0, false);
   extern __shared__ u8 smem_raw[];
   u8* smem = smem_raw + ((1024 - (sm90::smem_addr(smem_raw) & 1023)) & 1023);
   u8* stage_a = smem;
@@ -339,137 +733,11 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
   Acc acc[kAcc];
 #pragma unroll
   for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
-  {
-    const int wg = warp >> 2;
-    // Issue K block i's MMAs into `d` (asynchronously; committed as one group). accumulate = false: the
-    // block's first MMA overwrites d.
-    auto issue = [&](int i, Acc(&d)[kAcc], bool accumulate) {
-      const int s = i % Cfg::kStages;
-      sm90::mbar_wait(&full[s], (i / Cfg::kStages) & 1);
-      if constexpr (kProbe == kProbeNoMma) return;
-      const u32 a_base = sm90::smem_addr(stage_a + s * Cfg::kStageBytesA + wg * 64 * Cfg::kBlockK);
-      const u32 b_base = sm90::smem_addr(stage_b + s * Cfg::kStageBytesB);
-      sm90::wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
-        const sm90::u64 da = sm90::smem_desc(a_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B);
-        if constexpr (Cfg::kSwapAB) {
-          // Weight rows 64h..64h+63 (8 core matrices of 8 rows, 128 B apart) are the MMA's A, the activation
-          // its B: D[h] = B_h . A^T.
-#pragma unroll
-          for (int h = 0; h < Cfg::kMmasPerStep; ++h) {
-            const sm90::u64 dw = sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16 + h * 8 * 128,
-                                                 Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
-            Mma::mma(*reinterpret_cast<Acc(*)[kAccPerMma]>(&d[h * kAccPerMma]), dw, da, accumulate || kk > 0);
-          }
-        } else {
-          const sm90::u64 db =
-              probe_plain_b(kProbe)
-                  ? sm90::smem_desc(b_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B)
-                  : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16, Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
-          Mma::mma(d, da, db, accumulate || kk > 0);
-        }
-      }
-      sm90::wgmma_commit();
-    };
-    // K block i's MMAs are complete: its stage can be refilled.
-    auto release = [&](int i) {
-      __syncwarp();
-      if (lane == 0) sm90::mbar_arrive(&empty[i % Cfg::kStages]);
-    };
-    if constexpr (Mma::kExactAccumulator) {
-      // int8: the tensor core's int32 sums are exact, so every K block accumulates straight into an int32
-      // tile and the MMAs of consecutive blocks queue back to back; only the stage release waits, one block
-      // behind. Two chains: odd blocks go to acc2, added to acc at the end.
-      Acc acc2[kAcc];  // the second chain (unused with one chain)
-      for (int i = 0; i < kb_count; ++i) {
-        bool second = false;
-        if constexpr (Cfg::kChains > 1) second = i & 1;
-        if (second)
-          issue(i, acc2, i > 1);
-        else
-          issue(i, acc, i > 0);
-        if (i > 0) {
-          sm90::wgmma_wait<1>();
-          release(i - 1);
-        }
-      }
-      sm90::wgmma_wait<0>();
-      sm90::fence_regs(acc);
-      if (kb_count > 0) release(kb_count - 1);
-      if constexpr (Cfg::kChains > 1) {
-        sm90::fence_regs(acc2);
-        if (kb_count > 1) {
-#pragma unroll
-          for (int j = 0; j < kAcc; ++j) acc[j] += acc2[j];
-        }
-      }
-    } else if constexpr (Cfg::kChains > 1) {
-      // fp8, two partial tiles: block i's MMAs are issued into part[i % 2] before block i - 1's partial tile
-      // (the other one) is waited for and promoted, so the promotion overlaps the tensor core's work.
-      // NOTE: ptxas tracks which wgmma group a wait retires only in straight-line code: across a loop's back
-      // edge it assumes the other partial tile may still be in flight and serialises every wgmma (C7514). So
-      // the loop body is kUnroll blocks, unrolled, ending in wait<0> (one exposed promotion per kUnroll
-      // blocks); a remainder of fewer blocks runs one block at a time.
-      constexpr int kUnroll = 4;
-      Acc part0[kAcc], part1[kAcc];
-      auto promote = [&](Acc(&p)[kAcc]) {
-        sm90::fence_regs(p);
-#pragma unroll
-        for (int j = 0; j < kAcc; ++j) acc[j] += p[j];
-      };
-      int i = 0;
-      for (; i + kUnroll <= kb_count; i += kUnroll) {
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          if (u & 1) {
-            sm90::fence_regs(part1);
-            issue(i + u, part1, false);
-          } else {
-            sm90::fence_regs(part0);
-            issue(i + u, part0, false);
-          }
-          if (u > 0) {
-            sm90::wgmma_wait<1>();  // block i + u - 1 is complete
-            release(i + u - 1);
-            if (u & 1)
-              promote(part0);
-            else
-              promote(part1);
-          }
-        }
-        sm90::wgmma_wait<0>();
-        release(i + kUnroll - 1);
-        if ((kUnroll - 1) & 1)
-          promote(part1);
-        else
-          promote(part0);
-      }
-      for (; i < kb_count; ++i) {
-        sm90::fence_regs(part0);
-        issue(i, part0, false);
-        sm90::wgmma_wait<0>();
-        release(i);
-        promote(part0);
-      }
-    } else {
-      // fp8: each K block goes to a partial tile that is waited for and added to the fp32 result (promotion
-      // every 128 values of K).
-      Acc part[kAcc];
-#pragma unroll
-      for (int j = 0; j < kAcc; ++j) part[j] = Acc(0);
-      for (int i = 0; i < kb_count; ++i) {
-        sm90::fence_regs(part);
-        issue(i, part, false);
-        sm90::wgmma_wait<0>();
-        sm90::fence_regs(part);
-        release(i);
-#pragma unroll
-        for (int j = 0; j < kAcc; ++j) acc[j] += part[j];
-      }
-    }
-  }
-
+  FG_PROBE_STAMP(1, false);
+  FG_PROBE_STAMP(4, true);
+  consumer_mainloop<In, Cfg, kProbe>(acc, 0, kb_count, stage_a, stage_b, full, empty, warp >> 2, lane);
+  FG_PROBE_STAMP(5, true);
+  FG_PROBE_STAMP(2, false);
   // ---- epilogue -------------------------------------------------------------------------------------------
   const int ct = tid & 127;                   // thread within its consumer warpgroup
   if constexpr (Cfg::kSwapAB) {
@@ -490,6 +758,7 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
         store_group<Out, Act>(out, M, N, row_scale, row0, n0 + acc_col(ct, j), col_ops.scale[j / 2],
                               col_ops.scale[j / 2 + 1], col_ops.bias[j / 2], col_ops.bias[j / 2 + 1], acc[j],
                               acc[j + 1], acc[j + 2], acc[j + 3]);
+      FG_PROBE_STAMP(3, false);
       return;
     }
 
@@ -510,6 +779,21 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
     }
     sm90::cluster_sync();  // keep this CTA's partial tile alive until every CTA has read it
   }
+}
+
+// The kernel body of every sm_90 gemm_a8 entry point: a CTA per tile, or persistent CTAs (Cfg::kPersistent).
+template <class In, class Out, class Act, class Cfg, int kProbe = kProbeNone>
+FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major, box 128 B x BM, swizzle 128
+                             const sm90::TmaDesc& b_map,  // B (16,16) preshuffled, see above
+                             u16* __restrict__ out, const void* __restrict__ bias,
+                             const float* __restrict__ scale_a, const float* __restrict__ scale_b, int M, int N,
+                             int K, int bias_kind, int scale_a_stride, int scale_b_stride, float alpha) {
+  if constexpr (Cfg::kPersistent)
+    gemm_a8_wgmma_persistent<In, Out, Act, Cfg, kProbe>(a_map, b_map, out, bias, scale_a, scale_b, M, N, K,
+                                                        bias_kind, scale_a_stride, scale_b_stride, alpha);
+  else
+    gemm_a8_wgmma_tiles<In, Out, Act, Cfg, kProbe>(a_map, b_map, out, bias, scale_a, scale_b, M, N, K, bias_kind,
+                                                   scale_a_stride, scale_b_stride, alpha);
 }
 
 }  // namespace fg

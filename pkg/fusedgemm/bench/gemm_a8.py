@@ -83,9 +83,10 @@ def run(argv=None) -> int:
     p.add_argument("--no-compile", action="store_true", help="skip baseline (d), torch.compile of (a)")
     p.add_argument("--flush", choices=["read", "write"], default="read",
                    help="how L2 is flushed before each timed run (see bench/common.py Timer)")
-    p.add_argument("--compare-plans", action="store_true",
-                   help="also time every (tile config, split-K) plan per shape and report the fastest beside the "
-                        "heuristic's choice (for tuning the heuristic)")
+    p.add_argument("--compare-plans", nargs="*", metavar="CONFIG:SPLITS",
+                   help="also time every (tile config, split-K) plan per shape (or only those listed, e.g. "
+                        "w128n128:1 p128n128:1) and report the fastest beside the heuristic's choice (for tuning "
+                        "the heuristic)")
     p.add_argument("--json", help="write rows and summary as JSON here")
     p.add_argument("--kernel-time", action="store_true",
                    help="also the profiler's kernel-only times of fusedgemm, (a) and (c) (no CUDA-event overhead; "
@@ -129,11 +130,13 @@ def run(argv=None) -> int:
                               out=out)
 
         row = dict(shape=name, M=m, N=n, K=k, fg_us=timer(ours))
-        if args.compare_plans:
+        if args.compare_plans is not None:
             cfg, splits = plan_for(m, n, k, torch.cuda.current_device())
             row["plan"] = f"{cfg.name}:{splits}"
             row["plans_us"] = {}
             for plan in plans(arch):
+                if args.compare_plans and f"{plan[0]}:{plan[1]}" not in args.compare_plans:
+                    continue
                 with forced_config(*plan):
                     row["plans_us"][f"{plan[0]}:{plan[1]}"] = timer(ours)
         if args.kernel_time:
@@ -165,13 +168,16 @@ def run(argv=None) -> int:
             ("gbs", "GB/s", ".0f"), ("x_a", "x(a)", ".2f"), ("x_b", "x(b)", ".2f"), ("x_c", "x(c)", ".2f"),
             ("x_d", "x(d)", ".2f")]
     print_table(rows, cols)
-    if args.compare_plans:
+    if args.compare_plans is not None:
         for r in rows:
             best = min(r["plans_us"], key=r["plans_us"].get)
             r["best_plan"], r["best_plan_us"] = best, r["plans_us"][best]
         print_table(rows, [("shape", "shape", "s"), ("M", "M", "d"), ("plan", "chosen plan", "s"),
                            ("fg_us", "chosen us", ".1f"), ("best_plan", "fastest plan", "s"),
                            ("best_plan_us", "fastest us", ".1f")])
+        if args.compare_plans:  # a short list: every plan's time
+            for r in rows:
+                print(f"{r['shape']:>8} {r['M']:6d}  " + "  ".join(f"{k} {v:.1f}" for k, v in r["plans_us"].items()))
     if args.kernel_time:
         print("kernel time only (profiler; no event-pair overhead on either side):")
         print_table(rows, [("shape", "shape", "s"), ("M", "M", "d"), ("fg_kern_us", "fg kernel us", ".1f"),

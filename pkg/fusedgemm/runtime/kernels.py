@@ -70,6 +70,7 @@ class TileConfig:
     smem: int = 0  # dynamic shared-memory bytes per block
     min_blocks_per_sm: int = 1
     swap_ab: bool = False  # wgmma tiles computing C^T = B . A^T (decode; WgmmaConfig::kSwapAB)
+    persistent: bool = False  # one wave of CTAs looping over tiles, epilogue warps (WgmmaConfig::kPersistent)
 
     @property
     def signature(self) -> Signature:
@@ -77,15 +78,18 @@ class TileConfig:
 
 
 def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n: int = 128,
-                  swap_ab: bool = False, chains: int = 1) -> TileConfig:
+                  swap_ab: bool = False, chains: int = 1, persistent: bool = False) -> TileConfig:
     """Mirror of WgmmaConfig in hip_src/include/fusedgemm/gemm_a8_sm90.hpp (K step 128 B)."""
-    smem = stages * (block_m * 128 + block_n * 128) + 2 * stages * 8 + 1024
+    # stages, then (persistent) the parked fp32 tile, its rows' scales, its columns' scales and biases, then the
+    # barriers (+2 persistent)
+    parked = (block_m * block_n * 4 + block_m * 4 + 2 * block_n * 4) if persistent else 0
+    smem = stages * (block_m * 128 + block_n * 128) + parked + (2 * stages + 2 * persistent) * 8 + 1024
     consumer_warps = 4 if swap_ab else block_m // 16  # swapped: one warpgroup
-    # kSetMaxNReg (3 consumer warpgroups, 192-wide tiles or two accumulator chains): the producer is a
-    # warpgroup, else one warp
-    producer_warps = 4 if consumer_warps == 12 or block_n > 128 or chains > 1 else 1
+    # kSetMaxNReg (3 consumer warpgroups, 192-wide tiles, two accumulator chains or persistent): the producer
+    # is a warpgroup, else one warp
+    producer_warps = 4 if consumer_warps == 12 or block_n > 128 or chains > 1 or persistent else 1
     return TileConfig(name, block_m, block_n, consumer_warps + producer_warps, "gemm_a8_sm90", smem, min_blocks,
-                      swap_ab)
+                      swap_ab, persistent)
 
 
 # Must match the Config* aliases in hip_src/include/fusedgemm/gemm_a8.hpp / gemm_a8_sm90.hpp and the
@@ -98,6 +102,7 @@ GEMM_A8_CONFIGS = {
     "w128n128": _wgmma_config("w128n128", 128, 6, 1, chains=2),
     "w128n192": _wgmma_config("w128n192", 128, 5, 1, block_n=192),
     "w192n128": _wgmma_config("w192n128", 192, 5, 1),
+    "p128n128": _wgmma_config("p128n128", 128, 5, 1, chains=2, persistent=True),
     "v16n128": _wgmma_config("v16n128", 16, 4, 3, swap_ab=True),
 }
 

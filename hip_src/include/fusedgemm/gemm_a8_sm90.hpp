@@ -363,12 +363,6 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
     // blocks); a remainder of fewer blocks runs one block at a time.
     constexpr int kUnroll = 4;
     Acc part0[kAcc], part1[kAcc];
-    if constexpr (Cfg::kPersistent) {
-      // The wgmma asm reads its accumulators ("+f"): without this, the previous tile's partial tiles would stay
-      // live across the parked-tile store and the tile loop, and ptxas spills.
-#pragma unroll
-      for (int j = 0; j < kAcc; ++j) part0[j] = part1[j] = Acc(0);
-    }
     auto promote = [&](Acc(&p)[kAcc]) {
       sm90::fence_regs(p);
 #pragma unroll

@@ -1,10 +1,34 @@
+"""python -m fusedgemm.bench SUBCOMMAND [options] (see USAGE below; --help works without a GPU)."""
 import sys
+
+# Subcommand -> what it measures (the modules import torch, so they load only when a subcommand runs).
+SUBCOMMANDS = {
+    "gemm_a8": "fused fp8/int8 GEMM + epilogue on LLM shapes vs torch._scaled_mm/_int_mm + epilogue, "
+               "torch.compile of that, and the memory/compute floor",
+    "bmm_tiny": "tiny batched GEMM (m, n, k <= 64) vs torch.bmm, the memory floor and a same-bytes device copy",
+}
+
+USAGE = "usage: python -m fusedgemm.bench {" + ",".join(SUBCOMMANDS) + "} [options]"
+
+
+def _help() -> str:
+    width = max(map(len, SUBCOMMANDS))
+    lines = [USAGE, "",
+             "Benchmarks of fusedgemm's kernels on a GPU, each beside baselines timed in the same process",
+             "(medians of CUDA-event pairs, L2 flushed before each run).", "",
+             "subcommands:"]
+    lines += [f"  {name.ljust(width)}  {what}" for name, what in SUBCOMMANDS.items()]
+    lines += ["", "python -m fusedgemm.bench SUBCOMMAND --help lists that subcommand's options."]
+    return "\n".join(lines)
 
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv or argv[0] not in ("gemm_a8", "bmm_tiny"):
-        print("usage: python -m fusedgemm.bench {gemm_a8,bmm_tiny} [--help]", file=sys.stderr)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_help())
+        return 0
+    if argv[0] not in SUBCOMMANDS:
+        print(f"fusedgemm.bench: unknown subcommand {argv[0]!r}\n\n{_help()}", file=sys.stderr)
         return 2
     if argv[0] == "gemm_a8":
         from .gemm_a8 import run

@@ -4,11 +4,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import sys
 
 import torch
 
-from .common import (Timer, copy_bandwidth_gbs, device_info, geomean, host_us_per_call, kernel_us, print_table,
-                     progress)
+from .common import (Timer, copy_bandwidth_gbs, device_info, geomean, gpu_problem, host_us_per_call, kernel_us,
+                     print_table, progress)
 
 SHAPES = [(12, 12, 64), (12, 64, 12), (64, 64, 64), (16, 16, 16), (3, 7, 5)]
 BATCHES = [1024, 16384]
@@ -71,6 +72,10 @@ def run(argv=None) -> int:
                    help="plan knobs to time as well, e.g. async_copy=0 r=2 rn=4 stages=2 elems=1,threads=128 "
                         "(see plan_bmm_tiny)")
     args = p.parse_args(argv)
+    problem = gpu_problem("bmm_tiny")
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
     dtype = getattr(torch, args.dtype)
     timer = Timer(reps=args.reps, flush=args.flush)
     bw = copy_bandwidth_gbs(timer)

@@ -133,6 +133,22 @@ def geomean(xs) -> float:
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
 
 
+def gpu_problem(bench: str) -> str | None:
+    """Why `bench` cannot run here, as one line for the user (None when it can): torch sees no GPU, or the GPU
+    has no fusedgemm code object."""
+    if not torch.cuda.is_available():
+        cpu_build = torch.version.cuda is None and torch.version.hip is None
+        return (f"fusedgemm.bench {bench}: needs a CUDA or ROCm GPU; torch sees none"
+                + (f" (torch {torch.__version__} is a CPU-only build)" if cpu_build else ""))
+    from fusedgemm.runtime.arch import UnsupportedArchError, device_arch
+
+    try:
+        device_arch(torch.cuda.current_device())
+    except UnsupportedArchError as exc:
+        return f"fusedgemm.bench {bench}: {exc}"
+    return None
+
+
 def device_info() -> dict:
     props = torch.cuda.get_device_properties(torch.cuda.current_device())
     return {"gpu": props.name, "sms": props.multi_processor_count, "torch": torch.__version__,

@@ -10,14 +10,15 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from importlib import resources
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
-from .common import (Timer, copy_bandwidth_gbs, device_info, geomean, host_us_per_call, kernel_us, print_table,
-                     progress)
+from .common import (Timer, copy_bandwidth_gbs, device_info, geomean, gpu_problem, host_us_per_call, kernel_us,
+                     print_table, progress)
 from ..gemm_a8 import forced_config, plan_for, plans
 
 # Dense 8-bit tensor-core peaks (TFLOP/s, datasheet) by arch.
@@ -93,6 +94,10 @@ def run(argv=None) -> int:
                         "(a) counts its kernels, not the gaps between them), and their ratios")
     p.add_argument("--plot", help="write a PNG: speedup over (a) vs M, one line per shape")
     args = p.parse_args(argv)
+    problem = gpu_problem("gemm_a8")
+    if problem:
+        print(problem, file=sys.stderr)
+        return 1
 
     arch = device_arch(torch.cuda.current_device())
     out_dtype = getattr(torch, args.out_dtype)

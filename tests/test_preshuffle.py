@@ -3,7 +3,7 @@ import torch
 
 import fusedgemm as fg
 
-DTYPES = [torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.int8, torch.bfloat16, torch.float16]
+DTYPES = [torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.int8]  # what gemm_a8 reads, all preshuffle takes
 
 
 def random_weight(n, k, dtype):
@@ -17,25 +17,22 @@ def random_weight(n, k, dtype):
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n,k", [(16, 16), (48, 96), (1040, 160), (32, 4096)])
 def test_round_trip_bit_exact(dtype, n, k, seed):
-    kp = 16 // dtype.itemsize
-    k = max(k // kp * kp, kp)
     w = random_weight(n, k, dtype)
     wq = fg.preshuffle(w)
     assert isinstance(wq, fg.PreshuffledWeight) and wq.layout == fg.LAYOUT_16x16
     assert wq.dtype == dtype and tuple(wq.shape) == (n, k)
     back = fg.unshuffle(wq)
     assert back.dtype == dtype
-    assert torch.equal(back.view(torch.uint8 if dtype.itemsize == 1 else torch.int16),
-                       w.view(torch.uint8 if dtype.itemsize == 1 else torch.int16))
+    assert torch.equal(back.view(torch.uint8), w.view(torch.uint8))
 
 
-@pytest.mark.parametrize("dtype", [torch.int8, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.int8, torch.float8_e4m3fn])
 def test_layout_matches_the_formula(dtype, seed):
     """off(n, k) = (n // 16) * 16K + (k // Kp) * 16Kp + (n % 16) * Kp + (k % Kp), element by element."""
     n, k = 48, 64
     kp = 16 // dtype.itemsize
-    w = random_weight(n, k, dtype)
-    flat = fg.preshuffle(w).data.reshape(-1)
+    w = random_weight(n, k, dtype).view(torch.uint8)
+    flat = fg.preshuffle(w.view(dtype)).data.view(torch.uint8).reshape(-1)
     for nn in range(n):
         for kk in range(k):
             off = (nn // 16) * 16 * k + (kk // kp) * 16 * kp + (nn % 16) * kp + kk % kp
@@ -48,18 +45,50 @@ def test_preshuffle_is_not_identity(seed):
 
 
 def test_errors():
-    with pytest.raises(ValueError, match="N % 16 == 0 and K % 16 == 0"):
-        fg.preshuffle(torch.zeros(24, 32, dtype=torch.int8))
-    with pytest.raises(ValueError, match="K % 16"):
-        fg.preshuffle(torch.zeros(16, 40, dtype=torch.int8))
     with pytest.raises(ValueError, match="2-D"):
         fg.preshuffle(torch.zeros(16, 16, 16, dtype=torch.int8))
+    with pytest.raises(ValueError, match="2-D"):
+        fg.preshuffle(torch.zeros(16, dtype=torch.int8))
     with pytest.raises(TypeError, match="already preshuffled"):
         fg.preshuffle(fg.preshuffle(torch.zeros(16, 16, dtype=torch.int8)))
+    with pytest.raises(TypeError, match="expected a torch.Tensor, got list"):
+        fg.preshuffle([[0] * 16] * 16)
     with pytest.raises(TypeError, match="expected a PreshuffledWeight"):
         fg.unshuffle(torch.zeros(16, 16, dtype=torch.int8))
     with pytest.raises(TypeError, match="keeps its dtype"):
         fg.preshuffle(torch.zeros(16, 16, dtype=torch.int8)).to(torch.float32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.bool,
+                                   torch.complex64, torch.uint8, torch.int16, torch.float8_e5m2])
+def test_refuses_what_gemm_a8_cannot_read(dtype):
+    """Only the 8-bit types gemm_a8 reads; the message names them and the dtype it got."""
+    w = torch.zeros(32, 64, dtype=dtype)
+    msg = (r"preshuffle: the weight must be torch.float8_e4m3fn, torch.float8_e4m3fnuz or torch.int8 \(what "
+           rf"gemm_a8 reads\), got {dtype}; quantize")
+    with pytest.raises(TypeError, match=msg):
+        fg.preshuffle(w)
+    with pytest.raises(TypeError, match="got torch.float32"):  # checked before the shape
+        fg.preshuffle(torch.zeros(3, 5))
+
+
+@pytest.mark.parametrize("n,k", [(0, 64), (32, 0), (0, 0), (24, 32), (16, 40), (16, 8), (8, 16)])
+def test_refuses_shapes_gemm_a8_cannot_read(n, k):
+    """N and K positive multiples of 16: gemm_a8's rule (K > 0 and K % 16 == 0, N % 16 == 0), and N = 0 has no
+    row block to shuffle."""
+    for dtype in DTYPES:
+        with pytest.raises(ValueError, match=rf"N and K positive multiples of 16 .*got N={n}, K={k}$"):
+            fg.preshuffle(torch.zeros(n, k, dtype=torch.int8).view(dtype))
+
+
+def test_accepted_weight_passes_gemm_a8_shape_checks():
+    """What preshuffle accepts, gemm_a8's own checks accept as B (CPU tensors, explicit arch)."""
+    from fusedgemm.gemm_a8 import check_gemm_a8_args
+
+    for dtype, arch in ((torch.float8_e4m3fn, "sm_90a"), (torch.float8_e4m3fnuz, "gfx942"), (torch.int8, "gfx950")):
+        wq = fg.preshuffle(random_weight(16, 16, dtype))
+        a = torch.zeros(1, 16, dtype=torch.int8).view(dtype)
+        assert check_gemm_a8_args(a, wq, None, None, None, "none", torch.bfloat16, None, arch=arch)["n"] == 16
 
 
 def test_to_keeps_the_tag():

@@ -1,7 +1,7 @@
 """The preshuffled weight format shared by every arch's kernel.
 
 The (16,16) layout that aiter's `shuffle_weight`, FlyDSL and hipBLASLt (HIPBLASLT_ORDER_COL16_4R16) read:
-with Kp = 16 / element_bytes,
+with Kp = 16 / element_bytes (16 for the 8-bit weights preshuffle accepts),
 
     off(n, k) = (n // 16) * (16*K) + (k // Kp) * (16*Kp) + (n % 16) * Kp + (k % Kp)
 
@@ -9,7 +9,9 @@ with Kp = 16 / element_bytes,
 lane's 16-byte load is one MMA operand pack (two on CDNA3 and sm_90).
 
 A preshuffled weight is a `PreshuffledWeight`: the shuffled tensor plus its layout tag. Kernels accept
-only that, so an unshuffled tensor can never be read as a shuffled one.
+only that, so an unshuffled tensor can never be read as a shuffled one. preshuffle takes only dtypes and
+shapes gemm_a8 can read (float8_e4m3fn, float8_e4m3fnuz, int8; N and K positive multiples of 16); which fp8
+variant an arch reads is checked at the gemm_a8 call.
 """
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ import torch
 LAYOUT_16x16 = "aiter-16x16"
 _BLOCK_N = 16
 _CHUNK_BYTES = 16
+# What gemm_a8 reads (gemm_a8._in_kind); anything else is refused here rather than at the first call.
+WEIGHT_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.int8)
 
 
 def _chunk_elems(dtype: torch.dtype) -> int:
@@ -87,20 +91,26 @@ class PreshuffledWeight:
 
 
 def preshuffle(w: torch.Tensor) -> PreshuffledWeight:
-    """[N, K] weight (nn.Linear layout) -> PreshuffledWeight in the (16,16) layout. Bit-exact, any device."""
+    """[N, K] weight (nn.Linear layout) -> PreshuffledWeight in the (16,16) layout. Bit-exact, any device.
+
+    w: float8_e4m3fn, float8_e4m3fnuz or int8, N and K positive multiples of 16 (gemm_a8's shape rule)."""
     if isinstance(w, PreshuffledWeight):
         raise TypeError("preshuffle: the weight is already preshuffled")
     if not isinstance(w, torch.Tensor):
         raise TypeError(f"preshuffle: expected a torch.Tensor, got {type(w).__name__}")
+    if w.dtype not in WEIGHT_DTYPES:
+        raise TypeError(f"preshuffle: the weight must be {', '.join(map(str, WEIGHT_DTYPES[:-1]))} or {WEIGHT_DTYPES[-1]} (what gemm_a8 "
+                        f"reads), got {w.dtype}; quantize the weight to one of them first")
     if w.dim() != 2:
         raise ValueError(f"preshuffle: expected a 2-D weight [N, K], got shape {tuple(w.shape)}")
     n, k = w.shape
-    kp = _chunk_elems(w.dtype)
-    if n % _BLOCK_N or k % kp:
-        raise ValueError(f"preshuffle: need N % 16 == 0 and K % {kp} == 0 for {w.dtype}, got N={n}, K={k}")
-    raw = w.contiguous().view(torch.uint8) if w.element_size() == 1 else w.contiguous()
+    if n == 0 or k == 0 or n % _BLOCK_N or k % _CHUNK_BYTES:
+        raise ValueError(f"preshuffle: the weight [N, K] needs N and K positive multiples of 16 (N % 16 == 0 and "
+                         f"K % 16 == 0, as gemm_a8 reads them), got N={n}, K={k}")
+    kp = _CHUNK_BYTES  # 16 one-byte elements per chunk
+    raw = w.contiguous().view(torch.uint8)
     shuffled = raw.reshape(n // _BLOCK_N, _BLOCK_N, k // kp, kp).permute(0, 2, 1, 3).contiguous().reshape(n, k)
-    return PreshuffledWeight(shuffled.view(w.dtype) if w.element_size() == 1 else shuffled)
+    return PreshuffledWeight(shuffled.view(w.dtype))
 
 
 def unshuffle(wq: PreshuffledWeight) -> torch.Tensor:

@@ -36,10 +36,94 @@ def test_validation_messages():
         _check(a.double(), torch.randn(4, 64, 12).double(), None)
     with pytest.raises(ValueError, match="m, n, k must be <= 64"):
         _check(torch.randn(4, 12, 65), torch.randn(65, 12), None)
-    with pytest.raises(ValueError, match="must be on the same GPU"):
+    with pytest.raises(ValueError, match="needs a CUDA or ROCm GPU, but a and b are on cpu"):
         _check(a, torch.randn(64, 12), None)
-    with pytest.raises(TypeError, match="must be tensors"):
+    with pytest.raises(TypeError, match="b: expected a torch.Tensor, got list"):
         _check(a, [[1.0]], None)
+    with pytest.raises(TypeError, match="a: expected a torch.Tensor, got tuple"):
+        _check((1.0,), a, None)
+
+
+# Calls bmm_tiny refuses on the CPU, each (a, b) without requires_grad, and the error it gives.
+_REFUSED = {
+    "cpu": (lambda: (torch.randn(4, 12, 64), torch.randn(4, 64, 12)), ValueError,
+            r"bmm_tiny: needs a CUDA or ROCm GPU, but a and b are on cpu"),
+    "cpu broadcast b": (lambda: (torch.randn(4, 3, 5), torch.randn(5, 7)), ValueError, "needs a CUDA or ROCm GPU"),
+    "m = 65": (lambda: (torch.randn(4, 65, 8), torch.randn(4, 8, 8)), ValueError, "m, n, k must be <= 64"),
+    "k = 65": (lambda: (torch.randn(4, 8, 65), torch.randn(65, 8)), ValueError, "m, n, k must be <= 64"),
+    "float64": (lambda: (torch.randn(4, 3, 5).double(), torch.randn(4, 5, 7).double()), TypeError,
+                "must share one dtype of float32, bfloat16, float16; got torch.float64"),
+    "mixed dtypes": (lambda: (torch.randn(4, 3, 5), torch.randn(4, 5, 7).half()), TypeError, "must share one dtype"),
+    "b too short": (lambda: (torch.randn(4, 3, 5), torch.randn(4, 4, 7)), ValueError, r"b must be \[4 or 1, 5, n\]"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_REFUSED))
+@pytest.mark.parametrize("grad", ["a", "b", "both"])
+def test_grad_and_no_grad_calls_raise_the_same(case, grad, monkeypatch):
+    """requires_grad does not turn a refused call into a silent torch.bmm: the same check, the same error."""
+    import fusedgemm.tiny_gemm as tg
+
+    make, exc, match = _REFUSED[case]
+    a, b = make()
+    with pytest.raises(exc, match=match) as plain:
+        fg.bmm_tiny(a, b)
+    monkeypatch.setattr(tg, "_torch_bmm", lambda *args: pytest.fail("bmm_tiny ran torch.bmm"))
+    a.requires_grad_(grad in ("a", "both"))
+    b.requires_grad_(grad in ("b", "both"))
+    with pytest.raises(exc) as with_grad:
+        fg.bmm_tiny(a, b)
+    assert str(with_grad.value) == str(plain.value)
+    with torch.no_grad(), pytest.raises(exc) as no_grad:
+        fg.bmm_tiny(a, b)
+    assert str(no_grad.value) == str(plain.value)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_non_tensor_inputs_are_type_errors(requires_grad):
+    t = torch.randn(4, 3, 5, requires_grad=requires_grad)
+    with pytest.raises(TypeError, match=r"^bmm_tiny: a: expected a torch.Tensor, got list$"):
+        fg.bmm_tiny([[1.0]], torch.randn(5, 7))
+    with pytest.raises(TypeError, match=r"^bmm_tiny: b: expected a torch.Tensor, got list$"):
+        fg.bmm_tiny(t, [[1.0]])
+    with pytest.raises(TypeError, match=r"^bmm_tiny: b: expected a torch.Tensor, got NoneType$"):
+        fg.bmm_tiny(t, None)
+    with pytest.raises(TypeError, match=r"^fusedgemm.bmm: b: expected a torch.Tensor, got list$"):
+        fg.bmm(t, [[1.0]])
+    with pytest.raises(TypeError, match=r"^fusedgemm.bmm: a: expected a torch.Tensor, got list$"):
+        fg.bmm([[1.0]], torch.randn(5, 7))
+
+
+def test_cpu_tensors_are_told_they_need_a_gpu():
+    """Two CPU tensors: a message about the GPU, not 'must be on the same GPU, got cpu and cpu' alone."""
+    a, b = torch.randn(4, 3, 5), torch.randn(4, 5, 7)
+    with pytest.raises(ValueError, match=r"^bmm_tiny: needs a CUDA or ROCm GPU, but a and b are on cpu: .*"
+                                         r"fusedgemm.bmm falls back to torch.bmm"):
+        fg.bmm_tiny(a, b)
+    with pytest.raises(ValueError, match="needs a CUDA or ROCm GPU, but a is on cpu and b on meta"):
+        fg.bmm_tiny(a, b.to("meta"))
+    out = torch.empty(4, 3, 7)
+    with pytest.raises(ValueError, match="needs a CUDA or ROCm GPU, but a and b are on cpu"):
+        fg.bmm_tiny(a, b, out=out)
+
+
+@pytest.mark.parametrize("a_shape,b_shape,dtype", [((4, 3, 5), (4, 5, 7), torch.float32),
+                                                   ((4, 65, 8), (8, 8), torch.float32),
+                                                   ((4, 3, 5), (1, 5, 7), torch.float64)])
+def test_bmm_falls_back_to_torch_bmm_with_grad_on_cpu(a_shape, b_shape, dtype, seed):
+    """fusedgemm.bmm keeps its fallback: where bmm_tiny refuses (CPU, m > 64, float64) it is torch.bmm, forward
+    and gradients, with or without requires_grad."""
+    a = torch.randn(*a_shape, dtype=dtype, requires_grad=True)
+    b = torch.randn(*b_shape, dtype=dtype, requires_grad=True)
+    b3 = b if b.dim() == 3 else b.unsqueeze(0)
+    want = torch.bmm(a, b3.expand(a.shape[0], *b3.shape[1:]))
+    got = fg.bmm(a, b)
+    assert torch.equal(got, want) and got.requires_grad
+    g = torch.randn_like(want)
+    assert all(torch.equal(x, y) for x, y in zip(torch.autograd.grad(got, (a, b), g),
+                                                   torch.autograd.grad(want, (a, b), g)))
+    with torch.no_grad():
+        assert torch.equal(fg.bmm(a, b), want)
 
 
 def test_bmm_on_cpu_is_torch_bmm(seed):

@@ -218,9 +218,15 @@ def _operand_mode(ptr: int, elem_size: int, s_batch: int, s_i: int, s_j: int, ro
             | (kernels.BMM_TINY_DENSE if dense else 0))
 
 
+def _check_tensors(a, b, who: str = "bmm_tiny") -> None:
+    for t, name in ((a, "a"), (b, "b")):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{who}: {name}: expected a torch.Tensor, got {type(t).__name__}")
+
+
 def _check(a, b, out):
-    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
-        raise TypeError(f"bmm_tiny: a and b must be tensors, got {type(a).__name__} and {type(b).__name__}")
+    """Every check of a bmm_tiny call, the same with and without autograd; returns (batch, m, n, k, b as 3-D)."""
+    _check_tensors(a, b)
     if a.dim() != 3:
         raise ValueError(f"bmm_tiny: a must be [B, m, k], got shape {tuple(a.shape)}")
     if b.dim() not in (2, 3):
@@ -237,6 +243,10 @@ def _check(a, b, out):
     if max(m, n, k) > kernels.BMM_TINY_MAX_DIM:
         raise ValueError(f"bmm_tiny: m, n, k must be <= {kernels.BMM_TINY_MAX_DIM}, got m={m}, n={n}, k={k}; "
                          "use fusedgemm.bmm (dispatches to torch.bmm) for larger matrices")
+    if a.device.type != "cuda" and b.device.type != "cuda":
+        where = f"a and b are on {a.device}" if b.device == a.device else f"a is on {a.device} and b on {b.device}"
+        raise ValueError(f"bmm_tiny: needs a CUDA or ROCm GPU, but {where}: a and b must be on the same GPU "
+                         "(fusedgemm.bmm falls back to torch.bmm for tensors that are not)")
     if a.device.type != "cuda" or b.device != a.device:
         raise ValueError(f"bmm_tiny: a and b must be on the same GPU, got {a.device} and {b.device}")
     for t, name in ((a, "a"), (b3, "b")):  # offsets inside one matrix are 32-bit in the kernel
@@ -388,7 +398,8 @@ def _forward_any(a, b):
 
 class _BmmTinyFn(torch.autograd.Function):
     """C = A @ B with the tiny-GEMM kernel; the backward is two more tiny batched GEMMs. For dtypes without
-    a kernel (float64) the same formulas run through torch.bmm, so gradcheck can check them."""
+    a kernel (float64) the same formulas run through torch.bmm, so gradcheck can check them. Internal: bmm_tiny
+    validates its inputs (_check) before applying it, fusedgemm.bmm applies it to float64 on a GPU."""
 
     @staticmethod
     def forward(ctx, a, b):
@@ -406,13 +417,20 @@ def bmm_tiny(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) 
 
     float32 / bfloat16 / float16 inputs, fp32 accumulation, output in the input dtype. Any strides
     (transposed views need no copy). One launch on the current stream; graph-capturable; differentiable
-    (not with out=)."""
+    (not with out=). a and b must be on one GPU; inputs the kernel does not take (CPU tensors, float64,
+    m, n or k > 64) raise, with or without requires_grad: fusedgemm.bmm is the call that falls back to torch.bmm."""
     if torch.compiler.is_compiling() and out is None:
         from . import ops
 
         return ops.bmm_tiny_op(a, b)
-    if out is None and (torch.is_grad_enabled() and (a.requires_grad or b.requires_grad)):
-        return _BmmTinyFn.apply(a, b)
+    if out is None and torch.is_grad_enabled():
+        try:
+            grad = a.requires_grad or b.requires_grad
+        except AttributeError:  # not a tensor: _check's TypeError below
+            grad = False
+        if grad:
+            _check(a, b, None)  # the checks of the call without grad (_BmmTinyFn would run torch.bmm on the CPU)
+            return _BmmTinyFn.apply(a, b)
     return _bmm_tiny_forward(a, b, out)
 
 
@@ -435,6 +453,7 @@ def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
                 and a.shape[0] > 1 and max(a.shape[1], a.shape[2], b.shape[-1]) <= kernels.BMM_TINY_MAX_DIM
                 and a.dtype == b.dtype and a.is_cuda and b.device == a.device and not _tiny_gemm_disabled())
     if not eligible:
+        _check_tensors(a, b, "fusedgemm.bmm")
         return _torch_bmm(a, b)
     if a.dtype not in _DTYPE_NAME:  # float64: no kernel; torch.bmm forward, our backward formulas
         return _BmmTinyFn.apply(a, b) if torch.is_grad_enabled() and (a.requires_grad or b.requires_grad) \

@@ -1,51 +1,62 @@
 """One build spec for ahead-of-time and just-in-time code objects.
 
-A code object is (source unit, arch). Its cache key hashes every source and header file, the compiler's
-version, the flags and the arch. Builds go to a temporary directory and are renamed into the cache under
-a file lock, so an interrupted build never leaves a poisoned entry, and concurrent processes build once.
+A code object is built from a BuildSpec:
+    BuildSpec(unit, arch)           a fixed source unit: hip_src/<unit>.hip (cuda_src/<unit>.cu for NVIDIA)
+    BuildSpec(unit, arch, source)   a generated translation unit: `source` is HIP-flavoured C++ text (as in
+                                    hip_src) that may `#include "include/fusedgemm/..."`; for NVIDIA it goes
+                                    through the hipify rename first. It is written into the build directory
+                                    as <unit>.cu / <unit>.hip and kept next to the code object.
 
-    sm_90a  nvcc -cubin -gencode=arch=compute_90a,code=sm_90a        from cuda_src/ (generated from hip_src/)
+Its cache key hashes the spec (unit, arch), the source text, every header under include/, the compiler's
+identity (resolved path, size and mtime of its binaries, and its version text, memoised on disk so a warm
+lookup starts no process) and the flags. Builds go to a temporary directory that is renamed into the cache
+under a file lock: a build killed at any point leaves no entry (a later build removes its leftovers), and
+concurrent processes build once. A failed build raises BuildError with the compiler's log and keeps what it
+left (the generated source, the log) in <cache>/<arch>/failed/<unit>-<key>/.
+
+    sm_90a  nvcc (when found) or NVRTC (compilers.py), from cuda_src/ (generated from hip_src/)
     gfx9xx  clang -x hip --cuda-device-only -S  ->  clang -cc1as  ->  ld.lld -shared    from hip_src/
             (clang >= 20 for gfx950: the one inside PyPI's `ziglang` package, or $FUSEDGEMM_CLANG)
 
-Environment: FUSEDGEMM_CACHE_DIR (default ~/.cache/fusedgemm), FUSEDGEMM_PREBUILT_DIR (code objects built
-ahead of time: <dir>/<arch>/<unit>.<cubin|hsaco>), FUSEDGEMM_NVCC, FUSEDGEMM_CLANG, FUSEDGEMM_SOURCE_DIR.
+Environment: FUSEDGEMM_CACHE_DIR (default $XDG_CACHE_HOME/fusedgemm or ~/.cache/fusedgemm),
+FUSEDGEMM_PREBUILT_DIR (code objects of the fixed units built ahead of time:
+<dir>/<arch>/<unit>.<cubin|hsaco>), FUSEDGEMM_COMPILER (nvcc|nvrtc: force the NVIDIA compiler),
+FUSEDGEMM_NVCC, FUSEDGEMM_NVRTC (libnvrtc.so), FUSEDGEMM_CLANG, FUSEDGEMM_SOURCE_DIR,
+FUSEDGEMM_JIT_VERBOSE=1 (one line on stderr per compile).
 """
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
 import os
+import re
 import shutil
-import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from .arch import SUPPORTED_ARCHES, vendor_of
+from .compilers import (CXX_STD, HIP_FLAGS, NVCC_FLAGS, NVRTC_FLAGS, BuildError, Compiler, compiler_for,  # noqa: F401
+                        find_nvidia_tool, find_nvrtc)
+from .hipify import convert as hip_to_cuda
 
 # Source units: each is one translation unit (hip_src/<unit>.hip, cuda_src/<unit>.cu) = one code object.
 UNITS = ("gemm_a8", "gemm_a8_sm90", "bmm_tiny")
 # Units written for one vendor's hardware only (the Hopper wgmma/TMA kernels); the rest build everywhere.
 UNIT_ARCHES = {"gemm_a8_sm90": ("sm_90a",)}
+# Names of generated units: they become file and directory names.
+UNIT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,99}\Z")
+KEY_VERSION = b"fusedgemm-build-key-2"
 
 
 def units_for(arch: str) -> tuple[str, ...]:
     return tuple(u for u in UNITS if arch in UNIT_ARCHES.get(u, (arch,)))
 
-CXX_STD = "-std=c++17"
-NVCC_FLAGS = ("-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", CXX_STD, "-Xptxas", "-v", "-split-compile=0",
-              "-lineinfo")
-HIP_FLAGS = ("-x", "hip", "-nogpulib", "-nogpuinc", "--cuda-device-only", "-O3", CXX_STD, "-Wno-pass-failed")
-
-
-class BuildError(RuntimeError):
-    pass
-
 
 def source_root() -> Path:
-    """The directory holding hip_src/ and cuda_src/ (the repository root in a source checkout)."""
+    """The directory holding hip_src/ and cuda_src/ (the repository root in a source checkout, <package>/_src
+    in an installed wheel)."""
     env = os.environ.get("FUSEDGEMM_SOURCE_DIR")
     candidates = [Path(env)] if env else []
     candidates += [Path(__file__).resolve().parents[3], Path(__file__).resolve().parents[1] / "_src"]
@@ -57,60 +68,35 @@ def source_root() -> Path:
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("FUSEDGEMM_CACHE_DIR", Path.home() / ".cache" / "fusedgemm"))
-
-
-# ---- tools -------------------------------------------------------------------------------------------------
-def _pip_nvidia_bin(tool: str) -> Path | None:
-    try:
-        import nvidia  # namespace package of NVIDIA's PyPI wheels
-    except ImportError:
-        return None
-    for base in getattr(nvidia, "__path__", []):
-        for sub in ("cu13", "cuda_nvcc", "cuda_cuobjdump", "cuda_nvdisasm"):
-            p = Path(base) / sub / "bin" / tool
-            if p.is_file():
-                return p
-    return None
-
-
-def find_nvidia_tool(tool: str) -> str:
-    """nvcc / cuobjdump / nvdisasm: $FUSEDGEMM_<TOOL>, then PyPI's nvidia wheels, then PATH, then /usr/local/cuda."""
-    env = os.environ.get(f"FUSEDGEMM_{tool.upper()}")
+    env = os.environ.get("FUSEDGEMM_CACHE_DIR")
     if env:
-        return env
-    pip_tool = _pip_nvidia_bin(tool)
-    if pip_tool:
-        return str(pip_tool)
-    found = shutil.which(tool) or (f"/usr/local/cuda/bin/{tool}" if Path(f"/usr/local/cuda/bin/{tool}").is_file() else None)
-    if not found:
-        raise BuildError(f"{tool} not found: pip install 'nvidia-cuda-nvcc==13.0.*' (see README), put it on PATH, "
-                         f"or set FUSEDGEMM_{tool.upper()}")
-    return found
+        return Path(env)
+    base = os.environ.get("XDG_CACHE_HOME")
+    return (Path(base) if base else Path.home() / ".cache") / "fusedgemm"
 
 
-def _clang_cmd() -> list[str]:
-    env = os.environ.get("FUSEDGEMM_CLANG")
-    if env:
-        return [env]
-    import importlib.util
-
-    if importlib.util.find_spec("ziglang") is None:
-        raise BuildError("no clang for AMD targets: pip install ziglang (LLVM >= 20), or set FUSEDGEMM_CLANG")
-    return [sys.executable, "-m", "ziglang", "clang"]
+def _compiler_memo_dir() -> Path:
+    return cache_dir() / "compilers"
 
 
-def _lld_cmd() -> list[str]:
-    env = os.environ.get("FUSEDGEMM_CLANG")
-    if env:
-        return [str(Path(env).with_name("ld.lld"))]
-    return [sys.executable, "-m", "ziglang", "ld.lld"]
-
-
-@functools.lru_cache(maxsize=None)
 def compiler_version(vendor: str) -> str:
-    cmd = [find_nvidia_tool("nvcc"), "--version"] if vendor == "nvidia" else [*_clang_cmd(), "--version"]
-    return subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.strip()
+    """The identity text of the compiler that builds `vendor`'s default arch (starts no process when memoised)."""
+    arch = next(a for a in SUPPORTED_ARCHES if vendor_of(a) == vendor)
+    return compiler_for(arch).identity(_compiler_memo_dir())
+
+
+# Digest of a file, memoised by (path, size, mtime): a header is read once per process unless it changes.
+_FILE_DIGESTS: dict[str, tuple[int, int, bytes]] = {}
+
+
+def _file_digest(path: Path) -> bytes:
+    st = path.stat()
+    memo = _FILE_DIGESTS.get(str(path))
+    if memo and memo[0] == st.st_size and memo[1] == st.st_mtime_ns:
+        return memo[2]
+    digest = hashlib.sha256(path.read_bytes()).digest()
+    _FILE_DIGESTS[str(path)] = (st.st_size, st.st_mtime_ns, digest)
+    return digest
 
 
 # ---- the build spec ----------------------------------------------------------------------------------------
@@ -118,14 +104,27 @@ def compiler_version(vendor: str) -> str:
 class BuildSpec:
     unit: str
     arch: str
+    source: str | None = dataclasses.field(default=None, repr=False)
 
     def __post_init__(self):
-        if self.unit not in UNITS:
-            raise ValueError(f"unknown source unit {self.unit!r}; expected one of {UNITS}")
         if self.arch not in SUPPORTED_ARCHES:
             raise ValueError(f"unknown arch {self.arch!r}; expected one of {tuple(SUPPORTED_ARCHES)}")
-        if self.unit not in units_for(self.arch):
-            raise ValueError(f"source unit {self.unit!r} is built only for {UNIT_ARCHES[self.unit]}, not {self.arch}")
+        if self.source is None:
+            if self.unit not in UNITS:
+                raise ValueError(f"unknown source unit {self.unit!r}; expected one of {UNITS} "
+                                 "(or pass source= for a generated unit)")
+            if self.unit not in units_for(self.arch):
+                raise ValueError(f"source unit {self.unit!r} is built only for {UNIT_ARCHES[self.unit]}, not {self.arch}")
+        else:
+            if not isinstance(self.source, str):
+                raise TypeError(f"source must be str (C++ text), not {type(self.source).__name__}")
+            if not isinstance(self.unit, str) or not UNIT_NAME.match(self.unit):
+                raise ValueError(f"generated unit name {self.unit!r}: use letters, digits, '_' and '-' "
+                                 "(not first), at most 100 characters")
+
+    @property
+    def generated(self) -> bool:
+        return self.source is not None
 
     @property
     def vendor(self) -> str:
@@ -137,63 +136,125 @@ class BuildSpec:
 
     @property
     def src_dir(self) -> Path:
+        """cuda_src/ or hip_src/: the include root (`#include "include/fusedgemm/..."` resolves against it)."""
         return source_root() / ("cuda_src" if self.vendor == "nvidia" else "hip_src")
 
     @property
+    def source_file_name(self) -> str:
+        return f"{self.unit}.cu" if self.vendor == "nvidia" else f"{self.unit}.hip"
+
+    @property
     def main_source(self) -> Path:
-        return self.src_dir / (f"{self.unit}.cu" if self.vendor == "nvidia" else f"{self.unit}.hip")
+        """The fixed unit's source file (a generated unit's is written into its build directory)."""
+        if self.generated:
+            raise ValueError(f"{self.unit} is a generated unit: its source is written into the build directory")
+        return self.src_dir / self.source_file_name
+
+    def translation_unit(self) -> str:
+        """The text the compiler sees: the generated source, renamed to CUDA for NVIDIA."""
+        if self.generated:
+            return hip_to_cuda(self.source) if self.vendor == "nvidia" else self.source
+        return self.main_source.read_text()
+
+    def header_files(self) -> list[Path]:
+        return sorted(p for p in (self.src_dir / "include").rglob("*") if p.is_file())
 
     def input_files(self) -> list[Path]:
-        return [self.main_source, *sorted((self.src_dir / "include").rglob("*.hpp"))]
+        """Files of the source tree that the key hashes."""
+        return self.header_files() if self.generated else [self.main_source, *self.header_files()]
 
-    def flags(self) -> tuple[str, ...]:
-        return NVCC_FLAGS if self.vendor == "nvidia" else (*HIP_FLAGS, f"--offload-arch={self.arch}")
+    def compiler(self) -> Compiler:
+        return compiler_for(self.arch)
 
-    def key(self) -> str:
-        h = hashlib.sha256()
+    def flags(self, compiler: Compiler | None = None) -> tuple[str, ...]:
+        return (compiler or self.compiler()).flags(self.arch)
+
+    def key(self, compiler: Compiler | None = None) -> str:
+        """Hash of spec + source text + every header + compiler identity + flags (starts no process when the
+        compiler's version is memoised)."""
+        compiler = compiler or self.compiler()
+        h = hashlib.sha256(KEY_VERSION + b"\0")
+        h.update(f"{self.unit}\0{self.arch}\0{'generated' if self.generated else 'fixed'}\0".encode())
+        if self.generated:
+            h.update(hashlib.sha256(self.translation_unit().encode()).digest())
+        root = self.src_dir
         for f in self.input_files():
-            h.update(f.relative_to(self.src_dir).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
-        h.update(compiler_version(self.vendor).encode())
-        h.update(" ".join(self.flags()).encode())
-        h.update(self.arch.encode())
+            h.update(f.relative_to(root).as_posix().encode() + b"\0" + _file_digest(f))
+        h.update(compiler.identity(_compiler_memo_dir()).encode() + b"\0")
+        h.update("\0".join(compiler.flags(self.arch)).encode())
         return h.hexdigest()[:20]
 
     def file_name(self) -> str:
         return f"{self.unit}{self.suffix}"
 
     # -- compiling ------------------------------------------------------------------------------------------
-    def compile_into(self, out_dir: Path) -> Path:
-        """Build the code object into out_dir; also leaves <unit>.log (and <unit>.s for AMD) beside it."""
+    def compile_into(self, out_dir: Path, compiler: Compiler | None = None) -> Path:
+        """Build the code object into out_dir; also leaves <unit>.log there (and <unit>.s for AMD, and the
+        generated source <unit>.cu/.hip for a generated unit). Raises BuildError."""
+        compiler = compiler or self.compiler()
+        out_dir = Path(out_dir)
         out = out_dir / self.file_name()
         log = out_dir / f"{self.unit}.log"
-        if self.vendor == "nvidia":
-            steps = [[find_nvidia_tool("nvcc"), *self.flags(), str(self.main_source), "-o", str(out)]]
+        log.write_text("")
+        if self.generated:
+            src = out_dir / self.source_file_name
+            src.write_text(self.translation_unit())
         else:
-            asm = out_dir / f"{self.unit}.s"
-            obj = out_dir / f"{self.unit}.o"
-            steps = [
-                [*_clang_cmd(), *self.flags(), "-S", str(self.main_source), "-o", str(asm)],
-                [*_clang_cmd(), "-cc1as", "-triple", "amdgcn-amd-amdhsa", "-target-cpu", self.arch, "-filetype",
-                 "obj", "-mrelocation-model", "pic", str(asm), "-o", str(obj)],
-                [*_lld_cmd(), "-shared", str(obj), "-o", str(out)],
-            ]
-        with open(log, "w") as logf:
-            for cmd in steps:
-                logf.write("$ " + " ".join(cmd) + "\n")
-                logf.flush()
-                proc = subprocess.run(cmd, stdout=logf, stderr=subprocess.STDOUT, cwd=self.src_dir)
-                if proc.returncode != 0:
-                    logf.close()
-                    raise BuildError(f"building {self.unit} for {self.arch} failed:\n{log.read_text()[-6000:]}")
+            src = self.main_source
+        try:
+            compiler.compile(src, out, self.arch, [self.src_dir], self.src_dir, log)
+        except BuildError as e:
+            e.source = e.source or src
+            raise
+        if not out.is_file():
+            tail = log.read_text(errors="replace")[-6000:]
+            raise BuildError(f"{compiler.name} wrote no code object {out.name} for {self.unit} ({self.arch}):\n{tail}",
+                             log=tail, source=src, log_path=log)
         return out
 
 
-def _prebuilt(spec: BuildSpec) -> Path | None:
+def _prebuilt_dir() -> Path | None:
     env = os.environ.get("FUSEDGEMM_PREBUILT_DIR")
-    if not env:
+    return Path(env) if env else None
+
+
+def _prebuilt(spec: BuildSpec) -> Path | None:
+    d = _prebuilt_dir()
+    if d is None or spec.generated:  # a prebuilt file is named by unit only: fixed units only
         return None
-    p = Path(env) / spec.arch / spec.file_name()
+    p = d / spec.arch / spec.file_name()
     return p if p.is_file() else None
+
+
+def _verbose() -> bool:
+    return os.environ.get("FUSEDGEMM_JIT_VERBOSE", "") not in ("", "0")
+
+
+def _say(msg: str) -> None:
+    print(f"fusedgemm: {msg}", file=sys.stderr, flush=True)
+
+
+def _entry(spec: BuildSpec, compiler: Compiler) -> tuple[Path, str]:
+    key = spec.key(compiler)
+    return cache_dir() / spec.arch / f"{spec.unit}-{key}", key
+
+
+def cached_code_object_for(spec: BuildSpec) -> Path | None:
+    """The code object of `spec` if it is prebuilt or in the cache, else None (never builds)."""
+    pre = _prebuilt(spec)
+    if pre is not None:
+        return pre
+    final, _ = _entry(spec, spec.compiler())
+    obj = final / spec.file_name()
+    return obj if obj.is_file() else None
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def code_object_dir(spec: BuildSpec) -> Path:
@@ -201,51 +262,109 @@ def code_object_dir(spec: BuildSpec) -> Path:
     pre = _prebuilt(spec)
     if pre is not None:
         return pre.parent
-    from filelock import FileLock
-
-    root = cache_dir() / spec.arch
-    root.mkdir(parents=True, exist_ok=True)
-    final = root / f"{spec.unit}-{spec.key()}"
+    compiler = spec.compiler()
+    final, key = _entry(spec, compiler)
     if (final / spec.file_name()).is_file():
         return final
+    from filelock import FileLock
+
+    root = final.parent
+    root.mkdir(parents=True, exist_ok=True)
+    # flock: released by the kernel when its holder dies, so a killed build never blocks the next one.
     with FileLock(str(final) + ".lock"):
         if (final / spec.file_name()).is_file():  # another process built it while we waited
             return final
-        tmp = Path(tempfile.mkdtemp(prefix=f".{spec.unit}-", dir=root))
+        # Leftovers of a build of this key whose process died: only the lock holder creates them.
+        for stale in root.glob(f".{spec.unit}-{key}.tmp*"):
+            shutil.rmtree(stale, ignore_errors=True)
+        if final.exists():  # an entry without its code object (removed by hand): rebuild it
+            shutil.rmtree(final)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{spec.unit}-{key}.tmp", dir=root))
         try:
-            spec.compile_into(tmp)
+            why = "cache miss"
+            if not spec.generated and _prebuilt_dir() is not None:
+                why = f"no prebuilt in {_prebuilt_dir()}, cache miss"
+            t0 = time.perf_counter()
+            try:
+                spec.compile_into(tmp, compiler)
+            except BuildError as e:
+                failed = _keep_failed(spec, key, tmp, e)
+                if _verbose():
+                    _say(f"compile {spec.unit} for {spec.arch} ({why}) with {compiler.describe(_compiler_memo_dir())}: "
+                         f"FAILED after {time.perf_counter() - t0:.2f} s, see {failed}")
+                raise failed_error(spec, compiler, e, failed) from None
+            obj = tmp / spec.file_name()
+            _fsync(obj)
             os.replace(tmp, final)  # atomic: readers see all of it or none of it
+            if _verbose():
+                _say(f"compile {spec.unit} for {spec.arch} ({why}) with {compiler.describe(_compiler_memo_dir())}: "
+                     f"{time.perf_counter() - t0:.2f} s -> {final / spec.file_name()}")
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
     return final
 
 
-def code_object_path(unit: str, arch: str) -> Path:
-    spec = BuildSpec(unit, arch)
+def _keep_failed(spec: BuildSpec, key: str, tmp: Path, err: BuildError) -> Path:
+    """Move a failed build's directory to <cache>/<arch>/failed/<unit>-<key>/ (replacing an older one)."""
+    failed = cache_dir() / spec.arch / "failed" / f"{spec.unit}-{key}"
+    failed.parent.mkdir(parents=True, exist_ok=True)
+    if failed.exists():
+        shutil.rmtree(failed, ignore_errors=True)
+    os.replace(tmp, failed)
+    return failed
+
+
+def failed_error(spec: BuildSpec, compiler: Compiler, err: BuildError, failed: Path) -> BuildError:
+    source = failed / spec.source_file_name if spec.generated else (err.source or spec.main_source)
+    log_path = failed / f"{spec.unit}.log"
+    log = err.log or (log_path.read_text(errors="replace")[-6000:] if log_path.is_file() else str(err))
+    return BuildError(f"building {spec.unit} for {spec.arch} with {compiler.name} failed\n"
+                      f"  source: {source}\n  log:    {log_path}\n{log}",
+                      log=log, source=source, log_path=log_path, build_dir=failed)
+
+
+def code_object_for(spec: BuildSpec) -> Path:
+    """The code object (.cubin / .hsaco) of `spec`, built on first use."""
     return code_object_dir(spec) / spec.file_name()
 
 
+def code_object_path(unit: str, arch: str, source: str | None = None) -> Path:
+    return code_object_for(BuildSpec(unit, arch, source))
+
+
 def main(argv: list[str] | None = None) -> int:
-    """python -m fusedgemm.runtime.build [--arch A ...] [--out DIR]: build code objects ahead of time."""
+    """Build code objects ahead of time (default: every fixed unit for every arch, into the cache)."""
     import argparse
 
-    p = argparse.ArgumentParser(description=main.__doc__)
+    p = argparse.ArgumentParser(prog="python -m fusedgemm.runtime.build", description=main.__doc__)
     p.add_argument("--arch", action="append", choices=list(SUPPORTED_ARCHES), help="default: all")
     p.add_argument("--unit", action="append", choices=list(UNITS), help="default: all")
+    p.add_argument("--source", type=Path, help="build this generated translation unit (HIP-flavoured C++) instead")
+    p.add_argument("--name", help="unit name of --source (default: the file's stem)")
     p.add_argument("--out", type=Path, help="write <out>/<arch>/<unit>.* (a FUSEDGEMM_PREBUILT_DIR); default: the cache")
     args = p.parse_args(argv)
-    for arch in args.arch or list(SUPPORTED_ARCHES):
-        for unit in args.unit or units_for(arch):
-            if unit not in units_for(arch):
-                continue
-            spec = BuildSpec(unit, arch)
+    if args.source:
+        text = args.source.read_text()
+        specs = [BuildSpec(args.name or args.source.stem, arch, text) for arch in args.arch or list(SUPPORTED_ARCHES)]
+    else:
+        specs = [BuildSpec(unit, arch) for arch in args.arch or list(SUPPORTED_ARCHES)
+                 for unit in args.unit or units_for(arch) if unit in units_for(arch)]
+    for spec in specs:
+        try:
             if args.out:
-                d = args.out.resolve() / arch  # the compiler runs in the source directory
+                d = args.out.resolve() / spec.arch
                 d.mkdir(parents=True, exist_ok=True)
+                t0 = time.perf_counter()
                 print(spec.compile_into(d))
+                if _verbose():
+                    _say(f"compile {spec.unit} for {spec.arch} (ahead of time) with "
+                         f"{spec.compiler().describe(_compiler_memo_dir())}: {time.perf_counter() - t0:.2f} s")
             else:
-                print(code_object_path(unit, arch))
+                print(code_object_for(spec))
+        except BuildError as e:
+            print(e, file=sys.stderr)
+            return 1
     return 0
 
 

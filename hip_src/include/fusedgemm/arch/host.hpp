@@ -1,0 +1,28 @@
+// Host (CPU) versions of the numeric helpers the epilogue uses, for the CPU tests of generated functors
+// (compiled with -DFG_HOST by g++ or clang++). Exact library functions stand in for the GPUs' approximate
+// instructions; conversions round to nearest even as the GPUs do.
+#pragma once
+#include <cmath>
+
+#include "../platform.hpp"
+
+namespace fg {
+namespace arch {
+
+inline float fast_exp2(float x) { return std::exp2(x); }
+inline float fast_rcp(float x) { return 1.f / x; }
+inline float sqrt_f32(float x) { return std::sqrt(x); }
+inline float rsqrt_f32(float x) { return 1.f / std::sqrt(x); }
+
+inline float half_bits_to_float(u16 h) { return static_cast<float>(__builtin_bit_cast(_Float16, h)); }
+inline u16 float_to_half_bits(float f) { return __builtin_bit_cast(u16, static_cast<_Float16>(f)); }
+
+inline u16 float_to_bf16_bits(float f) {
+  u32 u = float_to_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<u16>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<u16>(u >> 16);
+}
+
+}  // namespace arch
+}  // namespace fg

@@ -1,0 +1,296 @@
+"""Epilogue IR -> one C++ functor type for the kernels' epilogue slot (hip_src/include/fusedgemm/epilogue.hpp).
+
+The functor is `template <class Out> struct <name>`: its Params (the kernel argument holding the epilogue's
+pointers, strides and scalars), load_row / load_col (the parts of the expression that depend on the row or
+the column only, which kernels hoist out of their store loops) and store (the per-element rest, the outputs).
+
+    m_vec/n_vec operands   {ptr, stride (0: one value for all), kind (dyn operands: ElemKind)}; an optional
+                           operand (one with a default) may pass a null pointer and reads its default
+    scalar operands        {ptr, value}: a null ptr reads value (a Python number); else *ptr (a device
+                           scalar, graph-capturable)
+    aux operands           {ptr, ld}: element (m, n) at ptr[m * ld + n], typed at compile time
+    outputs                {out, ld_out} and, with a save(...) node, {saved, ld_saved}
+
+`EpilogueSpec` is what a code object depends on: the expression and the element types of its tensor
+operands (the output type is the functor's template parameter). Its key names the functor.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+from . import ir
+
+VEC_DTYPES = ("f32", "bf16", "f16", "dyn")  # dyn: any of the three, chosen at run time (the gemm_a8 bias)
+AUX_DTYPES = ("f32", "bf16", "f16")
+DYN_KINDS = {"f32": 1, "bf16": 2, "f16": 3}  # enum ElemKind in epilogue.hpp
+# Output element types: name -> C++ type (the functor's Out) and bytes per element.
+OUT_TYPES = {"bf16": ("fg::OutBf16", 2), "fp16": ("fg::OutF16", 2), "fp32": ("fg::OutF32", 4),
+             "fp8e4m3fn": ("fg::OutFp8E4M3Fn", 1), "fp8e4m3fnuz": ("fg::OutFp8E4M3Fnuz", 1)}
+SAVE_TYPES = {"bf16": "fg::OutBf16", "fp16": "fg::OutF16", "fp32": "fg::OutF32"}
+
+
+@dataclasses.dataclass(frozen=True)
+class EpilogueSpec:
+    """An expression with the element types of its vector and aux operands: one functor."""
+    expr: ir.Node
+    operand_dtypes: tuple[tuple[str, str], ...] = ()  # (name, dtype), sorted; every m_vec / n_vec / aux
+
+    def __post_init__(self):
+        ir.validate(self.expr)
+        ops = ir.operands(self.expr)
+        given = dict(self.operand_dtypes)
+        for name, op in ops.items():
+            if op.kind == "scalar":
+                continue
+            allowed = AUX_DTYPES if op.kind == "aux" else VEC_DTYPES
+            dt = given.get(name)
+            if dt not in allowed:
+                raise ir.EpilogueError(f"{op.kind}({name}): element type must be one of {allowed}, got {dt!r}")
+        extra = sorted(set(given) - {n for n, o in ops.items() if o.kind != "scalar"})
+        if extra:
+            raise ir.EpilogueError(f"element types given for {extra}, which are not tensor operands of {self.expr}")
+
+    @classmethod
+    def of(cls, expr: ir.Node, dtypes: dict[str, str] | None = None) -> "EpilogueSpec":
+        return cls(expr, tuple(sorted((dtypes or {}).items())))
+
+    @property
+    def key(self) -> str:
+        text = f"{ir.KEY_VERSION}:{self.expr}|" + ",".join(f"{n}:{d}" for n, d in self.operand_dtypes)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def struct_name(self) -> str:
+        return f"Epilogue_{self.key}"
+
+    def dtype(self, name: str) -> str:
+        return dict(self.operand_dtypes)[name]
+
+
+# ---- the Params layout (the one definition: C++ struct and Python packing both come from here) -------------
+_CTYPE_SIZE = {"ptr": 8, "i64": 8, "i32": 4, "f32": 4}
+_CPP = {"ptr": "const void*", "i64": "long long", "i32": "int", "f32": "float"}
+
+
+def params_layout(spec: EpilogueSpec) -> list[tuple[str, str]]:
+    """(field, ctype) in struct order. Every group is 8 bytes wide, so the C layout has no hidden padding."""
+    fields = [("out", "ptr"), ("ld_out", "i64")]
+    if ir.saved_node(spec.expr) is not None:
+        fields += [("saved", "ptr"), ("ld_saved", "i64")]
+    for name, op in ir.operands(spec.expr).items():
+        f = f"op_{name}"
+        if op.kind == "scalar":
+            fields += [(f + "_ptr", "ptr"), (f, "f32"), (f + "_pad", "i32")]
+        elif op.kind == "aux":
+            fields += [(f, "ptr"), (f + "_ld", "i64")]
+        else:
+            fields += [(f, "ptr"), (f + "_stride", "i32"), (f + "_kind", "i32")]
+    return fields
+
+
+def params_offsets(fields: list[tuple[str, str]]) -> tuple[list[int], int]:
+    offs, pos = [], 0
+    for _f, ct in fields:
+        size = _CTYPE_SIZE[ct]
+        pos = -(-pos // size) * size
+        offs.append(pos)
+        pos += size
+    return offs, -(-pos // 8) * 8
+
+
+# ---- dependency classes: what each node's value varies with ------------------------------------------------
+_CONST, _UNIFORM, _ROW, _COL, _ELEM = 0, 1, 2, 3, 4
+
+
+def _join(a: int, b: int) -> int:
+    return _ELEM if {a, b} == {_ROW, _COL} else max(a, b)
+
+
+def _dep(node: ir.Node, memo: dict) -> int:
+    d = memo.get(node)
+    if d is not None:
+        return d
+    op = node.op
+    if op in ("acc", "aux", "save"):
+        d = _ELEM
+        for a in node.args:
+            _dep(a, memo)
+    elif op == "const":
+        d = _CONST
+    elif op == "scalar":
+        d = _UNIFORM
+    elif op == "m_vec":
+        d = _ROW
+    elif op == "n_vec":
+        d = _COL
+    else:
+        d = _CONST
+        for a in node.args:
+            da = _dep(a, memo)
+            d = _join(d, da)
+    memo[node] = d
+    return d
+
+
+def _float(v: float) -> str:
+    if v == float("inf"):
+        return "fg::epi::inf()"
+    if v == float("-inf"):
+        return "(-fg::epi::inf())"
+    return f"static_cast<float>({float(v).hex()})"
+
+
+class _Emitter:
+    """Straight-line C++ for a set of roots, one const temp per distinct subtree (structural CSE)."""
+
+    def __init__(self, spec: EpilogueSpec, index_of: dict | None, index_expr: str | None, hoisted: dict):
+        self.spec = spec
+        self.lines: list[str] = []
+        self.names: dict[ir.Node, str] = {}
+        self.index_expr = index_expr  # "m" in load_row, "n" in load_col
+        self.hoisted = hoisted  # node -> C++ expression of an already-hoisted value (r[i] / c[i])
+        self.ops = ir.operands(spec.expr)
+
+    def value(self, node: ir.Node) -> str:
+        if node in self.hoisted:
+            return self.hoisted[node]
+        if node in self.names:
+            return self.names[node]
+        expr = self._expr(node)
+        if node.op in ("const", "acc"):
+            return expr
+        name = f"t{len(self.names)}"
+        self.names[node] = name
+        self.lines.append(f"const float {name} = {expr};")
+        return name
+
+    def _vec_load(self, name: str, idx: str) -> str:
+        op = self.ops[name]
+        dt = self.spec.dtype(name)
+        f = f"p.op_{name}"
+        load = (f"fg::epi::load_dyn({f}, {f}_kind, static_cast<fg::i64>({idx}) * {f}_stride)" if dt == "dyn" else
+                f"fg::epi::load_{dt}({f}, static_cast<fg::i64>({idx}) * {f}_stride)")
+        return load if op.default is None else f"({f} ? {load} : {_float(op.default)})"
+
+    def _expr(self, node: ir.Node) -> str:
+        op = node.op
+        if op == "acc":
+            return "acc"
+        if op == "const":
+            return _float(node.attrs[0])
+        if op == "m_vec":
+            return self._vec_load(node.attrs[0], "m")
+        if op == "n_vec":
+            return self._vec_load(node.attrs[0], "n")
+        if op == "scalar":
+            f = f"p.op_{node.attrs[0]}"
+            return f"({f}_ptr ? *static_cast<const float*>({f}_ptr) : {f})"
+        if op == "aux":
+            name = node.attrs[0]
+            f = f"p.op_{name}"
+            return f"fg::epi::load_{self.spec.dtype(name)}({f}, static_cast<fg::i64>(m) * {f}_ld + n)"
+        args = [self.value(a) for a in node.args]
+        if op in ("add", "sub", "mul"):
+            return f"{args[0]} {dict(add='+', sub='-', mul='*')[op]} {args[1]}"
+        if op == "square":
+            return f"{args[0]} * {args[0]}"
+        if op == "neg":
+            return f"-{args[0]}"
+        if op in ("leaky_relu", "clamp"):
+            return f"fg::epi::{op}({', '.join(args + [_float(v) for v in node.attrs])})"
+        if op == "cast":
+            return {"bf16": "fg::epi::round_bf16({})", "fp16": "fg::epi::round_f16({})", "fp32": "{}"}[
+                node.attrs[0]].format(args[0])
+        if op == "save":
+            self.lines.append(f"saved = {args[0]};")
+            return args[0]
+        return f"fg::epi::{op}({', '.join(args)})"  # relu silu sigmoid gelu gelu_erf tanh exp abs sqrt rsqrt div max/min
+
+
+def _hoisted_roots(expr: ir.Node) -> tuple[list[ir.Node], list[ir.Node]]:
+    """The largest row-only and column-only subtrees that feed per-element nodes (or are the whole expression)."""
+    memo: dict = {}
+    _dep(expr, memo)
+    rows: list[ir.Node] = []
+    cols: list[ir.Node] = []
+
+    def visit(node: ir.Node, parent_dep: int | None):
+        d = memo[node]
+        # Uniform values (scalars) that feed per-element nodes are loaded once per row with the row values.
+        if d in (_UNIFORM, _ROW, _COL) and parent_dep in (None, _ELEM):
+            target = cols if d == _COL else rows
+            if node not in target:
+                target.append(node)
+            return
+        for a in node.args:
+            visit(a, d)
+
+    visit(expr, None)
+    return rows, cols
+
+
+def render_functor(spec: EpilogueSpec, name: str | None = None) -> str:
+    """The C++ text of the functor (needs epilogue.hpp)."""
+    name = name or spec.struct_name
+    expr = spec.expr
+    rows, cols = _hoisted_roots(expr)
+    save = ir.saved_node(expr)
+    fields = params_layout(spec)
+    offsets, size = params_offsets(fields)
+
+    def body(roots, index, array):
+        em = _Emitter(spec, None, index, {})
+        outs = [f"{array}[{i}] = {em.value(r)};" for i, r in enumerate(roots)]
+        return em.lines + outs
+
+    row_lines = body(rows, "m", "r")
+    col_lines = body(cols, "n", "c")
+    hoisted = {r: f"r[{i}]" for i, r in enumerate(rows)}
+    hoisted.update({c: f"c[{i}]" for i, c in enumerate(cols)})
+    em = _Emitter(spec, None, None, hoisted)
+    result = em.value(expr)
+    value_lines = em.lines
+
+    def indent(lines, n):
+        return "".join(" " * n + line + "\n" for line in lines)
+
+    cpp_fields = "".join(f"    {_CPP[ct]} {f};\n" for f, ct in fields)
+    asserts = "".join(f"  static_assert(__builtin_offsetof(Params, {f}) == {o}, \"Params.{f}: codegen layout\");\n"
+                      for (f, _c), o in zip(fields, offsets))
+    save_t = SAVE_TYPES[save.attrs[0]] if save is not None else None
+    unused = "(void)m; (void)n; (void)p; (void)r; (void)c;"
+    return f"""// {expr}
+// operand types: {', '.join(f'{n}:{d}' for n, d in spec.operand_dtypes) or '-'}
+template <class Out>
+struct {name} {{
+  using Output = Out;
+  struct Params {{
+{cpp_fields}  }};
+  static_assert(sizeof(Params) == {size}, "Params: codegen layout");
+{asserts}  static constexpr int kRowValues = {max(1, len(rows))};  // {len(rows)} used (arrays are never empty)
+  static constexpr int kColValues = {max(1, len(cols))};  // {len(cols)} used
+  static constexpr bool kSaves = {str(save is not None).lower()};
+  FG_DEVICE static void load_row(const Params& p, int m, float (&r)[kRowValues]) {{
+    (void)p; (void)m; r[0] = 0.f;
+{indent(row_lines, 4)}  }}
+  FG_DEVICE static void load_col(const Params& p, int n, float (&c)[kColValues]) {{
+    (void)p; (void)n; c[0] = 0.f;
+{indent(col_lines, 4)}  }}
+  // The value of output (m, n) from its accumulator, row and column values; `saved` gets the save node's value.
+  FG_DEVICE static float value(const Params& p, float acc, const float (&r)[kRowValues],
+                               const float (&c)[kColValues], int m, int n, float& saved) {{
+    {unused} (void)acc; saved = 0.f;
+{indent(value_lines, 4)}    return {result};
+  }}
+  template <int V>
+  FG_DEVICE static void store(const Params& p, int m, int n, const float (&acc)[V], const float (&r)[kRowValues],
+                              const float (&c)[V][kColValues]) {{
+    float y[V], s[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) y[v] = value(p, acc[v], r, c[v], m, n + v, s[v]);
+    fg::epi::store_row<Out, V>(const_cast<void*>(p.out), p.ld_out, m, n, y);
+{"    fg::epi::store_row<" + save_t + ", V>(const_cast<void*>(p.saved), p.ld_saved, m, n, s);" if save_t else "    (void)s;"}
+  }}
+}};
+"""

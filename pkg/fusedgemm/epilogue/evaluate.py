@@ -1,0 +1,123 @@
+"""The float64 oracle of an epilogue expression (torch on the CPU): what every kernel is tested against."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from . import ir
+
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e4m3fnuz: 240.0}
+
+
+def round_to(x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """x rounded once to `dtype` (fp8: saturating to the largest finite value, NaN stays NaN), as float64."""
+    if dtype in FP8_MAX:
+        m = FP8_MAX[dtype]
+        x = torch.where(x.isnan(), x, x.clamp(-m, m))
+    return x.to(dtype).to(torch.float64)
+
+
+def _gelu_tanh(y):
+    return 0.5 * y * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (y + 0.044715 * y ** 3)))
+
+
+_UNARY = {
+    "relu": lambda y: torch.where(y < 0, torch.zeros_like(y), y),  # NaN propagates, like torch.relu
+    "silu": lambda y: y * torch.sigmoid(y),
+    "sigmoid": torch.sigmoid,
+    "gelu": _gelu_tanh,
+    "gelu_erf": lambda y: 0.5 * y * (1.0 + torch.erf(y / math.sqrt(2.0))),
+    "tanh": torch.tanh,
+    "exp": torch.exp,
+    "neg": torch.neg,
+    "abs": torch.abs,
+    "square": lambda y: y * y,
+    "sqrt": torch.sqrt,
+    "rsqrt": torch.rsqrt,
+}
+_BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "maximum": torch.maximum,
+           "minimum": torch.minimum}
+
+
+def _operand_value(op: ir.Operand, operands: dict, m: int, n: int) -> torch.Tensor:
+    """The operand as a float64 tensor broadcastable to [M, N]."""
+    v = operands.get(op.name)
+    if v is None:
+        if op.default is None:
+            raise ir.EpilogueError(f"{op.kind}({op.name}) has no value: pass operands[{op.name!r}]")
+        return torch.tensor(op.default, dtype=torch.float64)
+    if op.kind == "scalar":
+        if isinstance(v, torch.Tensor):
+            if v.numel() != 1:
+                raise ir.EpilogueError(f"scalar({op.name}) must be a number or a 1-element tensor, got shape "
+                                       f"{tuple(v.shape)}")
+            return v.detach().cpu().to(torch.float64).reshape(())
+        return torch.tensor(float(v), dtype=torch.float64)
+    t = v.detach().cpu().to(torch.float64)
+    if op.kind == "aux":
+        if tuple(t.shape) != (m, n):
+            raise ir.EpilogueError(f"aux({op.name}) must be [M={m}, N={n}], got {tuple(t.shape)}")
+        return t
+    length = m if op.kind == "m_vec" else n
+    if t.numel() == 1:
+        t = t.reshape(1).expand(length)
+    elif tuple(t.shape) != (length,):
+        raise ir.EpilogueError(f"{op.kind}({op.name}) must be [{'M' if op.kind == 'm_vec' else 'N'}={length}] "
+                               f"or hold one value, got {tuple(t.shape)}")
+    return t[:, None] if op.kind == "m_vec" else t[None, :]
+
+
+def evaluate_outputs(expr: ir.Node, acc: torch.Tensor, operands: dict | None = None):
+    """-> (value of expr [M, N] float64, value of its save(...) node rounded to the save dtype, or None)."""
+    ir.validate(expr)
+    operands = dict(operands or {})
+    known = ir.operands(expr)
+    extra = sorted(set(operands) - set(known))
+    if extra:
+        raise ir.EpilogueError(f"operands {extra} are not used by the epilogue {expr}")
+    a = acc.detach().cpu().to(torch.float64)
+    if a.dim() != 2:
+        raise ir.EpilogueError(f"acc must be [M, N], got {tuple(a.shape)}")
+    m, n = a.shape
+    leaf = {name: _operand_value(op, operands, m, n) for name, op in known.items()}
+    saved = []
+
+    def ev(node: ir.Node) -> torch.Tensor:
+        op = node.op
+        if op == "acc":
+            return a
+        if op == "const":
+            return torch.tensor(node.attrs[0], dtype=torch.float64)
+        if op in ("m_vec", "n_vec", "scalar", "aux"):
+            return leaf[node.attrs[0]]
+        if op in _UNARY:
+            return _UNARY[op](ev(node.args[0]))
+        if op == "leaky_relu":
+            x = ev(node.args[0])
+            return torch.where(x < 0, x * node.attrs[0], x)
+        if op == "clamp":
+            x = ev(node.args[0])
+            lo, hi = node.attrs
+            return torch.minimum(torch.maximum(x, torch.tensor(lo, dtype=torch.float64)),
+                                 torch.tensor(hi, dtype=torch.float64))
+        if op in _BINARY:
+            return _BINARY[op](ev(node.args[0]), ev(node.args[1]))
+        if op == "cast":
+            return round_to(ev(node.args[0]), TORCH_DTYPES[node.attrs[0]])
+        if op == "save":
+            x = ev(node.args[0])
+            saved.append(round_to(x.expand(m, n), TORCH_DTYPES[node.attrs[0]]))
+            return x
+        raise ir.EpilogueError(f"unknown op {op!r}")
+
+    out = ev(expr).expand(m, n)
+    return out, (saved[0] if saved else None)
+
+
+def evaluate(expr: ir.Node, acc: torch.Tensor, operands: dict | None = None, *,
+             out_dtype: torch.dtype | None = None) -> torch.Tensor:
+    """The expression on every element of acc [M, N], in float64; rounded once to out_dtype if given."""
+    out, _saved = evaluate_outputs(expr, acc, operands)
+    return out if out_dtype is None else round_to(out, out_dtype)

@@ -1,8 +1,18 @@
+import atexit
 import os
 import random
+import shutil
+import tempfile
 
 import pytest
 import torch
+
+# The session builds into a temporary code-object cache (removed at exit) unless FUSEDGEMM_CACHE_DIR is set
+# explicitly (e.g. to reuse builds between runs). Set in os.environ so subprocesses that tests start inherit it.
+if not os.environ.get("FUSEDGEMM_CACHE_DIR"):
+    _TEST_CACHE = tempfile.mkdtemp(prefix="fusedgemm-test-cache-")
+    os.environ["FUSEDGEMM_CACHE_DIR"] = _TEST_CACHE
+    atexit.register(shutil.rmtree, _TEST_CACHE, True)
 
 HAS_GPU = torch.cuda.is_available()
 

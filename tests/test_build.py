@@ -62,6 +62,7 @@ def _kernel_names(unit):
     return UNIT_KERNELS[unit][0]()
 
 
+@pytest.mark.slow
 def test_every_kernel_is_in_the_code_object_with_the_packed_layout(built):
     """Kernel-argument metadata of the code object == the Python packing (offsets and sizes)."""
     arch, d, spec = built
@@ -87,6 +88,7 @@ def test_packing_layout_is_natural_alignment():
     assert sig.struct.size == 76
 
 
+@pytest.mark.slow
 def test_cubin_param_reader_agrees_with_cuobjdump(built):
     arch, d, spec = built
     if not arch.startswith("sm_"):
@@ -120,6 +122,7 @@ def _split_amdgcn_asm(text):
     return funcs
 
 
+@pytest.mark.slow
 def test_isa_mma_instructions_and_no_spills(built):
     arch, d, spec = built
     names = _kernel_names("gemm_a8")
@@ -148,6 +151,7 @@ def test_isa_mma_instructions_and_no_spills(built):
             assert "global_load_dwordx4" in body, f"{name}: operand loads are not 16 bytes wide"
 
 
+@pytest.mark.slow
 def test_hsaco_targets(built):
     arch, d, spec = built
     if arch.startswith("sm_"):
@@ -158,6 +162,7 @@ def test_hsaco_targets(built):
     assert meta["amdhsa.target"].startswith(f"amdgcn-amd-amdhsa--{arch}")
 
 
+@pytest.mark.slow
 def test_bmm_tiny_code_objects(built_bmm):
     """bmm_tiny: every kernel present, argument layout == metadata, FMA arithmetic, no spills."""
     arch, d, spec = built_bmm
@@ -182,6 +187,7 @@ def test_bmm_tiny_code_objects(built_bmm):
         assert all(re.search(r"v_(pk_)?fma(c|k)?_f32", bodies[n]) for n in names)
 
 
+@pytest.mark.slow
 def test_bmm_tiny_async_registers_match_the_planner(built_bmm):
     """The planner sizes the resident grid with _ASYNC_REGS: the sm_90a build must not use more registers."""
     from fusedgemm.tiny_gemm import _ASYNC_REGS
@@ -229,6 +235,7 @@ def test_sm90_tensor_map_packing():
     assert sig.struct.size == 364
 
 
+@pytest.mark.slow
 def test_sm90_kernels_layout_isa_and_registers(built_sm90):
     """Every wgmma kernel: packed layout == cubin metadata; QGMMA (fp8) / IGMMA (int8) tensor-core MMAs and
     TMA loads (UTMALDG) in SASS; no local memory; registers allow the config's CTAs per SM."""

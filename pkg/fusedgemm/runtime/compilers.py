@@ -124,12 +124,12 @@ def stat_signature(paths: Sequence[str | Path]) -> str:
     return "\n".join(lines)
 
 
-_VERSION_MEMO: dict[str, str] = {}
+_VERSION_MEMO: dict[tuple[str, str], str] = {}
 
 
 def memoised_version(signature: str, memo_dir: Path, compute: Callable[[], str]) -> str:
     """compute() (a `--version` run), memoised in this process and on disk under memo_dir by `signature`."""
-    text = _VERSION_MEMO.get(signature)
+    text = _VERSION_MEMO.get((str(memo_dir), signature))
     if text is not None:
         return text
     path = memo_dir / (hashlib.sha256(signature.encode()).hexdigest()[:24] + ".txt")
@@ -137,7 +137,7 @@ def memoised_version(signature: str, memo_dir: Path, compute: Callable[[], str])
         stored = path.read_text()
         sig, sep, text = stored.partition("\n--\n")
         if sep and sig == signature:
-            _VERSION_MEMO[signature] = text
+            _VERSION_MEMO[(str(memo_dir), signature)] = text
             return text
     except (FileNotFoundError, UnicodeDecodeError):
         pass
@@ -151,7 +151,7 @@ def memoised_version(signature: str, memo_dir: Path, compute: Callable[[], str])
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-    _VERSION_MEMO[signature] = text
+    _VERSION_MEMO[(str(memo_dir), signature)] = text
     return text
 
 

@@ -277,6 +277,16 @@ print(code_object_for(BuildSpec("fake_tu", "sm_90a", {SOURCE!r})))
     assert len(fake.lines("started")) == 1 and len(fake.lines("count")) == 1
 
 
+def test_threads_of_one_process_build_once(fake, monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setenv("FAKE_SLEEP", "0.5")
+    with ThreadPoolExecutor(4) as pool:
+        paths = list(pool.map(lambda _: code_object_for(spec()), range(4)))
+    assert len(set(paths)) == 1 and paths[0].is_file()
+    assert len(fake.lines("started")) == 1
+
+
 def test_warm_load_in_a_fresh_process_starts_no_process(fake):
     s = spec()
     built = code_object_for(s)  # the first interpreter builds

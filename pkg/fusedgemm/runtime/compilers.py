@@ -139,17 +139,20 @@ def memoised_version(signature: str, memo_dir: Path, compute: Callable[[], str])
         if sep and sig == signature:
             _VERSION_MEMO[(str(memo_dir), signature)] = text
             return text
-    except (FileNotFoundError, UnicodeDecodeError):
+    except (OSError, UnicodeDecodeError):
         pass
     text = compute().strip()
-    memo_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".version-", dir=memo_dir)
-    try:
+    tmp = None
+    try:  # best effort: an unwritable cache only costs a --version run per process
+        memo_dir.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".version-", dir=memo_dir)
         with os.fdopen(fd, "w") as f:
             f.write(f"{signature}\n--\n{text}")
         os.replace(tmp, path)  # readers see the old file, the new one, or none: never half of one
+    except OSError:
+        pass
     finally:
-        if os.path.exists(tmp):
+        if tmp and os.path.exists(tmp):
             os.unlink(tmp)
     _VERSION_MEMO[(str(memo_dir), signature)] = text
     return text

@@ -169,8 +169,10 @@ class _Emitter:
         op = self.ops[name]
         dt = self.spec.dtype(name)
         f = f"p.op_{name}"
-        load = (f"fg::epi::load_dyn({f}, {f}_kind, static_cast<fg::i64>({idx}) * {f}_stride)" if dt == "dyn" else
-                f"fg::epi::load_{dt}({f}, static_cast<fg::i64>({idx}) * {f}_stride)")
+        # 32-bit index arithmetic (M, N < 2^31): 64-bit products of run-time strides cost registers that the
+        # persistent kernel's epilogue warps do not have (spills).
+        load = (f"fg::epi::load_dyn({f}, {f}_kind, {idx} * {f}_stride)" if dt == "dyn" else
+                f"fg::epi::load_{dt}({f}, {idx} * {f}_stride)")
         return load if op.default is None else f"({f} ? {load} : {_float(op.default)})"
 
     def _expr(self, node: ir.Node) -> str:
@@ -228,6 +230,12 @@ def _hoisted_roots(expr: ir.Node) -> tuple[list[ir.Node], list[ir.Node]]:
 
     visit(expr, None)
     return rows, cols
+
+
+def hoisted_counts(spec: EpilogueSpec) -> tuple[int, int]:
+    """(values per row, values per column) the functor hoists: kRowValues, kColValues (at least 1 each)."""
+    rows, cols = _hoisted_roots(spec.expr)
+    return max(1, len(rows)), max(1, len(cols))
 
 
 def render_functor(spec: EpilogueSpec, name: str | None = None) -> str:

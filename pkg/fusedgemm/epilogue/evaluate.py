@@ -69,19 +69,24 @@ def _operand_value(op: ir.Operand, operands: dict, m: int, n: int) -> torch.Tens
     return t[:, None] if op.kind == "m_vec" else t[None, :]
 
 
-def evaluate_outputs(expr: ir.Node, acc: torch.Tensor, operands: dict | None = None):
-    """-> (value of expr [M, N] float64, value of its save(...) node rounded to the save dtype, or None)."""
+def evaluate_outputs(expr: ir.Node, acc: torch.Tensor, operands: dict | None = None, *,
+                     compute_dtype: torch.dtype = torch.float64):
+    """-> (value of expr [M, N], value of its save(...) node rounded to the save dtype, or None), as float64.
+
+    compute_dtype=torch.float32 evaluates every op in fp32 instead (what torch's own fp32 arithmetic gives: the
+    tests measure a kernel's error against the float64 value relative to that)."""
     ir.validate(expr)
     operands = dict(operands or {})
     known = ir.operands(expr)
     extra = sorted(set(operands) - set(known))
     if extra:
         raise ir.EpilogueError(f"operands {extra} are not used by the epilogue {expr}")
-    a = acc.detach().cpu().to(torch.float64)
+    cd = compute_dtype
+    a = acc.detach().cpu().to(torch.float64).to(cd)
     if a.dim() != 2:
         raise ir.EpilogueError(f"acc must be [M, N], got {tuple(a.shape)}")
     m, n = a.shape
-    leaf = {name: _operand_value(op, operands, m, n) for name, op in known.items()}
+    leaf = {name: _operand_value(op, operands, m, n).to(cd) for name, op in known.items()}
     saved = []
 
     def ev(node: ir.Node) -> torch.Tensor:
@@ -89,7 +94,7 @@ def evaluate_outputs(expr: ir.Node, acc: torch.Tensor, operands: dict | None = N
         if op == "acc":
             return a
         if op == "const":
-            return torch.tensor(node.attrs[0], dtype=torch.float64)
+            return torch.tensor(node.attrs[0], dtype=torch.float64).to(cd)
         if op in ("m_vec", "n_vec", "scalar", "aux"):
             return leaf[node.attrs[0]]
         if op in _UNARY:
@@ -100,19 +105,18 @@ def evaluate_outputs(expr: ir.Node, acc: torch.Tensor, operands: dict | None = N
         if op == "clamp":
             x = ev(node.args[0])
             lo, hi = node.attrs
-            return torch.minimum(torch.maximum(x, torch.tensor(lo, dtype=torch.float64)),
-                                 torch.tensor(hi, dtype=torch.float64))
+            return torch.minimum(torch.maximum(x, torch.tensor(lo, dtype=cd)), torch.tensor(hi, dtype=cd))
         if op in _BINARY:
             return _BINARY[op](ev(node.args[0]), ev(node.args[1]))
         if op == "cast":
-            return round_to(ev(node.args[0]), TORCH_DTYPES[node.attrs[0]])
+            return round_to(ev(node.args[0]), TORCH_DTYPES[node.attrs[0]]).to(cd)
         if op == "save":
             x = ev(node.args[0])
             saved.append(round_to(x.expand(m, n), TORCH_DTYPES[node.attrs[0]]))
             return x
         raise ir.EpilogueError(f"unknown op {op!r}")
 
-    out = ev(expr).expand(m, n)
+    out = ev(expr).expand(m, n).to(torch.float64)
     return out, (saved[0] if saved else None)
 
 

@@ -30,7 +30,9 @@ CXX_STD = "-std=c++17"
 NVCC_FLAGS = ("-cubin", "-gencode=arch=compute_90a,code=sm_90a", "-O3", CXX_STD, "-Xptxas", "-v", "-split-compile=0",
               "-lineinfo")
 # NVRTC compiles device code only and optimises it fully by default (nvcc's -O3 is a host-code flag).
-NVRTC_FLAGS = ("--gpu-architecture=sm_90a", "--std=c++17", "-lineinfo", "--ptxas-options=-v")
+# -default-device: unannotated functions (lambdas inside kernels, constexpr helpers) are device functions,
+# as nvcc treats them in our device-only translation units; NVRTC rejects host functions otherwise.
+NVRTC_FLAGS = ("--gpu-architecture=sm_90a", "--std=c++17", "-default-device", "-lineinfo", "--ptxas-options=-v")
 HIP_FLAGS = ("-x", "hip", "-nogpulib", "-nogpuinc", "--cuda-device-only", "-O3", CXX_STD, "-Wno-pass-failed")
 
 LOG_TAIL = 6000  # characters of a compiler log carried by BuildError

@@ -1,20 +1,17 @@
-// Entry points of gemm_a8 on Hopper tensor cores (wgmma + TMA; gemm_a8_sm90.hpp). Built for sm_90a only.
-// Names: fg_gemm_a8_<in>_<out>_<act>_<config>, the same scheme as gemm_a8.hip; runtime/kernels.py packs
-// the arguments in this order: two 128-byte tensor maps (64-byte aligned), then the gemm_a8 arguments
-// without A and B pointers.
+// Entry points of gemm_a8 on Hopper tensor cores (wgmma + TMA; gemm_a8_sm90.hpp) with the preset epilogues.
+// Built for sm_90a only. Names: fg_gemm_a8_<in>_<out>_<preset>_<config>, the same scheme as gemm_a8.hip;
+// runtime/kernels.py packs the arguments in this order: two 128-byte tensor maps (64-byte aligned), M, N, K,
+// then the epilogue's Params.
 #include "include/fusedgemm/gemm_a8_instances.hpp"
 #include "include/fusedgemm/gemm_a8_sm90.hpp"
 
 #if defined(FG_NVIDIA)
-#define FG_WGMMA_ENTRY(IN_NAME, IN, OUT_NAME, OUT, ACT_NAME, ACT, CFG_NAME, CFG)                               \
+#define FG_WGMMA_ENTRY(IN_NAME, IN, OUT_NAME, OUT, EPI_NAME, EPI, CFG_NAME, CFG)                              \
   extern "C" __global__ void __launch_bounds__(CFG::kThreads, CFG::kMinBlocksPerSm)                          \
-      fg_gemm_a8_##IN_NAME##_##OUT_NAME##_##ACT_NAME##_##CFG_NAME(                                             \
+      fg_gemm_a8_##IN_NAME##_##OUT_NAME##_##EPI_NAME##_##CFG_NAME(                                             \
           const __grid_constant__ fg::sm90::TmaDesc a_map, const __grid_constant__ fg::sm90::TmaDesc b_map,   \
-          fg::u16* __restrict__ out, const void* __restrict__ bias, const float* __restrict__ scale_a,        \
-          const float* __restrict__ scale_b, int M, int N, int K, int bias_kind, int scale_a_stride,          \
-          int scale_b_stride, float alpha) {                                                                   \
-    fg::gemm_a8_wgmma<IN, OUT, ACT, CFG>(a_map, b_map, out, bias, scale_a, scale_b, M, N, K, bias_kind,       \
-                                         scale_a_stride, scale_b_stride, alpha);                               \
+          int M, int N, int K, const __grid_constant__ EPI<OUT>::Params ep) {                                 \
+    fg::gemm_a8_wgmma<IN, EPI<OUT>, CFG>(a_map, b_map, M, N, K, ep);                                           \
   }
 
 FG_GEMM_A8_INSTANCES(FG_WGMMA_ENTRY, w64n128, fg::ConfigW64N128)

@@ -8,14 +8,19 @@ from pathlib import Path
 
 import pytest
 
+from fusedgemm.epilogue.presets import ACTIVATIONS, spec_for_activation
 from fusedgemm.runtime import kernels
 from fusedgemm.runtime.arch import SUPPORTED_ARCHES
 from fusedgemm.runtime.build import BuildSpec, code_object_dir, find_nvidia_tool
 from fusedgemm.runtime.codeobject import cubin_params, hsaco_kernels, hsaco_params
 
 ROOT = Path(__file__).resolve().parents[1]
-UNIT_KERNELS = {"gemm_a8": (kernels.gemm_a8_kernel_names, kernels.GEMM_A8),
-                "gemm_a8_sm90": (lambda: kernels.gemm_a8_kernel_names("gemm_a8_sm90"), kernels.GEMM_A8_SM90),
+# Every preset kernel has the same packing: A, B, M, N, K, the preset epilogue's Params (one struct).
+PRESET_SPEC = spec_for_activation("silu")
+GEMM_A8_SIG = kernels.gemm_a8_signature("gemm_a8", PRESET_SPEC)
+GEMM_A8_SM90_SIG = kernels.gemm_a8_signature("gemm_a8_sm90", PRESET_SPEC)
+UNIT_KERNELS = {"gemm_a8": (kernels.gemm_a8_kernel_names, GEMM_A8_SIG),
+                "gemm_a8_sm90": (lambda: kernels.gemm_a8_kernel_names("gemm_a8_sm90"), GEMM_A8_SM90_SIG),
                 "bmm_tiny": (kernels.bmm_tiny_kernel_names, kernels.BMM_TINY)}
 # The MMA instructions each arch's kernels must use, by input kind.
 EXPECTED_MMA = {
@@ -83,9 +88,11 @@ def test_every_kernel_is_in_the_code_object_with_the_packed_layout(built):
 
 
 def test_packing_layout_is_natural_alignment():
-    sig = kernels.GEMM_A8
-    assert sig.offsets == (0, 8, 16, 24, 32, 40, 48, 52, 56, 60, 64, 68, 72)
-    assert sig.struct.size == 76
+    sig = GEMM_A8_SIG
+    assert sig.offsets == (0, 8, 16, 20, 24, 32)  # a, b, M, N, K, then the 8-aligned Params struct
+    assert sig.struct.size == 32 + 80
+    # Every preset has the same Params (alpha, scale_a, scale_b, bias; the activation is the functor's code).
+    assert all(kernels.gemm_a8_signature("gemm_a8", spec_for_activation(a)) == sig for a in ACTIVATIONS)
 
 
 @pytest.mark.slow
@@ -228,11 +235,11 @@ def test_sm90_unit_is_nvidia_only():
 
 
 def test_sm90_tensor_map_packing():
-    sig = kernels.GEMM_A8_SM90
+    sig = GEMM_A8_SM90_SIG
     # Two 128-byte CUtensorMaps 64-byte aligned in the constant bank (the block starts at bank offset 0x210,
-    # so the first map sits at 48), then the pointers.
-    assert sig.offsets[:3] == (48, 176, 304)
-    assert sig.struct.size == 364
+    # so the first map sits at 48), then M, N, K and the epilogue's Params.
+    assert sig.offsets == (48, 176, 304, 308, 312, 320)
+    assert sig.struct.size == 400
 
 
 @pytest.mark.slow
@@ -241,7 +248,7 @@ def test_sm90_kernels_layout_isa_and_registers(built_sm90):
     TMA loads (UTMALDG) in SASS; no local memory; registers allow the config's CTAs per SM."""
     d, data = built_sm90
     names = _kernel_names("gemm_a8_sm90")
-    sig = kernels.GEMM_A8_SM90
+    sig = GEMM_A8_SM90_SIG
     params = cubin_params(data)
     want = list(zip(sig.offsets, sig.sizes))
     sass = subprocess.run([find_nvidia_tool("cuobjdump"), "-sass", str(d / "gemm_a8_sm90.cubin")], check=True,

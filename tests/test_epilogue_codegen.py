@@ -37,7 +37,14 @@ extern "C" void run_{i}(const void* params, const float* acc, int M, int N) {{
     Epi::load_row(p, m, r);
     for (int n = 0; n < N; n += {v}) {{
       float c[{v}][Epi::kColValues], a[{v}];
-      for (int k = 0; k < {v}; ++k) {{ Epi::load_col(p, n + k, c[k]); a[k] = acc[m * N + n + k]; }}
+      int ns[{v}];
+      bool in[{v}];
+      for (int k = 0; k < {v}; ++k) {{ ns[k] = n + k; in[k] = true; a[k] = acc[m * N + n + k]; }}
+      if (n % 4 == 2) {{  // both column paths: one at a time, and batched
+        for (int k = 0; k < {v}; ++k) Epi::load_col(p, n + k, c[k]);
+      }} else {{
+        Epi::template load_cols<{v}>(p, ns, in, c);
+      }}
       Epi::template store<{v}>(p, m, n, a, r, c);
     }}
   }}

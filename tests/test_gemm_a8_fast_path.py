@@ -28,10 +28,11 @@ class Recorder:
             return real_check(*args, **kwargs, arch="sm_90a")
 
         class Plan:
-            def __init__(self, dev, in_kind, act, m, n, k, out_dtype, bias_dtype, sa_stride, sb_stride, alpha):
+            def __init__(self, dev, arch, in_kind, m, n, k, out_dtype, epi, values, pointers, bias_align):
                 assert dev is None  # a CPU tensor's device index; current_device_index() is patched to match
-                self.dev, self.m, self.n, self.alpha = -1, m, n, alpha
-                self.bias_align = 1 if bias_dtype is None else bias_dtype.itemsize
+                assert pointers == G.PRESET_POINTERS  # the order the fast path passes addresses in
+                self.dev, self.m, self.n, self.alpha = -1, m, n, values["op_alpha"]
+                self.bias_align = bias_align
                 rec.plans.append(self)
 
             def run(self, *ptrs):
@@ -127,7 +128,7 @@ def test_non_float_python_scales_always_take_the_checked_path(rec):
     call(a, b, bias, 2, sb)
     assert rec.checks == 2 and rec.last_plan.alpha == 2.0
     for _ in range(2):
-        with pytest.raises(TypeError, match="scale_a must be a float32 tensor, a Python number or None"):
+        with pytest.raises(TypeError, match="scale_a must be a float32 tensor, a real number or None"):
             call(a, b, bias, True, sb)
 
 

@@ -2,7 +2,10 @@
 import pytest
 import torch
 
+import numpy as np
+
 import fusedgemm as fg
+from fusedgemm.epilogue.presets import spec_for_activation
 from fusedgemm.gemm_a8 import check_gemm_a8_args
 
 FP8 = torch.float8_e4m3fn
@@ -23,9 +26,15 @@ def check(a, b, bias=None, scale_a=None, scale_b=None, epilogue="none", out_dtyp
 def test_valid_inputs_pass():
     a, b = make()
     p = check(a, b, torch.randn(N), scale_a=torch.rand(M), scale_b=torch.rand(N), epilogue="bias_silu")
-    assert (p["m"], p["n"], p["k"], p["act"], p["sa_stride"], p["sb_stride"]) == (M, N, K, "silu", 1, 1)
+    v = p["values"]
+    assert (p["m"], p["n"], p["k"], v["op_scale_a_stride"], v["op_scale_b_stride"]) == (M, N, K, 1, 1)
+    assert p["epi"] == spec_for_activation("silu") and v["op_bias_kind"] == 1  # fp32 bias
     p = check(a, b, scale_a=2.0, scale_b=torch.tensor([3.0]), epilogue="gelu")
-    assert p["alpha"] == 2.0 and p["sa"] is None and p["sb_stride"] == 0
+    v = p["values"]
+    assert v["op_alpha"] == 2.0 and v["op_scale_a"] == 0 and v["op_scale_b_stride"] == 0 and v["op_bias"] == 0
+    p = check(a, b, scale_a=np.float32(0.5), scale_b=torch.rand(1, N), epilogue="gelu")
+    assert p["values"]["op_alpha"] == 0.5 and p["values"]["op_scale_b_stride"] == 1
+    assert check(a, b, scale_a=torch.rand(M, 1))["values"]["op_scale_a_stride"] == 1
     a8, b8 = make(torch.int8)
     assert check(a8, b8, arch="gfx942")["in_kind"] == "int8"
     af, bf = make(torch.float8_e4m3fnuz)
@@ -33,22 +42,26 @@ def test_valid_inputs_pass():
 
 
 @pytest.mark.parametrize("bad,match", [
-    (dict(epilogue="swish"), "unknown epilogue 'swish'"),
+    (dict(epilogue="swish"), "gemm_a8: unknown epilogue 'swish'"),
     (dict(epilogue="bias_relu"), "adds a bias, but bias is None"),
     (dict(bias=torch.randn(N)), "does not use one"),
     (dict(bias=torch.randn(N + 16), epilogue="bias"), r"bias must have shape \[N=32\]"),
-    (dict(bias=torch.randn(N, dtype=torch.float64), epilogue="bias"), "bias must be torch.bfloat16"),
-    (dict(bias=torch.randn(N).half(), epilogue="bias"), "bias must be torch.bfloat16"),
+    (dict(bias=torch.randn(N, dtype=torch.float64), epilogue="bias"), "bias must be float32 or the out_dtype"),
+    (dict(bias=torch.randn(N).half(), epilogue="bias"), "bias must be float32 or the out_dtype"),
     (dict(bias=torch.randn(2 * N)[::2], epilogue="bias"), "bias must be contiguous"),
     (dict(bias=[0.0] * N, epilogue="bias"), "bias must be a tensor"),
     (dict(scale_a=torch.rand(M + 1)), "scale_a must hold 1 or 8 values"),
     (dict(scale_b=torch.rand(M)), "scale_b must hold 1 or 32 values"),
+    (dict(scale_b=torch.rand(1, 1, N)), r"scale_b must hold 1 or 32 values as \[32\] or \[1, 32\]"),
+    (dict(scale_a=torch.rand(1, M)), r"scale_a must hold 1 or 8 values as \[8\] or \[8, 1\]"),
+    (dict(scale_a="2"), "scale_a must be a float32 tensor, a real number or None, got builtins.str"),
     (dict(scale_a=torch.rand(M).double()), "scale_a must be float32"),
     (dict(scale_b=torch.rand(N).half()), "scale_b must be float32"),
-    (dict(scale_a=True), "scale_a must be a float32 tensor, a Python number or None"),
+    (dict(scale_a=True), "scale_a must be a float32 tensor, a real number or None"),
     (dict(scale_a=torch.rand(2 * M)[::2]), "scale_a must be contiguous"),
-    (dict(out_dtype=torch.float32), "out_dtype must be torch.bfloat16 or torch.float16"),
-    (dict(out=torch.empty(M, N, dtype=torch.float16)), r"out must be \[8, 32\] torch.bfloat16"),
+    (dict(out_dtype=torch.float64), "out_dtype must be one of torch.bfloat16, torch.float16"),
+    (dict(out_dtype=torch.float8_e4m3fnuz), "sm_90a writes fp8 as torch.float8_e4m3fn"),
+    (dict(out=torch.empty(M, N, dtype=torch.float16)), "out is torch.float16 but out_dtype is torch.bfloat16"),
     (dict(out=torch.empty(M, N + 16, dtype=torch.bfloat16)), r"out must be \[8, 32\]"),
     (dict(out=torch.empty(N, M, dtype=torch.bfloat16).T), "out must be contiguous"),
     (dict(out=torch.empty(M * N + 1, dtype=torch.bfloat16)[1:].view(M, N)), "out must be 4-byte aligned"),

@@ -8,21 +8,27 @@ sees an input it cannot handle.
 from __future__ import annotations
 
 import contextlib
+import numbers
 import os
 
 import torch
 
-from .epilogues import parse_epilogue
+from . import epilogue as _epi
+from .epilogue.bind import bind as _bind_epilogue
+from .epilogue.codegen import hoisted_counts
+from .epilogue.presets import parse_name as parse_epilogue, spec_for_activation
 from .preshuffle import LAYOUT_16x16, PreshuffledWeight
 from .runtime import kernels
 from .runtime.arch import device_arch
+from .runtime.gemm_a8_spec import OUT_CODEGEN, GemmA8Kernel
 
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 # The fp8 variant each arch's tensor cores read. gfx942 reads e4m3fnuz; sm_90 and gfx950 read OCP e4m3fn.
 FP8_DTYPE_FOR_ARCH = {"sm_90a": torch.float8_e4m3fn, "gfx950": torch.float8_e4m3fn, "gfx942": torch.float8_e4m3fnuz}
-OUT_DTYPES = (torch.bfloat16, torch.float16)
-_OUT_NAME = {torch.bfloat16: "bfloat16", torch.float16: "float16"}
-_BIAS_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+# Output types: bf16 / fp16 (preset kernels ahead of time), fp32 and the arch's fp8 (saturating; compiled just in
+# time, as is any epilogue expression).
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+_BIAS_KIND = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3}  # codegen.DYN_KINDS
 _MAX_GRID_Y = 65535
 _PRINT_CONFIGS = os.environ.get("FUSEDGEMM_PRINT_CONFIGS", "") not in ("", "0")
 
@@ -78,21 +84,25 @@ def _check_tensor_placement(t: torch.Tensor, name: str, device: torch.device, al
 
 
 def _scale_args(scale, name: str, length: int, device, check_ptr: bool):
-    """-> (tensor or None, stride, python factor). Tensor scales: fp32 of `length` values or a single one."""
+    """-> (tensor or None, stride, python factor). Tensor scales: fp32, one value (shape [], [1], [1, 1]) or
+    `length` values: scale_a [M] or [M, 1], scale_b [N] or [1, N] (the layouts torch._scaled_mm takes)."""
     if scale is None:
         return None, 0, 1.0
-    if isinstance(scale, bool) or not isinstance(scale, (int, float, torch.Tensor)):
-        raise TypeError(f"gemm_a8: {name} must be a float32 tensor, a Python number or None, got "
-                        f"{type(scale).__name__}")
     if not isinstance(scale, torch.Tensor):
+        if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
+            raise TypeError(f"gemm_a8: {name} must be a float32 tensor, a real number or None, got "
+                            f"{type(scale).__module__}.{type(scale).__name__}")
         return None, 0, float(scale)
     if scale.dtype != torch.float32:
         raise TypeError(f"gemm_a8: {name} must be float32, got {scale.dtype}")
-    if scale.numel() == 1:
+    shape = tuple(scale.shape)
+    if scale.numel() == 1 and scale.dim() <= 2:
         _check_tensor_placement(scale, name, device, 4, check_ptr)
         return scale, 0, 1.0
-    if scale.numel() != length or max(scale.shape) != length:
-        raise ValueError(f"gemm_a8: {name} must hold 1 or {length} values, got shape {tuple(scale.shape)}")
+    vector_shapes = ((length,), (length, 1)) if name == "scale_a" else ((length,), (1, length))
+    if shape not in vector_shapes:
+        raise ValueError(f"gemm_a8: {name} must hold 1 or {length} values as "
+                         f"{' or '.join(str(list(s)) for s in vector_shapes)} (or one value), got shape {list(shape)}")
     _check_tensor_placement(scale, name, device, 4, check_ptr)
     return scale, 1, 1.0
 
@@ -140,7 +150,8 @@ def _sm_count(device_index: int) -> int:
     return n
 
 
-def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132) -> tuple[kernels.TileConfig, int]:
+def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132,
+                   persistent_ok: bool = True) -> tuple[kernels.TileConfig, int]:
     """-> (tile config, split-K factor).
 
     sm_90a: wgmma + TMA kernels. M <= 64 is weight streaming: M <= 16 on the swapped 16 x 128 tiles (the
@@ -158,7 +169,7 @@ def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132)
     if arch == "sm_90a":
         if m <= 64:  # weight streaming; up to 16 rows the swapped tile wastes less of the tensor core
             cfg = kernels.GEMM_A8_CONFIGS["v16n128" if m <= 16 else "w64n128"]
-        elif k <= _PERSISTENT_MAX_K and _tile_count(kernels.GEMM_A8_CONFIGS["p128n128"], m, n) >= sms:
+        elif persistent_ok and k <= _PERSISTENT_MAX_K and _tile_count(kernels.GEMM_A8_CONFIGS["p128n128"], m, n) >= sms:
             return _log_choice(m, n, k, kernels.GEMM_A8_CONFIGS["p128n128"], 1)
         else:
             cfg = min((kernels.GEMM_A8_CONFIGS[name] for name in _TILE_RATE), key=lambda c: _modelled_time(c, m, n, sms))
@@ -209,10 +220,11 @@ def _modelled_time(cfg: kernels.TileConfig, m: int, n: int, sms: int) -> float:
     return waves * cfg.block_m * cfg.block_n / _TILE_RATE[cfg.name]
 
 
-def plan_for(m: int, n: int, k: int, device_index: int) -> tuple[kernels.TileConfig, int]:
-    """The (tile config, split-K) a call of this shape takes on device `device_index`."""
+def plan_for(m: int, n: int, k: int, device_index: int, persistent_ok: bool = True) -> tuple[kernels.TileConfig, int]:
+    """The (tile config, split-K) a call of this shape takes on device `device_index`. persistent_ok: the
+    epilogue fits the persistent config's staged values."""
     arch = device_arch(device_index)
-    return _choose_config(m, n, k, arch, _sm_count(device_index) if arch == "sm_90a" else 0)
+    return _choose_config(m, n, k, arch, _sm_count(device_index) if arch == "sm_90a" else 0, persistent_ok)
 
 
 # ---- TMA tensor maps (sm_90a) ---------------------------------------------------------------------------------
@@ -254,9 +266,13 @@ def _tensor_map_b(ptr: int, n: int, k: int, block_n: int, l2: int = _TMAP_L2_256
                        (16 * k, 256), (256, block_n // 16, 8), (1, 1, 1), 0, _TMAP_SWIZZLE_NONE, l2, 0)
 
 
-def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *, arch: str | None = None):
-    """Validate everything; return the normalized pieces the launch needs.
+def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *, operands=None,
+                       arch: str | None = None):
+    """Validate everything; return the normalized pieces the launch needs: shapes, the epilogue spec and the
+    values of its Params (outputs excepted).
 
+    epilogue: a preset name (bias / scale_a / scale_b arguments) or an epilogue expression (fusedgemm.epilogue;
+    its operands by name in `operands`). out_dtype None: out's dtype, else bfloat16.
     arch=None: the tensors must be on a GPU and the arch is read off it. Tests pass an arch explicitly to
     run every check on CPU tensors."""
     if not isinstance(a, torch.Tensor):
@@ -268,9 +284,29 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
         raise TypeError(f"gemm_a8: B must be a PreshuffledWeight from fusedgemm.preshuffle, got {type(b).__name__}")
     if b.layout != LAYOUT_16x16:
         raise ValueError(f"gemm_a8: B has layout {b.layout!r}, expected {LAYOUT_16x16!r}")
-    uses_bias, act = parse_epilogue(epilogue)
+    if isinstance(epilogue, _epi.Node):
+        uses_bias, act = None, None
+        if bias is not None or scale_a is not None or scale_b is not None:
+            raise ValueError("gemm_a8: with an epilogue expression, pass every operand (bias, scales) by name in "
+                             "operands={...}; bias, scale_a and scale_b must be None")
+    else:
+        try:
+            uses_bias, act = parse_epilogue(epilogue)
+        except ValueError as e:
+            raise ValueError(f"gemm_a8: {e}") from None
+        if operands:
+            raise ValueError(f"gemm_a8: operands are for epilogue expressions; the preset {epilogue!r} takes "
+                             "bias, scale_a and scale_b")
+    if out is not None and isinstance(out, torch.Tensor):
+        if out_dtype is None:
+            out_dtype = out.dtype
+        elif out.dtype != out_dtype:
+            raise ValueError(f"gemm_a8: out is {out.dtype} but out_dtype is {out_dtype}; give one of them (out_dtype "
+                             "defaults to out's dtype)")
+    if out_dtype is None:
+        out_dtype = torch.bfloat16
     if out_dtype not in OUT_DTYPES:
-        raise TypeError(f"gemm_a8: out_dtype must be torch.bfloat16 or torch.float16, got {out_dtype}")
+        raise TypeError(f"gemm_a8: out_dtype must be one of {', '.join(map(str, OUT_DTYPES))}, got {out_dtype}")
     in_kind = _in_kind(a.dtype, "A")
     _in_kind(b.dtype, "B")
     if b.dtype != a.dtype:
@@ -295,6 +331,19 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
         raise TypeError(f"gemm_a8: {arch} needs fp8 as {FP8_DTYPE_FOR_ARCH[arch]}, got {a.dtype}")
     _check_tensor_placement(a, "A", device, 16, check_ptr)
     _check_tensor_placement(b.data, "B", device, 16, check_ptr)
+    if out_dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz) and out_dtype != FP8_DTYPE_FOR_ARCH[arch]:
+        raise TypeError(f"gemm_a8: {arch} writes fp8 as {FP8_DTYPE_FOR_ARCH[arch]}, got out_dtype {out_dtype}")
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"gemm_a8: out must be a tensor or None, got {type(out).__name__}")
+        if tuple(out.shape) != (m, n):
+            raise ValueError(f"gemm_a8: out must be [{m}, {n}] {out_dtype}, got {tuple(out.shape)} {out.dtype}")
+        _check_tensor_placement(out, "out", device, 2 * out.element_size(), check_ptr)
+    common = dict(in_kind=in_kind, m=m, n=n, k=k, arch=arch, out_dtype=out_dtype)
+    if uses_bias is None:  # an epilogue expression
+        binding = _bind_epilogue(epilogue, operands, m, n, device)
+        return dict(common, epi=binding.spec, values=binding.values, saved_dtype=binding.saved_dtype,
+                    keep=binding.tensors)
 
     if uses_bias and bias is None:
         raise ValueError(f"gemm_a8: epilogue {epilogue!r} adds a bias, but bias is None")
@@ -304,77 +353,97 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
     if bias is not None:
         if not isinstance(bias, torch.Tensor):
             raise TypeError(f"gemm_a8: bias must be a tensor or None, got {type(bias).__name__}")
-        if bias.dtype not in (out_dtype, torch.float32):
-            raise TypeError(f"gemm_a8: bias must be {out_dtype} (the out_dtype) or torch.float32, got {bias.dtype}")
+        if bias.dtype not in (out_dtype, torch.float32) or bias.dtype not in _BIAS_KIND:
+            raise TypeError(f"gemm_a8: bias must be float32 or the out_dtype ({out_dtype}) where that is bfloat16 "
+                            f"or float16, got {bias.dtype}")
         if tuple(bias.shape) != (n,):
             raise ValueError(f"gemm_a8: bias must have shape [N={n}], got {tuple(bias.shape)}")
         _check_tensor_placement(bias, "bias", device, bias.element_size(), check_ptr)
     sa, sa_stride, alpha_a = _scale_args(scale_a, "scale_a", m, device, check_ptr)
     sb, sb_stride, alpha_b = _scale_args(scale_b, "scale_b", n, device, check_ptr)
-
-    if out is not None:
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"gemm_a8: out must be a tensor or None, got {type(out).__name__}")
-        if tuple(out.shape) != (m, n) or out.dtype != out_dtype:
-            raise ValueError(f"gemm_a8: out must be [{m}, {n}] {out_dtype}, got {tuple(out.shape)} {out.dtype}")
-        _check_tensor_placement(out, "out", device, 4, check_ptr)
-    return dict(in_kind=in_kind, act=act, m=m, n=n, k=k, sa=sa, sa_stride=sa_stride, sb=sb, sb_stride=sb_stride,
-                alpha=alpha_a * alpha_b)
+    return dict(common, epi=spec_for_activation(act), saved_dtype=None, keep=[],
+                values=preset_values(_ptr(bias), 0 if bias is None else _BIAS_KIND[bias.dtype], _ptr(sa), sa_stride,
+                                     _ptr(sb), sb_stride, alpha_a * alpha_b))
 
 
-def _kernel_for(dev: int, in_kind: str, out_dtype: torch.dtype, act: str, cfg: kernels.TileConfig):
-    key = (dev, in_kind, out_dtype, act, cfg.name)
-    kernel = _KERNELS.get(key)
+def preset_values(bias_ptr: int, bias_kind: int, sa_ptr: int, sa_stride: int, sb_ptr: int, sb_stride: int,
+                  alpha: float) -> dict:
+    """The Params values of a preset epilogue (epilogue/presets.py): absent operands are null pointers."""
+    return {"op_alpha_ptr": 0, "op_alpha": alpha, "op_alpha_pad": 0,
+            "op_scale_a": sa_ptr, "op_scale_a_stride": sa_stride, "op_scale_a_kind": 0,
+            "op_scale_b": sb_ptr, "op_scale_b_stride": sb_stride, "op_scale_b_kind": 0,
+            "op_bias": bias_ptr, "op_bias_stride": 1, "op_bias_kind": bias_kind}
+
+
+def _kernel_for(dev: int, spec: GemmA8Kernel):
+    kernel = _KERNELS.get((dev, spec))
     if kernel is None:
         from .runtime.launch import module_for
 
-        name = kernels.gemm_a8_kernel_name(in_kind, _OUT_NAME[out_dtype], act, cfg.name)
-        kernel = module_for(cfg.unit, dev).kernel(name, cfg.signature)
-        if cfg.smem:
-            kernel.set_max_dynamic_smem(cfg.smem)
-        _KERNELS[key] = kernel
+        kernel = module_for(spec.unit, dev, spec.source()).kernel(spec.kernel_name, spec.signature)
+        if spec.cfg.smem:
+            kernel.set_max_dynamic_smem(spec.cfg.smem)
+        _KERNELS[(dev, spec)] = kernel
     return kernel
 
 
+def _persistent_fits(epi) -> bool:
+    """The persistent config stages kBlockM + 2 kBlockN floats of hoisted epilogue values per tile."""
+    rows, cols = hoisted_counts(epi)
+    return rows + cols <= 3
+
+
+# Params fields filled per call (addresses); the preset fast path passes them in this order.
+PRESET_POINTERS = ("out", "op_bias", "op_scale_a", "op_scale_b")
+
+
 class _CallPlan:
-    """How to launch one checked call signature: kernel, grid and the scalar arguments, worked out once.
-    `run` takes the tensors of a call whose metadata matched the signature (same shapes, strides, dtypes,
-    devices) and re-checks only what the signature cannot promise: data addresses."""
+    """How to launch one checked call signature: kernel, grid and the argument values, worked out once.
+    `run` takes the addresses of a call whose metadata matched the signature (same shapes, strides, dtypes,
+    devices) -- A, B, then the Params fields named by `pointers` -- and re-checks nothing else."""
 
-    __slots__ = ("dev", "m", "n", "k", "launch", "tma", "block_m", "block_n", "scalars", "a_map", "bias_align",
-                 "b_map", "l2")
+    __slots__ = ("dev", "m", "n", "k", "launch", "tma", "block_m", "block_n", "template", "slots", "a_map",
+                 "b_map", "l2", "bias_align")
 
-    def __init__(self, dev: int, in_kind: str, act: str, m: int, n: int, k: int, out_dtype: torch.dtype,
-                 bias_dtype, sa_stride: int, sb_stride: int, alpha: float):
+    def __init__(self, dev: int, arch: str, in_kind: str, m: int, n: int, k: int, out_dtype: torch.dtype, epi,
+                 values: dict, pointers: tuple[str, ...], bias_align: int = 1):
         self.dev, self.m, self.n, self.k = dev, m, n, k
-        bias_kind = kernels.BIAS_KIND[None if bias_dtype is None else _BIAS_NAME[bias_dtype]]
-        self.bias_align = 1 if bias_dtype is None else bias_dtype.itemsize  # as check_gemm_a8_args asks
-        self.scalars = (m, n, k, bias_kind, sa_stride, sb_stride, alpha)
+        self.bias_align = bias_align  # as check_gemm_a8_args asks (the preset fast path re-checks it)
         self.launch = None  # nothing to launch for an empty output
         self.tma = False
         self.a_map = self.b_map = (None, None)  # (address, encoded tensor map): the last one used
         if m == 0 or n == 0:
             return
-        cfg, splits = plan_for(m, n, k, dev)
+        cfg, splits = plan_for(m, n, k, dev, persistent_ok=_persistent_fits(epi))
         grid = (-(-n // cfg.block_n), -(-m // cfg.block_m), splits)
         if cfg.persistent:  # one wave of CTAs, each looping over tiles
             grid = (min(grid[0] * grid[1], _sm_count(dev) * cfg.min_blocks_per_sm), 1, 1)
         if grid[1] > _MAX_GRID_Y:
             raise ValueError(f"gemm_a8: M={m} is too large for one launch (at most {_MAX_GRID_Y * cfg.block_m} rows)")
-        kernel = _kernel_for(dev, in_kind, out_dtype, act, cfg)
+        spec = GemmA8Kernel(arch, cfg.name, in_kind, OUT_CODEGEN[str(out_dtype).split(".")[-1]], epi)
+        kernel = _kernel_for(dev, spec)
+        # The packed values after A and B: M, N, K, then the Params fields; `slots` says where each per-call
+        # address goes.
+        names = kernel.signature.flat_names[2:]
+        given = dict(values, M=m, N=n, K=k, ld_out=n, ld_saved=n)
+        self.template = [given.get(f.split(".", 1)[-1], 0) for f in names]
+        self.slots = tuple(names.index(f"ep.{p}") for p in pointers)
         self.tma = cfg.unit == "gemm_a8_sm90"
         self.block_m, self.block_n = cfg.block_m, cfg.block_n
         self.l2 = _TMAP_L2_DECODE if cfg.swap_ab else _TMAP_L2_256B
         warp = 32 if torch.version.hip is None else 64
         self.launch = kernel.bind(grid, (1, 1, splits), cfg.warps * (32 if self.tma else warp), cfg.smem)
 
-    def run(self, a_ptr: int, b_ptr: int, out_ptr: int, bias_ptr: int, sa_ptr: int, sb_ptr: int) -> None:
+    def run(self, a_ptr: int, b_ptr: int, *pointers: int) -> None:
         """Launch on the current stream of the plan's device (the caller made it current). 0: no tensor."""
         if self.launch is None:
             return
         stream = current_raw_stream(self.dev)
+        args = self.template.copy()
+        for slot, ptr in zip(self.slots, pointers):
+            args[slot] = ptr
         if not self.tma:
-            self.launch(stream, a_ptr, b_ptr, out_ptr, bias_ptr, sa_ptr, sb_ptr, *self.scalars)
+            self.launch(stream, a_ptr, b_ptr, *args)
             return
         # Tensor maps hold the address: memoise the last one per operand (a weight's never changes), then the
         # module-wide cache.
@@ -386,16 +455,17 @@ class _CallPlan:
         if b_last != b_ptr:
             b_map = _tensor_map_b(b_ptr, self.n, self.k, self.block_n, self.l2)
             self.b_map = (b_ptr, b_map)
-        self.launch(stream, a_map, b_map, out_ptr, bias_ptr, sa_ptr, sb_ptr, *self.scalars)
+        self.launch(stream, a_map, b_map, *args)
 
 
-def launch_gemm_a8(a: torch.Tensor, b_data: torch.Tensor, bias, sa, sa_stride: int, sb, sb_stride: int,
-                   alpha: float, act: str, in_kind: str, out: torch.Tensor) -> _CallPlan:
-    """Launch on the current stream. All arguments already validated. Returns the plan it launched with."""
+def launch_gemm_a8(a: torch.Tensor, b_data: torch.Tensor, p: dict, out: torch.Tensor,
+                   saved: torch.Tensor | None = None) -> _CallPlan:
+    """Launch on the current stream with the pieces check_gemm_a8_args returned. Returns the plan."""
     m, k = a.shape
-    plan = _CallPlan(a.device.index, in_kind, act, m, b_data.shape[0], k, out.dtype,
-                     None if bias is None else bias.dtype, sa_stride, sb_stride, alpha)
-    plan.run(a.data_ptr(), b_data.data_ptr(), out.data_ptr(), _ptr(bias), _ptr(sa), _ptr(sb))
+    pointers = ("out",) if saved is None else ("out", "saved")
+    plan = _CallPlan(a.device.index, p["arch"], p["in_kind"], m, b_data.shape[0], k, out.dtype, p["epi"],
+                     p["values"], pointers)
+    plan.run(a.data_ptr(), b_data.data_ptr(), out.data_ptr(), *(() if saved is None else (saved.data_ptr(),)))
     return plan
 
 
@@ -404,81 +474,104 @@ def _ptr(t) -> int:
 
 
 def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = None, *, scale_a=None, scale_b=None,
-            epilogue: str = "none", out_dtype: torch.dtype = torch.bfloat16,
-            out: torch.Tensor | None = None) -> torch.Tensor:
-    """y = act(a @ w.T * scale_a[:, None] * scale_b[None, :] + bias), one kernel, rounded once.
+            epilogue="none", out_dtype: torch.dtype | None = None, out: torch.Tensor | None = None,
+            operands: dict | None = None):
+    """y = epilogue(a @ w.T), one kernel, rounded once. With a preset epilogue name:
+    y = act(a @ w.T * scale_a[:, None] * scale_b[None, :] + bias).
 
     a: [M, K] fp8 (e4m3fn on sm_90/gfx950, e4m3fnuz on gfx942) or int8, contiguous, on the GPU.
     b: fusedgemm.preshuffle(w) for w [N, K] of a's dtype. N % 16 == 0, K % 16 == 0.
-    bias: [N] in out_dtype or float32, or None (epilogue names say whether a bias is added).
+    bias: [N] in out_dtype (bf16/fp16) or float32, or None (epilogue names say whether a bias is added).
     scale_a: float32 [M] (per token) or one value (tensor or Python number) or None (1.0).
     scale_b: float32 [N] (per channel) or one value or None.
     epilogue: none | bias | bias_relu | bias_silu | bias_gelu | bias_gelu_erf | relu | silu | gelu | gelu_erf
-              (gelu = tanh approximation, gelu_erf = exact).
-    out_dtype: torch.bfloat16 or torch.float16. out: optional [M, N] contiguous output to write.
-    Runs on torch.cuda.current_stream(); no host synchronisation; CUDA-graph capturable.
+              (gelu = tanh approximation, gelu_erf = exact); or an expression of fusedgemm.epilogue (e.g.
+              fusedgemm.epilogue.parse("silu(acc * n_vec(s)) + aux(residual)")) whose operands are given by
+              name in `operands` (bias / scale_a / scale_b must then be None). An expression with save(x, dtype)
+              returns (out, saved): saved [M, N] holds x.
+    out_dtype: bfloat16, float16, float32 or the arch's fp8 (saturating); default: out's dtype, else bfloat16.
+    out: optional [M, N] contiguous output to write.
+    Runs on torch.cuda.current_stream(); no host synchronisation; CUDA-graph capturable. Epilogue expressions
+    and fp32 / fp8 outputs compile their kernel on first use (cached on disk; FUSEDGEMM_JIT_VERBOSE=1 says so).
     """
     if torch.compiler.is_compiling():
-        return _gemm_a8_traced(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out)
+        return _gemm_a8_traced(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, operands)
     # Fast path (host time per call is part of the speed at decode sizes). The first call of a signature --
-    # every argument's dtype, shape, strides and device, the epilogue, and a Python-float scale's value -- is
-    # checked in full and leaves a launch plan on the weight; a later call of that signature re-checks only
+    # every argument's dtype, shape, strides and device, the preset epilogue, and a Python-float scale's value --
+    # is checked in full and leaves a launch plan on the weight; a later call of that signature re-checks only
     # what the signature cannot promise: the addresses' alignment and the current device. Anything else
-    # (an int scale, a non-tensor, a plan not found) takes the checked path, which says what is wrong.
-    try:
-        key = (a.dtype, a.shape, a.stride(), a.get_device(), epilogue, out_dtype,
-               None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.get_device()),
-               scale_a if scale_a is None or scale_a.__class__ is float else
-               (scale_a.dtype, scale_a.shape, scale_a.stride(), scale_a.get_device()),
-               scale_b if scale_b is None or scale_b.__class__ is float else
-               (scale_b.dtype, scale_b.shape, scale_b.stride(), scale_b.get_device()),
-               None if out is None else (out.dtype, out.shape, out.stride(), out.get_device()))
-        plan = b.call_plans.get(key)
-    except (AttributeError, TypeError):
-        key = plan = None
+    # (an int scale, a non-tensor, an expression epilogue, a plan not found) takes the checked path.
+    key = plan = None
+    if epilogue.__class__ is str and operands is None:
+        try:
+            key = (a.dtype, a.shape, a.stride(), a.get_device(), epilogue, out_dtype,
+                   None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.get_device()),
+                   scale_a if scale_a is None or scale_a.__class__ is float else
+                   (scale_a.dtype, scale_a.shape, scale_a.stride(), scale_a.get_device()),
+                   scale_b if scale_b is None or scale_b.__class__ is float else
+                   (scale_b.dtype, scale_b.shape, scale_b.stride(), scale_b.get_device()),
+                   None if out is None else (out.dtype, out.shape, out.stride(), out.get_device()))
+            plan = b.call_plans.get(key)
+        except (AttributeError, TypeError):
+            key = plan = None
     if plan is not None and _FORCED_CONFIG is None:
+        call_plan, dtype, out_align = plan
         a_ptr, b_ptr = a.data_ptr(), b.data.data_ptr()
         bias_ptr = 0 if bias is None else bias.data_ptr()
         sa_ptr = 0 if scale_a is None or scale_a.__class__ is float else scale_a.data_ptr()
         sb_ptr = 0 if scale_b is None or scale_b.__class__ is float else scale_b.data_ptr()
         out_ptr = 0 if out is None else out.data_ptr()
-        if (not (a_ptr & 15 or b_ptr & 15 or bias_ptr % plan.bias_align or sa_ptr & 3 or sb_ptr & 3 or out_ptr & 3)
-                and current_device_index() == plan.dev):
+        if (not (a_ptr & 15 or b_ptr & 15 or bias_ptr % call_plan.bias_align or sa_ptr & 3 or sb_ptr & 3
+                 or out_ptr % out_align) and current_device_index() == call_plan.dev):
             if out is None:
-                out = torch.empty(plan.m, plan.n, dtype=out_dtype, device=a.device)  # int sizes: parsed faster
+                out = torch.empty(call_plan.m, call_plan.n, dtype=dtype, device=a.device)  # int sizes: parsed faster
                 out_ptr = out.data_ptr()
-            plan.run(a_ptr, b_ptr, out_ptr, bias_ptr, sa_ptr, sb_ptr)
+            call_plan.run(a_ptr, b_ptr, out_ptr, bias_ptr, sa_ptr, sb_ptr)
             return out
-    return _gemm_a8_checked(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, key)
+    return _gemm_a8_checked(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, operands, key)
 
 
-def _gemm_a8_checked(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, key):
+def _gemm_a8_checked(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, operands, key):
     """Every check, then the launch; records the plan under `key` for the fast path when given one."""
-    p = check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out)
+    p = check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, operands=operands)
+    out_dtype = p["out_dtype"]
     if out is None:
         out = torch.empty((p["m"], p["n"]), dtype=out_dtype, device=a.device)
+    saved = None
+    if p["saved_dtype"] is not None:
+        saved = torch.empty((p["m"], p["n"]), dtype=p["saved_dtype"], device=a.device)
     with device_guard(a.device):
-        plan = launch_gemm_a8(a, b.data, bias, p["sa"], p["sa_stride"], p["sb"], p["sb_stride"], p["alpha"],
-                              p["act"], p["in_kind"], out)
-    if key is not None and _FORCED_CONFIG is None:
-        plans = b.call_plans
-        try:
-            if len(plans) >= _CALL_PLANS_PER_WEIGHT:
-                del plans[next(iter(plans))]  # the oldest
-        except (KeyError, RuntimeError, StopIteration):  # another thread got there first
-            pass
-        plans[key] = plan
-    return out
+        if isinstance(epilogue, _epi.Node):
+            launch_gemm_a8(a, b.data, p, out, saved)
+        else:  # a preset: the plan takes the per-call addresses of the fast path
+            plan = _CallPlan(a.device.index, p["arch"], p["in_kind"], p["m"], p["n"], p["k"], out_dtype, p["epi"],
+                             p["values"], PRESET_POINTERS, 1 if bias is None else bias.element_size())
+            v = p["values"]
+            plan.run(a.data_ptr(), b.data.data_ptr(), out.data_ptr(), v["op_bias"], v["op_scale_a"], v["op_scale_b"])
+            if key is not None and _FORCED_CONFIG is None:
+                plans = b.call_plans
+                try:
+                    if len(plans) >= _CALL_PLANS_PER_WEIGHT:
+                        del plans[next(iter(plans))]  # the oldest
+                except (KeyError, RuntimeError, StopIteration):  # another thread got there first
+                    pass
+                plans[key] = (plan, out_dtype, 2 * out.element_size())
+    return out if saved is None else (out, saved)
 
 
 _CALL_PLANS_PER_WEIGHT = 64  # distinct (M, dtypes, ...) signatures remembered per weight
 
 
-def _gemm_a8_traced(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out):
+def _gemm_a8_traced(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, operands):
     """Under torch.compile: call the registered op (its real implementation validates everything at run
     time; its fake implementation checks shapes at trace time). Python-number scales fold into alpha."""
     from . import ops
 
+    if not isinstance(epilogue, str) or operands is not None:
+        raise NotImplementedError("gemm_a8: epilogue expressions are not traced by torch.compile yet; call it "
+                                  "eagerly (or under a CUDA graph), or use a preset name")
+    if out_dtype is None:
+        out_dtype = out.dtype if isinstance(out, torch.Tensor) else torch.bfloat16
     if not isinstance(b, PreshuffledWeight):
         raise TypeError(f"gemm_a8: B must be a PreshuffledWeight from fusedgemm.preshuffle, got {type(b).__name__}")
     alpha = 1.0

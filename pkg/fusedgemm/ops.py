@@ -19,9 +19,9 @@ def gemm_a8_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], s
     """b is the `.data` of a PreshuffledWeight (fusedgemm.gemm_a8 unwraps it); everything is checked here."""
     p = check_gemm_a8_args(a, PreshuffledWeight(b), bias, scale_a, scale_b, epilogue, out_dtype, None)
     out = torch.empty((p["m"], p["n"]), dtype=out_dtype, device=a.device)
+    p["values"]["op_alpha"] *= alpha
     with torch.cuda.device(a.device):
-        launch_gemm_a8(a, b, bias, p["sa"], p["sa_stride"], p["sb"], p["sb_stride"], alpha * p["alpha"], p["act"],
-                       p["in_kind"], out)
+        launch_gemm_a8(a, b, p, out)
     return out
 
 

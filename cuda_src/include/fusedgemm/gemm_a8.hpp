@@ -10,8 +10,8 @@
 // A is plain row-major [M, K]; the lane reads the same (row, chunk) vector of it.
 //
 // Ragged tiles are masked: rows >= M and 16-row blocks >= N load zeros and store nothing; K chunks past
-// K / 16 load zeros. Requirements (checked on the host): N % 16 == 0, K % 16 == 0, A / B / C 16/16/4-byte
-// aligned.
+// K / 16 load zeros. Requirements (checked on the host): N % 16 == 0, K % 16 == 0, A / B 16-byte aligned;
+// the epilogue (Epi, epilogue.hpp) owns the output and its operands.
 #pragma once
 #include "arch/select.hpp"
 #include "epilogue.hpp"
@@ -48,14 +48,11 @@ using ConfigM16N16K8 = GemmA8Config<1, 1, 8, 1, 1, 4>;  // decode, M <= 16: 16 x
 using ConfigM64N16K8 = GemmA8Config<1, 1, 8, 4, 1, 2>;  // decode, M <= 64: 64 x 16 tile, 8-way split-K
 using ConfigM128N128 = GemmA8Config<2, 4, 1, 4, 2>;  // prefill: 128 x 128, 8 warps, each 64 x 32
 
-template <class In, class Out, class Act, class Cfg>
-FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,      // [M, K] row-major
-                            const u8* __restrict__ b,      // [N, K] preshuffled (16,16)
-                            u16* __restrict__ out,         // [M, N] row-major, bf16 or fp16 bits
-                            const void* __restrict__ bias,  // [N] (kind below) or null
-                            const float* __restrict__ scale_a, const float* __restrict__ scale_b,
-                            int M, int N, int K, int bias_kind, int scale_a_stride, int scale_b_stride,
-                            float alpha) {
+template <class In, class Epi, class Cfg>
+FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,  // [M, K] row-major
+                            const u8* __restrict__ b,  // [N, K] preshuffled (16,16)
+                            int M, int N, int K,
+                            const typename Epi::Params& ep) {  // the epilogue's operands and outputs
   using Atom = arch::MmaAtom<In>;
   using Frag = typename Atom::Frag;
   using Acc = typename Atom::Acc;
@@ -129,28 +126,23 @@ FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,      // [M, K] row-major
   }
   static_assert(kVecsPerFrag == sizeof(Frag) / sizeof(Vec16), "fragment holds rows x chunks vectors");
 
-  // Epilogue: each accumulator value becomes one output element, rounded once.
-  using Epilogue = EpilogueScaleBiasAct<Act>;
+  // Epilogue: each run of kStoreVec accumulators (one row, adjacent columns) goes through the epilogue slot.
   auto store_tile = [&](const Acc& tile, int tm, int tn) {
 #pragma unroll
     for (int e = 0; e < Atom::kAccPerLane; e += Atom::kStoreVec) {
       const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
       if (row >= M) continue;
       const int col = n_warp + 16 * tn + Atom::acc_col(lane, e);
-      const float row_scale = alpha * load_scale(scale_a, scale_a_stride, row);
-      u16 y[Atom::kStoreVec];
+      float r[Epi::kRowValues];
+      Epi::load_row(ep, row, r);
+      float c[Atom::kStoreVec][Epi::kColValues];
+      float v[Atom::kStoreVec];
 #pragma unroll
       for (int s = 0; s < Atom::kStoreVec; ++s) {
-        const float scale = row_scale * load_scale(scale_b, scale_b_stride, col + s);
-        const float bias_v = load_bias(bias, bias_kind, col + s);
-        y[s] = Out::from_float(Epilogue::apply(Atom::get(tile, e + s), scale, bias_v));
+        Epi::load_col(ep, col + s, c[s]);
+        v[s] = Atom::get(tile, e + s);
       }
-      u16* dst = out + static_cast<i64>(row) * N + col;
-      if constexpr (Atom::kStoreVec == 2) {
-        *reinterpret_cast<u32*>(dst) = static_cast<u32>(y[0]) | (static_cast<u32>(y[1]) << 16);
-      } else {
-        dst[0] = y[0];
-      }
+      Epi::template store<Atom::kStoreVec>(ep, row, col, v, r, c);
     }
   };
 

@@ -72,7 +72,9 @@ struct WgmmaConfig {
   // Two chains of 64 columns likewise: fp8 holds acc + 2 partial tiles = 192 accumulators per thread.
   // A persistent kernel's epilogue warps are the producer warpgroup's.
   static constexpr bool kSetMaxNReg = kConsumerWarpgroups == 3 || kBlockN > 128 || kChains > 1 || kPersistent;
-  static constexpr int kProducerRegs = kConsumerWarpgroups == 3 ? 24 : 40;
+  // Persistent: the producer warpgroup's epilogue warps get 48 (256 x 232 + 128 x 48 = the SM's 65536): the
+  // epilogue slot's generic staging spilled 4 bytes at 40.
+  static constexpr int kProducerRegs = kConsumerWarpgroups == 3 ? 24 : kPersistent ? 48 : 40;
   static constexpr int kConsumerRegs = kConsumerWarpgroups == 3 ? 160 : 232;
   static constexpr int kThreads = kConsumerThreads + (kSetMaxNReg ? 128 : 32);
   static constexpr int kStageBytesA = kBlockM * kBlockK;
@@ -80,13 +82,15 @@ struct WgmmaConfig {
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
   static constexpr int kAccPerThread = kMmasPerStep * kMmaN / 2;
   static constexpr int kReduceBytes = kAccPerThread * kConsumerThreads * 4;
-  // Persistent: the parked tile (fp32, kBlockM x kBlockN), its rows' scales and its columns' scales and biases
-  // follow the stages.
+  // Persistent: the parked tile (fp32, kBlockM x kBlockN) and the tile's staged epilogue values follow the
+  // stages: room for kStagedFloats = kBlockM + 2 kBlockN floats, the rows' values ([k][kBlockM]) then the
+  // columns' ([k][kBlockN]) -- one per row and two per column for the presets (alpha * scale_a; scale_b, bias).
+  // An epilogue with more hoisted values does not fit (the host does not plan it on this config).
   static constexpr int kEpilogueThreads = kPersistent ? 96 : 0;
   static constexpr int kParkedOffset = kStages * kStageBytes;
-  static constexpr int kRowScaleOffset = kParkedOffset + (kPersistent ? kBlockM * kBlockN * 4 : 0);
-  static constexpr int kColumnOpsOffset = kRowScaleOffset + (kPersistent ? kBlockM * 4 : 0);  // scales, biases
-  static constexpr int kBarrierOffset = kColumnOpsOffset + (kPersistent ? 2 * kBlockN * 4 : 0);
+  static constexpr int kStagedOffset = kParkedOffset + (kPersistent ? kBlockM * kBlockN * 4 : 0);
+  static constexpr int kStagedFloats = kPersistent ? kBlockM + 2 * kBlockN : 0;
+  static constexpr int kBarrierOffset = kStagedOffset + kStagedFloats * 4;
   static constexpr int kBarriers = 2 * kStages + (kPersistent ? 2 : 0);  // + parked tile full / empty
   // + 1024: the dynamic shared-memory base is rounded up to the 1024-byte alignment the swizzle needs.
   static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8 + 1024;
@@ -150,69 +154,69 @@ FG_DEVICE int a_box_rows(int M) {
   return M >= Cfg::kBlockM ? Cfg::kBlockM : ((M + 7) & ~7);
 }
 
-// Writes the two adjacent outputs (row, col), (row, col + 1) through the epilogue, rounded once.
-template <class Out, class Act>
-FG_DEVICE void store_pair(u16* __restrict__ out, int N, int row, int col, float v0, float v1, float scale0,
-                          float scale1, float bias0, float bias1) {
-  using Epilogue = EpilogueScaleBiasAct<Act>;
-  const float y0 = Epilogue::apply(v0, scale0, bias0);
-  const float y1 = Epilogue::apply(v1, scale1, bias1);
-  *reinterpret_cast<u32*>(out + static_cast<i64>(row) * N + col) =
-      static_cast<u32>(Out::from_float(y0)) | (static_cast<u32>(Out::from_float(y1)) << 16);
-}
-
 // Accumulator element j of consumer thread t (t counted within its warpgroup): row and column in the
 // warpgroup's 64 x 128 tile (the wgmma D fragment layout).
 FG_DEVICE int acc_row(int t, int j) { return 16 * (t >> 5) + ((t & 31) >> 2) + 8 * ((j >> 1) & 1); }
 FG_DEVICE int acc_col(int t, int j) { return 8 * (j >> 2) + 2 * (t & 3) + (j & 1); }
 
-// Column scales and bias of a consumer thread's accumulator columns: for each of its kGroups 8-column groups
-// g, columns n0 + acc_col(t, 4 g) and the one after (0 past N). All are loaded before the first store, so
-// the epilogue waits for one round of loads instead of one per group (ncu, qkv M = 8192: the per-group
-// loads were ~9% of all warp stall samples, with the tensor core idle behind them).
-template <int kGroups>
-struct ColumnOperands {
-  float scale[2 * kGroups], bias[2 * kGroups];
+// The column values (Epi::load_col) of a consumer thread's accumulator columns: for each of its kGroups 8-column
+// groups g, columns n0 + acc_col(t, 4 g) and the one after (zeros past N). All are loaded before the first store,
+// so the epilogue waits for one round of loads instead of one per group (ncu, qkv M = 8192: the per-group loads
+// were ~9% of all warp stall samples, with the tensor core idle behind them).
+template <class Epi, int kGroups>
+struct ColumnValues {
+  float v[2 * kGroups][Epi::kColValues];
 
-  FG_DEVICE void load(const void* __restrict__ bias_ptr, const float* __restrict__ scale_b, int scale_b_stride,
-                      int bias_kind, int N, int n0, int t) {
+  FG_DEVICE void load(const typename Epi::Params& ep, int N, int n0, int t) {
+    int cols[2 * kGroups];
+    bool in[2 * kGroups];
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
-      const int col = n0 + acc_col(t, 4 * g);
-      const bool in = col < N;  // N % 16 == 0: a column pair is all in or all out
 #pragma unroll
-      for (int e = 0; e < 2; ++e) scale[2 * g + e] = in ? load_scale(scale_b, scale_b_stride, col + e) : 0.f;
-    }
-    // One loop per bias type (a uniform branch outside, independent loads inside).
-    auto load_all = [&](auto load_one) {
-#pragma unroll
-      for (int g = 0; g < kGroups; ++g) {
-        const int col = n0 + acc_col(t, 4 * g);
-#pragma unroll
-        for (int e = 0; e < 2; ++e) bias[2 * g + e] = col < N ? load_one(col + e) : 0.f;
+      for (int e = 0; e < 2; ++e) {
+        cols[2 * g + e] = n0 + acc_col(t, 4 * g) + e;
+        in[2 * g + e] = n0 + acc_col(t, 4 * g) < N;  // N % 16 == 0: a column pair is all in or all out
       }
-    };
-    if (bias_kind == kBiasF32)
-      load_all([&](int c) { return static_cast<const float*>(bias_ptr)[c]; });
-    else if (bias_kind == kBiasNone)
-      load_all([](int) { return 0.f; });
-    else
-      load_all([&](int c) { return load_bias(bias_ptr, bias_kind, c); });
+    }
+    Epi::template load_cols<2 * kGroups>(ep, cols, in, v);
   }
 };
 
+// The row values of rows row0 and row0 + 8 (zeros past M).
+template <class Epi>
+FG_DEVICE void load_row_pair(const typename Epi::Params& ep, int M, int row0, float (&r)[2][Epi::kRowValues]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (row0 + 8 * h < M) {
+      Epi::load_row(ep, row0 + 8 * h, r[h]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < Epi::kRowValues; ++k) r[h][k] = 0.f;
+    }
+  }
+}
+
 // The epilogue of one 8-column group (accumulator elements j..j+3 of a thread: columns col, col + 1 of rows
-// row0 and row0 + 8) with those columns' scales sb0, sb1 and biases b0, b1.
-template <class Out, class Act, class Acc>
-FG_DEVICE void store_group(u16* __restrict__ out, int M, int N, const float (&row_scale)[2], int row0, int col,
-                           float sb0, float sb1, float b0, float b1, Acc v0, Acc v1, Acc v2, Acc v3) {
+// row0 and row0 + 8) with those columns' values c0, c1: two pair stores through the epilogue slot.
+template <class Epi, class Acc>
+FG_DEVICE void store_group(const typename Epi::Params& ep, int M, int N, const float (&r)[2][Epi::kRowValues],
+                           int row0, int col, const float (&c0)[Epi::kColValues], const float (&c1)[Epi::kColValues],
+                           Acc v0, Acc v1, Acc v2, Acc v3) {
   if (col >= N) return;
-  if (row0 < M)
-    store_pair<Out, Act>(out, N, row0, col, static_cast<float>(v0), static_cast<float>(v1), row_scale[0] * sb0,
-                         row_scale[0] * sb1, b0, b1);
-  if (row0 + 8 < M)
-    store_pair<Out, Act>(out, N, row0 + 8, col, static_cast<float>(v2), static_cast<float>(v3), row_scale[1] * sb0,
-                         row_scale[1] * sb1, b0, b1);
+  float c[2][Epi::kColValues];
+#pragma unroll
+  for (int k = 0; k < Epi::kColValues; ++k) {
+    c[0][k] = c0[k];
+    c[1][k] = c1[k];
+  }
+  if (row0 < M) {
+    const float acc[2] = {static_cast<float>(v0), static_cast<float>(v1)};
+    Epi::template store<2>(ep, row0, col, acc, r[0], c);
+  }
+  if (row0 + 8 < M) {
+    const float acc[2] = {static_cast<float>(v2), static_cast<float>(v3)};
+    Epi::template store<2>(ep, row0 + 8, col, acc, r[1], c);
+  }
 }
 
 // Split-K over the cluster, step 1: once every consumer is past its last wgmma (the stages are free), park this
@@ -246,19 +250,18 @@ FG_DEVICE void cluster_sum(const u32* partial, int j, int t, int splits, Acc (&v
 // acc_col) follow the wgmma D layout. Each value is stored alone (2 bytes; a decode call writes a few KB).
 // With split-K, the partial tiles are reduced over the cluster as in the unswapped path (fixed order), each
 // CTA storing 1 / splits of the elements.
-template <class Out, class Act, class Cfg, int kAcc, int kAccPerMma, class Acc>
-FG_DEVICE void store_swapped(u16* __restrict__ out, const void* __restrict__ bias, const float* __restrict__ scale_a,
-                             const float* __restrict__ scale_b, int M, int N, int bias_kind, int scale_a_stride,
-                             int scale_b_stride, float alpha, int m0, int n0, int t, int splits, int rank,
+template <class Epi, class Cfg, int kAcc, int kAccPerMma, class Acc>
+FG_DEVICE void store_swapped(const typename Epi::Params& ep, int M, int N, int m0, int n0, int t, int splits, int rank,
                              const Acc (&acc)[kAcc], u8* smem) {
-  using Epilogue = EpilogueScaleBiasAct<Act>;
   auto store_one = [&](int j, Acc v) {
     const int h = j / kAccPerMma, e = j % kAccPerMma;
     const int m = m0 + acc_col(t, e), n = n0 + 64 * h + acc_row(t, e);
     if (m >= M || n >= N) return;
-    const float scale = alpha * load_scale(scale_a, scale_a_stride, m) * load_scale(scale_b, scale_b_stride, n);
-    out[static_cast<i64>(m) * N + n] =
-        Out::from_float(Epilogue::apply(static_cast<float>(v), scale, load_bias(bias, bias_kind, n)));
+    float r[Epi::kRowValues], c[1][Epi::kColValues];
+    Epi::load_row(ep, m, r);
+    Epi::load_col(ep, n, c[0]);
+    const float a[1] = {static_cast<float>(v)};
+    Epi::template store<1>(ep, m, n, a, r, c);
   };
   if (splits == 1) {
 #pragma unroll
@@ -428,36 +431,37 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
 FG_DEVICE int parked_index(int row, int col) { return row * 128 + (col ^ ((row & 3) << 3)); }
 
 // The epilogue warps' part of a tile: rows r = w, w + 3, ... of the parked tile (w: epilogue warp), columns
-// 4 lane .. 4 lane + 3, through scale, bias and activation to `out`, one 8-byte store per row and thread.
-template <class Out, class Act>
-FG_DEVICE void store_parked_rows(u16* __restrict__ out, const float* parked, const float* row_scale,
-                                 const float* col_scale, const float* col_bias, int M, int N, int m0, int col,
-                                 int col_local, int w) {
-  using Epilogue = EpilogueScaleBiasAct<Act>;
-  const int rows = min(128, M - m0);
-  const bool vec = (reinterpret_cast<unsigned long long>(out) & 7) == 0;
+// 4 lane .. 4 lane + 3, through the epilogue slot (one 4-value store per row and thread). The rows' and columns'
+// values were staged in shared memory: staged[k * kBlockM + r] for row value k, then col_staged[k * kBlockN + c].
+template <class Epi>
+FG_DEVICE void store_parked_rows(const typename Epi::Params& ep, const float* parked, const float* row_staged,
+                                 const float* col_staged, int M, int m0, int col, int col_local, int w) {
+  constexpr int kBlock = 128;
+  const int rows = min(kBlock, M - m0);
 #pragma unroll 1
   for (int r = w; r < rows; r += 3) {
-    const float4 v = *reinterpret_cast<const float4*>(&parked[parked_index(r, col_local)]);
-    const float4 cs = *reinterpret_cast<const float4*>(&col_scale[col_local]);
-    const float4 cb = *reinterpret_cast<const float4*>(&col_bias[col_local]);
-    const float sb[4] = {cs.x, cs.y, cs.z, cs.w}, bb[4] = {cb.x, cb.y, cb.z, cb.w};
-    const float rs = row_scale[r];
-    const u32 lo = static_cast<u32>(Out::from_float(Epilogue::apply(v.x, rs * sb[0], bb[0]))) |
-                   (static_cast<u32>(Out::from_float(Epilogue::apply(v.y, rs * sb[1], bb[1]))) << 16);
-    const u32 hi = static_cast<u32>(Out::from_float(Epilogue::apply(v.z, rs * sb[2], bb[2]))) |
-                   (static_cast<u32>(Out::from_float(Epilogue::apply(v.w, rs * sb[3], bb[3]))) << 16);
-    u16* dst = out + static_cast<i64>(m0 + r) * N + col;
-    if (vec) {
-      *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
-    } else {
-      reinterpret_cast<u32*>(dst)[0] = lo;
-      reinterpret_cast<u32*>(dst)[1] = hi;
+    // NOTE: the column values are re-read from shared memory per row: held across the loop, they do not fit
+    // the epilogue warps' 40 registers (spills).
+    float c[4][Epi::kColValues];
+#pragma unroll
+    for (int k = 0; k < Epi::kColValues; ++k) {
+      const float4 cv = *reinterpret_cast<const float4*>(&col_staged[k * kBlock + col_local]);
+      c[0][k] = cv.x;
+      c[1][k] = cv.y;
+      c[2][k] = cv.z;
+      c[3][k] = cv.w;
     }
+    const float4 v = *reinterpret_cast<const float4*>(&parked[parked_index(r, col_local)]);
+    float rv[Epi::kRowValues];
+#pragma unroll
+    for (int k = 0; k < Epi::kRowValues; ++k) rv[k] = row_staged[k * kBlock + r];
+    const float acc[4] = {v.x, v.y, v.z, v.w};
+    Epi::template store<4>(ep, m0 + r, col, acc, rv, c);
   }
 }
 
-// The persistent kernel's shared memory: stages (A, then B), the parked tile, its rows' scales, the barriers.
+// The persistent kernel's shared memory: stages (A, then B), the parked tile, the staged epilogue values, the
+// barriers.
 // The base comes through an asm volatile, so each role recomputes it after its setmaxnreg (no CSE with the
 // prologue's copy).
 template <class Cfg>
@@ -472,9 +476,9 @@ struct PersistentSmem {
   FG_DEVICE u8* stage_a() const { return base; }
   FG_DEVICE u8* stage_b() const { return base + Cfg::kStages * Cfg::kStageBytesA; }
   FG_DEVICE float* parked() const { return reinterpret_cast<float*>(base + Cfg::kParkedOffset); }
-  FG_DEVICE float* row_scale() const { return reinterpret_cast<float*>(base + Cfg::kRowScaleOffset); }
-  FG_DEVICE float* col_scale() const { return reinterpret_cast<float*>(base + Cfg::kColumnOpsOffset); }
-  FG_DEVICE float* col_bias() const { return col_scale() + Cfg::kBlockN; }
+  FG_DEVICE float* row_staged() const { return reinterpret_cast<float*>(base + Cfg::kStagedOffset); }
+  template <class Epi>
+  FG_DEVICE float* col_staged() const { return row_staged() + Epi::kRowValues * Cfg::kBlockM; }
   FG_DEVICE sm90::u64* full() const { return reinterpret_cast<sm90::u64*>(base + Cfg::kBarrierOffset); }
   FG_DEVICE sm90::u64* empty() const { return full() + Cfg::kStages; }
   FG_DEVICE sm90::u64* parked_full() const { return full() + 2 * Cfg::kStages; }
@@ -489,12 +493,11 @@ struct PersistentSmem {
 //    scales and biases into shared memory (while the consumers still compute), then wait for the parked tile and
 //    store it through the epilogue.
 // Two barriers hand the parked tile over: parked_full (256 consumer arrivals) and parked_empty (96).
-template <class In, class Out, class Act, class Cfg, int kProbe>
-FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map,
-                                        u16* __restrict__ out, const void* __restrict__ bias,
-                                        const float* __restrict__ scale_a, const float* __restrict__ scale_b, int M,
-                                        int N, int K, int bias_kind, int scale_a_stride, int scale_b_stride,
-                                        float alpha) {
+template <class In, class Epi, class Cfg, int kProbe>
+FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map, int M, int N, int K,
+                                        const typename Epi::Params& ep) {
+  static_assert(Epi::kRowValues * Cfg::kBlockM + Epi::kColValues * Cfg::kBlockN <= Cfg::kStagedFloats,
+                "the epilogue hoists more row/column values than the persistent config stages");
   using Mma = sm90::Wgmma<In, Cfg::kMmaN>;
   using Acc = typename Mma::Acc;
   constexpr int kAcc = Cfg::kAccPerThread;
@@ -570,22 +573,26 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       const int n0 = n_block * Cfg::kBlockN;
       // Addresses come from a fresh PersistentSmem per tile: held across the loop, 40 registers do not suffice.
       const PersistentSmem<Cfg> tsm;
-      float* row_scale = tsm.row_scale();
-      float* col_scale = tsm.col_scale();
-      float* col_bias = tsm.col_bias();
-      for (int r = e; r < Cfg::kBlockM; r += Cfg::kEpilogueThreads)
-        row_scale[r] = m0 + r < M ? alpha * load_scale(scale_a, scale_a_stride, m0 + r) : 0.f;
+      float* row_staged = tsm.row_staged();
+      float* col_staged = tsm.template col_staged<Epi>();
+      for (int r = e; r < Cfg::kBlockM; r += Cfg::kEpilogueThreads) {
+        float rv[Epi::kRowValues];
+        if (m0 + r < M) Epi::load_row(ep, m0 + r, rv);
+#pragma unroll
+        for (int k = 0; k < Epi::kRowValues; ++k) row_staged[k * Cfg::kBlockM + r] = m0 + r < M ? rv[k] : 0.f;
+      }
       for (int c = e; c < Cfg::kBlockN; c += Cfg::kEpilogueThreads) {
-        const bool in = n0 + c < N;
-        col_scale[c] = in ? load_scale(scale_b, scale_b_stride, n0 + c) : 0.f;
-        col_bias[c] = in ? load_bias(bias, bias_kind, n0 + c) : 0.f;
+        float cv[Epi::kColValues];
+        if (n0 + c < N) Epi::load_col(ep, n0 + c, cv);
+#pragma unroll
+        for (int k = 0; k < Epi::kColValues; ++k) col_staged[k * Cfg::kBlockN + c] = n0 + c < N ? cv[k] : 0.f;
       }
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // the rows' and columns' operands are in
       sm90::mbar_wait(tsm.parked_full(), it & 1);
       if (col < N)  // N % 16 == 0: the thread's four columns are all in or all out
-        store_parked_rows<Out, Act>(out, tsm.parked(), row_scale, col_scale, col_bias, M, N, m0, col, 4 * lane, w);
+        store_parked_rows<Epi>(ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane, w);
       sm90::mbar_arrive(tsm.parked_empty());
-      sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // everyone is done with row_scale
+      sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // everyone is done with the staged values
     }
     return;
   }
@@ -645,12 +652,10 @@ FG_DEVICE void probe_stamp(int slot, bool clock) {
 #define FG_PROBE_STAMP(SLOT, CLOCK)
 #endif
 
-template <class In, class Out, class Act, class Cfg, int kProbe>
+template <class In, class Epi, class Cfg, int kProbe>
 FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-major, box 128 B x BM, swizzle 128
-                             const sm90::TmaDesc& b_map,  // B (16,16) preshuffled, see above
-                             u16* __restrict__ out, const void* __restrict__ bias,
-                             const float* __restrict__ scale_a, const float* __restrict__ scale_b, int M, int N,
-                             int K, int bias_kind, int scale_a_stride, int scale_b_stride, float alpha) {
+                                   const sm90::TmaDesc& b_map,  // B (16,16) preshuffled, see above
+                                   int M, int N, int K, const typename Epi::Params& ep) {
   using Mma = sm90::Wgmma<In, Cfg::kMmaN>;
   using Acc = typename Mma::Acc;
   constexpr int kAcc = Cfg::kAccPerThread;
@@ -735,23 +740,19 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   // ---- epilogue -------------------------------------------------------------------------------------------
   const int ct = tid & 127;                   // thread within its consumer warpgroup
   if constexpr (Cfg::kSwapAB) {
-    store_swapped<Out, Act, Cfg, kAcc, kAccPerMma>(out, bias, scale_a, scale_b, M, N, bias_kind, scale_a_stride,
-                                                   scale_b_stride, alpha, m0, n0, ct, splits, rank, acc, smem);
+    store_swapped<Epi, Cfg, kAcc, kAccPerMma>(ep, M, N, m0, n0, ct, splits, rank, acc, smem);
   } else {
     const int wg_row0 = m0 + 64 * (warp >> 2);  // first row of the warpgroup's tile
     const int row0 = wg_row0 + acc_row(ct, 0);
-    float row_scale[2];  // alpha * scale_a of rows row0 and row0 + 8
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      row_scale[h] = row0 + 8 * h < M ? alpha * load_scale(scale_a, scale_a_stride, row0 + 8 * h) : 0.f;
+    float row_values[2][Epi::kRowValues];  // of rows row0 and row0 + 8
+    load_row_pair<Epi>(ep, M, row0, row_values);
     if (splits == 1) {
-      ColumnOperands<kAcc / 4> col_ops;
-      col_ops.load(bias, scale_b, scale_b_stride, bias_kind, N, n0, ct);
+      ColumnValues<Epi, kAcc / 4> col_values;
+      col_values.load(ep, N, n0, ct);
 #pragma unroll
       for (int j = 0; j < kAcc; j += 4)
-        store_group<Out, Act>(out, M, N, row_scale, row0, n0 + acc_col(ct, j), col_ops.scale[j / 2],
-                              col_ops.scale[j / 2 + 1], col_ops.bias[j / 2], col_ops.bias[j / 2 + 1], acc[j],
-                              acc[j + 1], acc[j + 2], acc[j + 3]);
+        store_group<Epi>(ep, M, N, row_values, row0, n0 + acc_col(ct, j), col_values.v[j / 2],
+                         col_values.v[j / 2 + 1], acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
       FG_PROBE_STAMP(3, false);
       return;
     }
@@ -766,9 +767,10 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
         if (col >= N) continue;
         Acc v[4];
         cluster_sum<Cfg>(partial, j, tid, splits, v);
-        store_group<Out, Act>(out, M, N, row_scale, row0, col, load_scale(scale_b, scale_b_stride, col),
-                              load_scale(scale_b, scale_b_stride, col + 1), load_bias(bias, bias_kind, col),
-                              load_bias(bias, bias_kind, col + 1), v[0], v[1], v[2], v[3]);
+        float c[2][Epi::kColValues];
+        Epi::load_col(ep, col, c[0]);
+        Epi::load_col(ep, col + 1, c[1]);
+        store_group<Epi>(ep, M, N, row_values, row0, col, c[0], c[1], v[0], v[1], v[2], v[3]);
       }
     }
     sm90::cluster_sync();  // keep this CTA's partial tile alive until every CTA has read it
@@ -776,18 +778,15 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
 }
 
 // The kernel body of every sm_90 gemm_a8 entry point: a CTA per tile, or persistent CTAs (Cfg::kPersistent).
-template <class In, class Out, class Act, class Cfg, int kProbe = kProbeNone>
+template <class In, class Epi, class Cfg, int kProbe = kProbeNone>
 FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major, box 128 B x BM, swizzle 128
                              const sm90::TmaDesc& b_map,  // B (16,16) preshuffled, see above
-                             u16* __restrict__ out, const void* __restrict__ bias,
-                             const float* __restrict__ scale_a, const float* __restrict__ scale_b, int M, int N,
-                             int K, int bias_kind, int scale_a_stride, int scale_b_stride, float alpha) {
+                             int M, int N, int K,
+                             const typename Epi::Params& ep) {  // the epilogue's operands and outputs (epilogue.hpp)
   if constexpr (Cfg::kPersistent)
-    gemm_a8_wgmma_persistent<In, Out, Act, Cfg, kProbe>(a_map, b_map, out, bias, scale_a, scale_b, M, N, K,
-                                                        bias_kind, scale_a_stride, scale_b_stride, alpha);
+    gemm_a8_wgmma_persistent<In, Epi, Cfg, kProbe>(a_map, b_map, M, N, K, ep);
   else
-    gemm_a8_wgmma_tiles<In, Out, Act, Cfg, kProbe>(a_map, b_map, out, bias, scale_a, scale_b, M, N, K, bias_kind,
-                                                   scale_a_stride, scale_b_stride, alpha);
+    gemm_a8_wgmma_tiles<In, Epi, Cfg, kProbe>(a_map, b_map, M, N, K, ep);
 }
 
 }  // namespace fg

@@ -8,7 +8,12 @@
 // headers are absent we declare the few pieces of the HIP kernel language we use ourselves.
 #pragma once
 
-#if defined(__HIP_DEVICE_COMPILE__) || defined(__AMDGCN__) || defined(__HIP__)
+#if defined(FG_HOST)
+// Plain host C++ (g++/clang++): the epilogue functors compile for the CPU so tests can check codegen
+// numerics without a GPU (arch/host.hpp). Kernels are not built this way.
+#define __device__
+#define __host__
+#elif defined(__HIP_DEVICE_COMPILE__) || defined(__AMDGCN__) || defined(__HIP__)
 #define FG_AMD 1
 #else
 #define FG_NVIDIA 1
@@ -48,7 +53,11 @@ static constexpr fg_hip_builtin::BlockDim blockDim{};
 static __device__ inline void __syncthreads() { __builtin_amdgcn_s_barrier(); }
 #endif
 
+#if defined(FG_HOST)
+#define FG_DEVICE inline
+#else
 #define FG_DEVICE __device__ __forceinline__
+#endif
 
 namespace fg {
 

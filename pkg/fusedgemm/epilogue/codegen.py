@@ -144,8 +144,10 @@ def _float(v: float) -> str:
 class _Emitter:
     """Straight-line C++ for a set of roots, one const temp per distinct subtree (structural CSE)."""
 
-    def __init__(self, spec: EpilogueSpec, index_of: dict | None, index_expr: str | None, hoisted: dict):
+    def __init__(self, spec: EpilogueSpec, index_of: dict | None, index_expr: str | None, hoisted: dict,
+                 prefix: str = "t"):
         self.spec = spec
+        self.prefix = prefix  # temps are <prefix>0, <prefix>1, ...: distinct prefixes never shadow each other
         self.lines: list[str] = []
         self.names: dict[ir.Node, str] = {}
         self.index_expr = index_expr  # "m" in load_row, "n" in load_col
@@ -160,7 +162,7 @@ class _Emitter:
         expr = self._expr(node)
         if node.op in ("const", "acc"):
             return expr
-        name = f"t{len(self.names)}"
+        name = f"{self.prefix}{len(self.names)}"
         self.names[node] = name
         self.lines.append(f"const float {name} = {expr};")
         return name
@@ -232,6 +234,55 @@ def _hoisted_roots(expr: ir.Node) -> tuple[list[ir.Node], list[ir.Node]]:
     return rows, cols
 
 
+def _batched_cols_body(spec: EpilogueSpec, cols: list[ir.Node]) -> list[str]:
+    """load_cols: each n_vec operand into an array of kCount values (branches outside the loads), uniform
+    scalars once, then each column root per column."""
+    ops = ir.operands(spec.expr)
+    leaves: list[ir.Node] = []
+    scalars: list[ir.Node] = []
+    for root in cols:
+        for node in root.walk():
+            if node.op == "n_vec" and node not in leaves:
+                leaves.append(node)
+            elif node.op == "scalar" and node not in scalars:
+                scalars.append(node)
+    lines, hoisted = [], {}
+
+    def fill(arr: str, value: str) -> list[str]:
+        return ["#pragma unroll", f"  for (int i = 0; i < kCount; ++i) {arr}[i] = {value};"]
+
+    for leaf in leaves:
+        name = leaf.attrs[0]
+        o, dt, f, arr = ops[name], spec.dtype(name), f"p.op_{name}", f"v_{name}"
+        lines.append(f"float {arr}[kCount];")
+
+        def loads(load_fn: str) -> list[str]:
+            return fill(arr, f"in[i] ? fg::epi::{load_fn}({f}, n[i] * {f}_stride) : 0.f")
+
+        branches = []
+        if o.default is not None:
+            branches.append((f"!{f}", fill(arr, _float(o.default))))
+        if dt == "dyn":
+            branches += [(f"{f}_kind == fg::kElemF32", loads("load_f32")),
+                         (f"{f}_kind == fg::kElemBf16", loads("load_bf16"))]
+            last = loads("load_f16")
+        else:
+            last = loads(f"load_{dt}")
+        for i, (cond, code) in enumerate(branches):
+            lines += [f"{'if' if i == 0 else '} else if'} ({cond}) {{", *code]
+        lines += (["} else {", *last, "}"] if branches else last)
+        hoisted[leaf] = f"{arr}[i]"
+    em = _Emitter(spec, None, "n", {}, prefix="u")
+    for s in scalars:
+        hoisted[s] = em.value(s)
+    lines += em.lines
+    body = _Emitter(spec, None, "n", hoisted)
+    outs = [f"c[i][{k}] = {body.value(r)};" for k, r in enumerate(cols)]
+    if cols:
+        lines += ["#pragma unroll", "for (int i = 0; i < kCount; ++i) {"] + ["  " + x for x in body.lines + outs] + ["}"]
+    return lines
+
+
 def hoisted_counts(spec: EpilogueSpec) -> tuple[int, int]:
     """(values per row, values per column) the functor hoists: kRowValues, kColValues (at least 1 each)."""
     rows, cols = _hoisted_roots(spec.expr)
@@ -253,7 +304,7 @@ def render_functor(spec: EpilogueSpec, name: str | None = None) -> str:
         return em.lines + outs
 
     row_lines = body(rows, "m", "r")
-    col_lines = body(cols, "n", "c")
+    cols_lines = _batched_cols_body(spec, cols)
     hoisted = {r: f"r[{i}]" for i, r in enumerate(rows)}
     hoisted.update({c: f"c[{i}]" for i, c in enumerate(cols)})
     em = _Emitter(spec, None, None, hoisted)
@@ -282,9 +333,21 @@ struct {name} {{
   FG_DEVICE static void load_row(const Params& p, int m, float (&r)[kRowValues]) {{
     (void)p; (void)m; r[0] = 0.f;
 {indent(row_lines, 4)}  }}
+  // The column values of kCount columns n[i] (zeros where !in[i]), loaded operand by operand: the branches on
+  // an operand's presence and run-time type are taken once, outside the loads (per column they cost registers
+  // that the 192-wide tiles do not have: spills).
+  template <int kCount>
+  FG_DEVICE static void load_cols(const Params& p, const int (&n)[kCount], const bool (&in)[kCount],
+                                  float (&c)[kCount][kColValues]) {{
+    (void)p; (void)n; (void)in;
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) c[i][0] = 0.f;
+{indent(cols_lines, 4)}  }}
   FG_DEVICE static void load_col(const Params& p, int n, float (&c)[kColValues]) {{
-    (void)p; (void)n; c[0] = 0.f;
-{indent(col_lines, 4)}  }}
+    const int ns[1] = {{n}};
+    const bool in[1] = {{true}};
+    load_cols<1>(p, ns, in, *reinterpret_cast<float(*)[1][kColValues]>(&c));
+  }}
   // The value of output (m, n) from its accumulator, row and column values; `saved` gets the save node's value.
   FG_DEVICE static float value(const Params& p, float acc, const float (&r)[kRowValues],
                                const float (&c)[kColValues], int m, int n, float& saved) {{

@@ -15,6 +15,30 @@ _CTYPES = {"ptr": ("Q", 8, 8), "i64": ("q", 8, 8), "i32": ("i", 4, 4), "f32": ("
 
 
 @dataclasses.dataclass(frozen=True)
+class StructType:
+    """A struct passed by value as one kernel parameter (an epilogue's Params): its fields at the offsets the
+    epilogue codegen laid out (and asserted in the generated C++). Packed as its fields, flattened."""
+    fields: tuple[tuple[str, str], ...]  # (name, scalar ctype)
+    offsets: tuple[int, ...]
+    size: int
+    align: int = 8
+
+    @property
+    def format(self) -> str:
+        fmt, pos = "", 0
+        for (_name, ctype), off in zip(self.fields, self.offsets):
+            fmt += "x" * (off - pos) + _CTYPES[ctype][0]
+            pos = off + _CTYPES[ctype][1]
+        return fmt + "x" * (self.size - pos)
+
+
+def _ctype_info(ctype) -> tuple[str, int, int]:
+    if isinstance(ctype, StructType):
+        return ctype.format, ctype.size, ctype.align
+    return _CTYPES[ctype]
+
+
+@dataclasses.dataclass(frozen=True)
 class Signature:
     params: tuple[tuple[str, str], ...]  # (name, ctype) in kernel order
 
@@ -22,7 +46,7 @@ class Signature:
     def offsets(self) -> tuple[int, ...]:
         offs, pos = [], 0
         for _name, ctype in self.params:
-            _fmt, size, align = _CTYPES[ctype]
+            _fmt, size, align = _ctype_info(ctype)
             # Alignment is of the absolute constant-bank address: the parameter block starts at bank offset
             # 0x210 on sm_90 (16-aligned, so only 64-aligned tensor maps see it: the first one lands at 48).
             pos = -(-(pos + _PARAM_BANK_BASE) // align) * align - _PARAM_BANK_BASE
@@ -32,32 +56,43 @@ class Signature:
 
     @property
     def sizes(self) -> tuple[int, ...]:
-        return tuple(_CTYPES[c][1] for _n, c in self.params)
+        return tuple(_ctype_info(c)[1] for _n, c in self.params)
 
     @property
     def struct(self) -> struct.Struct:
         fmt, pos = "<", 0
         for (_name, ctype), off in zip(self.params, self.offsets):
-            fmt += "x" * (off - pos) + _CTYPES[ctype][0]
-            pos = off + _CTYPES[ctype][1]
+            info = _ctype_info(ctype)
+            fmt += "x" * (off - pos) + info[0]
+            pos = off + info[1]
         return struct.Struct(fmt)
 
+    @property
+    def flat_names(self) -> tuple[str, ...]:
+        """The packed values in order: struct parameters contribute their fields."""
+        out = []
+        for name, ctype in self.params:
+            out += [f"{name}.{f}" for f, _c in ctype.fields] if isinstance(ctype, StructType) else [name]
+        return tuple(out)
 
-_GEMM_A8_TAIL = (
-    ("out", "ptr"), ("bias", "ptr"), ("scale_a", "ptr"), ("scale_b", "ptr"),
-    ("M", "i32"), ("N", "i32"), ("K", "i32"), ("bias_kind", "i32"), ("scale_a_stride", "i32"),
-    ("scale_b_stride", "i32"), ("alpha", "f32"),
-)
-GEMM_A8 = Signature((("a", "ptr"), ("b", "ptr"), *_GEMM_A8_TAIL))
-# The Hopper tensor-core kernels (unit gemm_a8_sm90) read A and B through TMA tensor maps.
-GEMM_A8_SM90 = Signature((("a_map", "tmap"), ("b_map", "tmap"), *_GEMM_A8_TAIL))
 
-# Must match `enum BiasKind` in hip_src/include/fusedgemm/epilogue.hpp.
-BIAS_KIND = {None: 0, "float32": 1, "bfloat16": 2, "float16": 3}
+def epilogue_params_type(epi_spec) -> StructType:
+    """The kernel parameter of an epilogue (fusedgemm.epilogue.codegen.EpilogueSpec): its Params struct."""
+    from ..epilogue.codegen import params_layout, params_offsets
+
+    fields = params_layout(epi_spec)
+    offsets, size = params_offsets(fields)
+    return StructType(tuple(fields), tuple(offsets), size)
+
+
+def gemm_a8_signature(unit: str, epi_spec) -> Signature:
+    """A, B (pointers; the Hopper units: TMA tensor maps), M, N, K, then the epilogue's Params."""
+    ab = (("a_map", "tmap"), ("b_map", "tmap")) if unit == "gemm_a8_sm90" else (("a", "ptr"), ("b", "ptr"))
+    return Signature((*ab, ("M", "i32"), ("N", "i32"), ("K", "i32"), ("ep", epilogue_params_type(epi_spec))))
+
 
 GEMM_A8_IN = {"fp8": "fp8", "int8": "i8"}
-GEMM_A8_OUT = {"bfloat16": "bf16", "float16": "f16"}
-GEMM_A8_ACTS = ("none", "relu", "silu", "gelu", "gelu_erf")
+GEMM_A8_OUT = {"bfloat16": "bf16", "float16": "f16"}  # the preset (ahead-of-time) kernels' output types
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,9 +107,6 @@ class TileConfig:
     swap_ab: bool = False  # wgmma tiles computing C^T = B . A^T (decode; WgmmaConfig::kSwapAB)
     persistent: bool = False  # one wave of CTAs looping over tiles, epilogue warps (WgmmaConfig::kPersistent)
 
-    @property
-    def signature(self) -> Signature:
-        return GEMM_A8_SM90 if self.unit == "gemm_a8_sm90" else GEMM_A8
 
 
 def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n: int = 128,
@@ -102,18 +134,21 @@ GEMM_A8_CONFIGS = {
     "w128n128": _wgmma_config("w128n128", 128, 6, 1, chains=2),
     "w128n192": _wgmma_config("w128n192", 128, 5, 1, block_n=192),
     "w192n128": _wgmma_config("w192n128", 192, 5, 1),
-    "p128n128": _wgmma_config("p128n128", 128, 5, 1, chains=2, persistent=True),
+    "p128n128": _wgmma_config("p128n128", 128, 5, 1, persistent=True),
     "v16n128": _wgmma_config("v16n128", 16, 4, 3, swap_ab=True),
 }
 
 
 def gemm_a8_kernel_name(in_kind: str, out_dtype: str, act: str, config: str) -> str:
+    """A preset kernel of the ahead-of-time units: fg_gemm_a8_<in>_<out>_<activation>_<config>."""
     return f"fg_gemm_a8_{GEMM_A8_IN[in_kind]}_{GEMM_A8_OUT[out_dtype]}_{act}_{config}"
 
 
 def gemm_a8_kernel_names(unit: str = "gemm_a8") -> list[str]:
+    from ..epilogue.presets import ACTIVATIONS
+
     return [gemm_a8_kernel_name(i, o, a, c) for c, cfg in GEMM_A8_CONFIGS.items() if cfg.unit == unit
-            for i in GEMM_A8_IN for o in GEMM_A8_OUT for a in GEMM_A8_ACTS]
+            for i in GEMM_A8_IN for o in GEMM_A8_OUT for a in ACTIVATIONS]
 
 
 BMM_TINY = Signature((

@@ -478,8 +478,9 @@ class Module:
         return k
 
 
-def module_for(unit: str, device_index: int) -> Module:
-    """The loaded code object of `unit` for device `device_index`, built on first use if needed."""
+def module_for(unit: str, device_index: int, source: str | None = None) -> Module:
+    """The loaded code object of `unit` for device `device_index`, built on first use if needed. `source`: the
+    text of a generated translation unit (unit is then its spec-derived name; see runtime/build.py)."""
     key = (unit, device_index)
     mod = _MODULES.get(key)
     if mod is None:
@@ -487,7 +488,7 @@ def module_for(unit: str, device_index: int) -> Module:
             mod = _MODULES.get(key)
             if mod is None:
                 arch = device_arch(device_index)
-                mod = _MODULES[key] = Module(code_object_path(unit, arch), vendor_of(arch), device_index)
+                mod = _MODULES[key] = Module(code_object_path(unit, arch, source), vendor_of(arch), device_index)
     return mod
 
 

@@ -19,6 +19,9 @@ FG_DEVICE float fast_exp2(float x) { return __builtin_amdgcn_exp2f(x); }
 // 1 ulp reciprocal (v_rcp_f32): the epilogue's divisions, whose result is rounded to bf16/fp16 anyway.
 FG_DEVICE float fast_rcp(float x) { return __builtin_amdgcn_rcpf(x); }
 
+FG_DEVICE float sqrt_f32(float x) { return __builtin_amdgcn_sqrtf(x); }
+FG_DEVICE float rsqrt_f32(float x) { return __builtin_amdgcn_rsqf(x); }
+
 FG_DEVICE float half_bits_to_float(u16 h) { return static_cast<float>(__builtin_bit_cast(_Float16, h)); }
 FG_DEVICE u16 float_to_half_bits(float f) { return __builtin_bit_cast(u16, static_cast<_Float16>(f)); }
 

@@ -3,7 +3,9 @@
 #pragma once
 #include "../platform.hpp"
 
-#if defined(FG_NVIDIA)
+#if defined(FG_HOST)
+#include "host.hpp"
+#elif defined(FG_NVIDIA)
 #if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ != 900)
 #error "fusedgemm's CUDA kernels target sm_90a only"
 #endif

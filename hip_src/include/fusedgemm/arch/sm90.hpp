@@ -27,6 +27,18 @@ FG_DEVICE float fast_rcp(float x) {
   return y;
 }
 
+FG_DEVICE float sqrt_f32(float x) {
+  float y;
+  asm("sqrt.rn.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+FG_DEVICE float rsqrt_f32(float x) {
+  float y;
+  asm("rsqrt.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 FG_DEVICE float half_bits_to_float(u16 h) {
   float f;
   asm("{ .reg .f16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));

@@ -269,6 +269,14 @@ def test_sm90_kernels_layout_isa_and_registers(built_sm90):
         assert "UTMALDG" in body, f"{name}: operands do not come through TMA"
         assert not re.search(r"\b(LDL|STL)\b", body), f"{name}: local memory traffic"
         assert int(regs[name]) * cfg.warps * 32 * cfg.min_blocks_per_sm <= 65536, (name, regs[name])
+        # setmaxnreg only moves registers within the CTA's launch allocation: the consumers' raised count and
+        # the producer warpgroup's lowered one must fit it, or setmaxnreg.inc waits forever (a hang, not an error).
+        alloc = re.findall(r"USETMAXREG\.TRY_ALLOC\.CTAPOOL \w+, (0x[0-9a-f]+)", body)
+        dealloc = re.findall(r"USETMAXREG\.DEALLOC\.CTAPOOL (0x[0-9a-f]+)", body)
+        if alloc or dealloc:
+            consumers = 32 * cfg.warps - 128
+            need = max(int(x, 16) for x in alloc) * consumers + max(int(x, 16) for x in dealloc) * 128
+            assert need <= int(regs[name]) * 32 * cfg.warps, (name, need, regs[name])
         assert cfg.smem * cfg.min_blocks_per_sm <= 228 * 1024, name
     spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
     assert len(spills) == len(names) and all(x == ("0", "0", "0") for x in spills), spills

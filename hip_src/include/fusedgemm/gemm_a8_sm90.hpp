@@ -71,9 +71,10 @@ struct WgmmaConfig {
   // Two chains of 64 columns likewise: fp8 holds acc + 2 partial tiles = 192 accumulators per thread.
   // A persistent kernel's epilogue warps are the producer warpgroup's.
   static constexpr bool kSetMaxNReg = kConsumerWarpgroups == 3 || kBlockN > 128 || kChains > 1 || kPersistent;
-  // Persistent: the producer warpgroup's epilogue warps get 48 (256 x 232 + 128 x 48 = the SM's 65536): the
-  // epilogue slot's generic staging spilled 4 bytes at 40.
-  static constexpr int kProducerRegs = kConsumerWarpgroups == 3 ? 24 : kPersistent ? 48 : 40;
+  // NOTE: setmaxnreg moves registers within the CTA's launch allocation (384 threads x 168 = 64512): the consumers'
+  // 2 x 128 x 232 leave exactly 128 x 40 for the producer warpgroup. Asking more deadlocks setmaxnreg.inc (seen
+  // with 48 on an H100: the persistent kernel hung).
+  static constexpr int kProducerRegs = kConsumerWarpgroups == 3 ? 24 : 40;
   static constexpr int kConsumerRegs = kConsumerWarpgroups == 3 ? 160 : 232;
   static constexpr int kThreads = kConsumerThreads + (kSetMaxNReg ? 128 : 32);
   static constexpr int kStageBytesA = kBlockM * kBlockK;
@@ -564,7 +565,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       return;
     }
     const int e = 32 * w + lane;  // epilogue thread 0..95
-    for (int t = blockIdx.x, it = 0; t < num_tiles; t += gridDim.x, ++it) {
+    for (int t = blockIdx.x, it = 0; t < num_tiles; t += sm90::grid_ctas_x(), ++it) {
       int m_block, n_block;
       tile_of(t, num_n, num_m, N, K, m_block, n_block);
       const int m0 = m_block * Cfg::kBlockM;

@@ -96,6 +96,14 @@ FG_DEVICE void named_barrier_sync(int id, int threads) {
 }
 
 // ---- clusters ---------------------------------------------------------------------------------------------
+// gridDim.x read where it is used: a volatile read is never hoisted into a register held across a loop (in the
+// persistent kernel's 40-register epilogue warps ptxas spilled the hoisted copy rather than re-read it).
+FG_DEVICE int grid_ctas_x() {
+  u32 n;
+  asm volatile("mov.u32 %0, %%nctaid.x;" : "=r"(n));
+  return static_cast<int>(n);
+}
+
 FG_DEVICE u32 cluster_rank() {
   u32 r;
   asm("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));

@@ -16,8 +16,8 @@ fi
 wait
 tail -3 "$OUT/build.txt"
 export PYTHONPATH=$PWD/pkg
-timeout 150 python3 ci/smoke_gemm_a8.py > "$OUT/smoke.txt" 2>&1; rc=$?; tail -2 "$OUT/smoke.txt"
-[ $rc -eq 0 ] || grep -v " ok$" "$OUT/smoke.txt" | tail -20
+timeout 120 python3 ci/smoke_gemm_a8.py > "$OUT/smoke.txt" 2>&1; rc=$?; tail -2 "$OUT/smoke.txt"
+if [ $rc -ne 0 ]; then grep -v " ok$" "$OUT/smoke.txt" | tail -20; echo "smoke failed (rc $rc): no tests"; exit 1; fi
 files=${*:-tests/test_gpu_gemm_a8.py tests/test_gpu_epilogue.py tests/test_gpu_bmm.py}
 timeout ${TEST_TIMEOUT:-400} python3 -m pytest -q -p no:cacheprovider $files 2>&1 | tee "$OUT/gpu_tests.log" \
   | grep -E "passed|failed|Error|error|FAILED" | tail -25

@@ -70,8 +70,9 @@ def run_tree(kind, m, n, k, expr, out_dtype, seed, allowed=0.02):
     got, saved = (res if isinstance(res, tuple) else (res, None))
     assert got is out
     ops_cpu = {k_: (v.cpu() if isinstance(v, torch.Tensor) else v) for k_, v in ops.items()}
-    # fp8: fp32 sums of k products (promoted every 128): ~1e-6 of the rms; int8 sums are exact.
-    acc_noise = 1e-5 if kind == "fp8" else 0.0
+    # fp8: the tensor core sums each 128-deep block in reduced precision (promoted to fp32 per block; observed
+    # ~1e-4 of the rms on an H100); int8 sums are exact.
+    acc_noise = 1e-3 if kind == "fp8" else 0.0
     ref_saved = check_output(got, acc, expr, ops_cpu, out_dtype, f"{kind} {m}x{n}x{k} {out_dtype}: {expr}", allowed,
                              acc_noise)
     if ref_saved is not None:
@@ -112,7 +113,7 @@ def test_preset_name_with_fp32_output_matches_the_expression():
     expr = E.preset("bias_gelu")
     ref = E.evaluate(expr, acc, {"alpha": 1.0, "scale_a": sa.cpu(), "bias": bias.cpu()})
     check_close(got.cpu(), ref, tolerance(expr, acc, {"alpha": 1.0, "scale_a": sa.cpu(), "bias": bias.cpu()}, ref,
-                                          acc_noise=1e-5), "bias_gelu fp32")
+                                          acc_noise=1e-3), "bias_gelu fp32")
 
 
 def test_graph_capture_of_a_jit_epilogue():
@@ -134,7 +135,7 @@ def test_graph_capture_of_a_jit_epilogue():
         ops = {"s": value, "res": res.cpu()}
         ref = E.evaluate(expr, acc, ops)
         check_close(out.cpu(), E.round_to(ref, torch.bfloat16),
-                    tolerance(expr, acc, ops, ref, acc_noise=1e-5) + 2 ** -8 * ref.abs(), f"replay s={value}")
+                    tolerance(expr, acc, ops, ref, acc_noise=1e-3) + 2 ** -8 * ref.abs(), f"replay s={value}")
 
 
 def test_bad_operands_are_named_before_any_compile():

@@ -135,7 +135,7 @@ def test_graph_capture_of_a_jit_epilogue():
         ops = {"s": value, "res": res.cpu()}
         ref = E.evaluate(expr, acc, ops)
         check_close(out.cpu(), E.round_to(ref, torch.bfloat16),
-                    tolerance(expr, acc, ops, ref, acc_noise=1e-3) + 2 ** -8 * ref.abs(), f"replay s={value}")
+                    tolerance(expr, acc, ops, ref, acc_noise=1e-3) + 2 ** -7 * ref.abs(), f"replay s={value}")
 
 
 def test_bad_operands_are_named_before_any_compile():

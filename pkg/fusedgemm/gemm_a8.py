@@ -15,12 +15,11 @@ import torch
 
 from . import epilogue as _epi
 from .epilogue.bind import bind as _bind_epilogue
-from .epilogue.codegen import hoisted_counts
 from .epilogue.presets import parse_name as parse_epilogue, spec_for_activation
 from .preshuffle import LAYOUT_16x16, PreshuffledWeight
 from .runtime import kernels
 from .runtime.arch import device_arch
-from .runtime.gemm_a8_spec import OUT_CODEGEN, GemmA8Kernel
+from .runtime.gemm_a8_spec import OUT_CODEGEN, GemmA8Kernel, config_fits
 
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 # The fp8 variant each arch's tensor cores read. gfx942 reads e4m3fnuz; sm_90 and gfx950 read OCP e4m3fn.
@@ -387,12 +386,6 @@ def _kernel_for(dev: int, spec: GemmA8Kernel):
     return kernel
 
 
-def _persistent_fits(epi) -> bool:
-    """The persistent config stages kBlockM + 2 kBlockN floats of hoisted epilogue values per tile."""
-    rows, cols = hoisted_counts(epi)
-    return rows + cols <= 3
-
-
 # Params fields filled per call (addresses); the preset fast path passes them in this order.
 PRESET_POINTERS = ("out", "op_bias", "op_scale_a", "op_scale_b")
 
@@ -414,7 +407,10 @@ class _CallPlan:
         self.a_map = self.b_map = (None, None)  # (address, encoded tensor map): the last one used
         if m == 0 or n == 0:
             return
-        cfg, splits = plan_for(m, n, k, dev, persistent_ok=_persistent_fits(epi))
+        cfg, splits = plan_for(m, n, k, dev, persistent_ok=config_fits("p128n128", epi))
+        if not config_fits(cfg.name, epi):  # only a forced config gets here
+            raise ValueError(f"gemm_a8: config {cfg.name} cannot run the epilogue {epi.expr}: it hoists more row and "
+                             "column values than the persistent kernel stages (at most 3)")
         grid = (-(-n // cfg.block_n), -(-m // cfg.block_m), splits)
         if cfg.persistent:  # one wave of CTAs, each looping over tiles
             grid = (min(grid[0] * grid[1], _sm_count(dev) * cfg.min_blocks_per_sm), 1, 1)

@@ -88,6 +88,18 @@ FG_DEVICE float load_dyn(const void* p, int kind, i64 i) {
   if (kind == kElemBf16) return load_bf16(p, i);
   return load_f16(p, i);
 }
+// Vector and scalar operands (read-only for the kernel's lifetime: they must not alias an output) go through
+// the read-only data path where the arch has one; [M, N] aux operands may be the output itself (in place) and
+// use plain loads.
+FG_DEVICE float load_f32_ro(const void* p, i64 i) {
+  return bits_to_float(arch::load_ro_u32(static_cast<const float*>(p) + i));
+}
+FG_DEVICE float load_bf16_ro(const void* p, i64 i) {
+  return bits_to_float(static_cast<u32>(arch::load_ro_u16(static_cast<const u16*>(p) + i)) << 16);
+}
+FG_DEVICE float load_f16_ro(const void* p, i64 i) {
+  return arch::half_bits_to_float(arch::load_ro_u16(static_cast<const u16*>(p) + i));
+}
 
 // ---- the IR's ops in fp32 (NaN propagates through every one, as in torch) --------------------------------
 FG_DEVICE float inf() { return bits_to_float(0x7f800000u); }

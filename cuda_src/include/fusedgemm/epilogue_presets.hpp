@@ -45,29 +45,49 @@ struct EpiloguePresetNone {
   static constexpr int kRowValues = 1;  // 1 used (arrays are never empty)
   static constexpr int kColValues = 2;  // 2 used
   static constexpr bool kSaves = false;
-  FG_DEVICE static void load_row(const Params& p, int m, float (&r)[kRowValues]) {
-    (void)p; (void)m; r[0] = 0.f;
-    const float t0 = (p.op_alpha_ptr ? *static_cast<const float*>(p.op_alpha_ptr) : p.op_alpha);
-    const float t1 = (p.op_scale_a ? fg::epi::load_f32(p.op_scale_a, m * p.op_scale_a_stride) : static_cast<float>(0x1.0000000000000p+0));
-    const float t2 = t0 * t1;
-    r[0] = t2;
-  }
-  // The column values of kCount columns n[i] (zeros where !in[i]), loaded operand by operand: the branches on
-  // an operand's presence and run-time type are taken once, outside the loads (per column they cost registers
-  // that the 192-wide tiles do not have: spills).
+  // The row values of kCount rows idx[i] (zeros where !in[i]), loaded operand by operand (see load_cols).
   template <int kCount>
-  FG_DEVICE static void load_cols(const Params& p, const int (&n)[kCount], const bool (&in)[kCount],
-                                  float (&c)[kCount][kColValues]) {
-    (void)p; (void)n; (void)in;
+  FG_DEVICE static void load_rows(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],
+                                  float (&out)[kCount][kRowValues]) {
+    (void)p; (void)idx; (void)in;
 #pragma unroll
-    for (int i = 0; i < kCount; ++i) c[i][0] = 0.f;
+    for (int i = 0; i < kCount; ++i) out[i][0] = 0.f;
+    float v_scale_a[kCount];
+    if (!p.op_scale_a) {
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_scale_a[i] = static_cast<float>(0x1.0000000000000p+0);
+    } else {
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_scale_a[i] = in[i] ? fg::epi::load_f32_ro(p.op_scale_a, idx[i] * p.op_scale_a_stride) : 0.f;
+    }
+    const float u0 = (p.op_alpha_ptr ? fg::epi::load_f32_ro(p.op_alpha_ptr, 0) : p.op_alpha);
+    #pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      const float t0 = u0 * v_scale_a[i];
+      out[i][0] = t0;
+    }
+  }
+  FG_DEVICE static void load_row(const Params& p, int m, float (&r)[kRowValues]) {
+    const int ms[1] = {m};
+    const bool in[1] = {true};
+    load_rows<1>(p, ms, in, *reinterpret_cast<float(*)[1][kRowValues]>(&r));
+  }
+  // The column values of kCount columns idx[i] (zeros where !in[i]), loaded operand by operand: the branches
+  // on an operand's presence and run-time type are taken once, outside the loads (per column they cost
+  // registers that the 192-wide tiles do not have, and serialise the loads).
+  template <int kCount>
+  FG_DEVICE static void load_cols(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],
+                                  float (&out)[kCount][kColValues]) {
+    (void)p; (void)idx; (void)in;
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) out[i][0] = 0.f;
     float v_scale_b[kCount];
     if (!p.op_scale_b) {
     #pragma unroll
       for (int i = 0; i < kCount; ++i) v_scale_b[i] = static_cast<float>(0x1.0000000000000p+0);
     } else {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_scale_b[i] = in[i] ? fg::epi::load_f32(p.op_scale_b, n[i] * p.op_scale_b_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_scale_b[i] = in[i] ? fg::epi::load_f32_ro(p.op_scale_b, idx[i] * p.op_scale_b_stride) : 0.f;
     }
     float v_bias[kCount];
     if (!p.op_bias) {
@@ -75,18 +95,18 @@ struct EpiloguePresetNone {
       for (int i = 0; i < kCount; ++i) v_bias[i] = static_cast<float>(0x0.0p+0);
     } else if (p.op_bias_kind == fg::kElemF32) {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f32(p.op_bias, n[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f32_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     } else if (p.op_bias_kind == fg::kElemBf16) {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_bf16(p.op_bias, n[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_bf16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     } else {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f16(p.op_bias, n[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     }
     #pragma unroll
     for (int i = 0; i < kCount; ++i) {
-      c[i][0] = v_scale_b[i];
-      c[i][1] = v_bias[i];
+      out[i][0] = v_scale_b[i];
+      out[i][1] = v_bias[i];
     }
   }
   FG_DEVICE static void load_col(const Params& p, int n, float (&c)[kColValues]) {
@@ -153,29 +173,49 @@ struct EpiloguePresetRelu {
   static constexpr int kRowValues = 1;  // 1 used (arrays are never empty)
   static constexpr int kColValues = 2;  // 2 used
   static constexpr bool kSaves = false;
-  FG_DEVICE static void load_row(const Params& p, int m, float (&r)[kRowValues]) {
-    (void)p; (void)m; r[0] = 0.f;
-    const float t0 = (p.op_alpha_ptr ? *static_cast<const float*>(p.op_alpha_ptr) : p.op_alpha);
-    const float t1 = (p.op_scale_a ? fg::epi::load_f32(p.op_scale_a, m * p.op_scale_a_stride) : static_cast<float>(0x1.0000000000000p+0));
-    const float t2 = t0 * t1;
-    r[0] = t2;
-  }
-  // The column values of kCount columns n[i] (zeros where !in[i]), loaded operand by operand: the branches on
-  // an operand's presence and run-time type are taken once, outside the loads (per column they cost registers
-  // that the 192-wide tiles do not have: spills).
+  // The row values of kCount rows idx[i] (zeros where !in[i]), loaded operand by operand (see load_cols).
   template <int kCount>
-  FG_DEVICE static void load_cols(const Params& p, const int (&n)[kCount], const bool (&in)[kCount],
-                                  float (&c)[kCount][kColValues]) {
-    (void)p; (void)n; (void)in;
+  FG_DEVICE static void load_rows(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],
+                                  float (&out)[kCount][kRowValues]) {
+    (void)p; (void)idx; (void)in;
 #pragma unroll
-    for (int i = 0; i < kCount; ++i) c[i][0] = 0.f;
+    for (int i = 0; i < kCount; ++i) out[i][0] = 0.f;
+    float v_scale_a[kCount];
+    if (!p.op_scale_a) {
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_scale_a[i] = static_cast<float>(0x1.0000000000000p+0);
+    } else {
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_scale_a[i] = in[i] ? fg::epi::load_f32_ro(p.op_scale_a, idx[i] * p.op_scale_a_stride) : 0.f;
+    }
+    const float u0 = (p.op_alpha_ptr ? fg::epi::load_f32_ro(p.op_alpha_ptr, 0) : p.op_alpha);
+    #pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      const float t0 = u0 * v_scale_a[i];
+      out[i][0] = t0;
+    }
+  }
+  FG_DEVICE static void load_row(const Params& p, int m, float (&r)[kRowValues]) {
+    const int ms[1] = {m};
+    const bool in[1] = {true};
+    load_rows<1>(p, ms, in, *reinterpret_cast<float(*)[1][kRowValues]>(&r));
+  }
+  // The column values of kCount columns idx[i] (zeros where !in[i]), loaded operand by operand: the branches
+  // on an operand's presence and run-time type are taken once, outside the loads (per column they cost
+  // registers that the 192-wide tiles do not have, and serialise the loads).
+  template <int kCount>
+  FG_DEVICE static void load_cols(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],
+                                  float (&out)[kCount][kColValues]) {
+    (void)p; (void)idx; (void)in;
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) out[i][0] = 0.f;
     float v_scale_b[kCount];
     if (!p.op_scale_b) {
     #pragma unroll
       for (int i = 0; i < kCount; ++i) v_scale_b[i] = static_cast<float>(0x1.0000000000000p+0);
     } else {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_scale_b[i] = in[i] ? fg::epi::load_f32(p.op_scale_b, n[i] * p.op_scale_b_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_scale_b[i] = in[i] ? fg::epi::load_f32_ro(p.op_scale_b, idx[i] * p.op_scale_b_stride) : 0.f;
     }
     float v_bias[kCount];
     if (!p.op_bias) {
@@ -183,18 +223,18 @@ struct EpiloguePresetRelu {
       for (int i = 0; i < kCount; ++i) v_bias[i] = static_cast<float>(0x0.0p+0);
     } else if (p.op_bias_kind == fg::kElemF32) {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f32(p.op_bias, n[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f32_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     } else if (p.op_bias_kind == fg::kElemBf16) {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_bf16(p.op_bias, n[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_bf16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     } else {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f16(p.op_bias, n[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     }
     #pragma unroll
     for (int i = 0; i < kCount; ++i) {
-      c[i][0] = v_scale_b[i];
-      c[i][1] = v_bias[i];
+      out[i][0] = v_scale_b[i];
+      out[i][1] = v_bias[i];
     }
   }
   FG_DEVICE static void load_col(const Params& p, int n, float (&c)[kColValues]) {
@@ -262,29 +302,49 @@ struct EpiloguePresetSilu {
   static constexpr int kRowValues = 1;  // 1 used (arrays are never empty)
   static constexpr int kColValues = 2;  // 2 used
   static constexpr bool kSaves = false;
-  FG_DEVICE static void load_row(const Params& p, int m, float (&r)[kRowValues]) {
-    (void)p; (void)m; r[0] = 0.f;
-    const float t0 = (p.op_alpha_ptr ? *static_cast<const float*>(p.op_alpha_ptr) : p.op_alpha);
-    const float t1 = (p.op_scale_a ? fg::epi::load_f32(p.op_scale_a, m * p.op_scale_a_stride) : static_cast<float>(0x1.0000000000000p+0));
-    const float t2 = t0 * t1;
-    r[0] = t2;
-  }
-  // The column values of kCount columns n[i] (zeros where !in[i]), loaded operand by operand: the branches on
-  // an operand's presence and run-time type are taken once, outside the loads (per column they cost registers
-  // that the 192-wide tiles do not have: spills).
+  // The row values of kCount rows idx[i] (zeros where !in[i]), loaded operand by operand (see load_cols).
   template <int kCount>
-  FG_DEVICE static void load_cols(const Params& p, const int (&n)[kCount], const bool (&in)[kCount],
-                                  float (&c)[kCount][kColValues]) {
-    (void)p; (void)n; (void)in;
+  FG_DEVICE static void load_rows(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],
+                                  float (&out)[kCount][kRowValues]) {
+    (void)p; (void)idx; (void)in;
 #pragma unroll
-    for (int i = 0; i < kCount; ++i) c[i][0] = 0.f;
+    for (int i = 0; i < kCount; ++i) out[i][0] = 0.f;
+    float v_scale_a[kCount];
+    if (!p.op_scale_a) {
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_scale_a[i] = static_cast<float>(0x1.0000000000000p+0);
+    } else {
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_scale_a[i] = in[i] ? fg::epi::load_f32_ro(p.op_scale_a, idx[i] * p.op_scale_a_stride) : 0.f;
+    }
+    const float u0 = (p.op_alpha_ptr ? fg::epi::load_f32_ro(p.op_alpha_ptr, 0) : p.op_alpha);
+    #pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      const float t0 = u0 * v_scale_a[i];
+      out[i][0] = t0;
+    }
+  }
+  FG_DEVICE static void load_row(const Params& p, int m, float (&r)[kRowValues]) {
+    const int ms[1] = {m};
+    const bool in[1] = {true};
+    load_rows<1>(p, ms, in, *reinterpret_cast<float(*)[1][kRowValues]>(&r));
+  }
+  // The column values of kCount columns idx[i] (zeros where !in[i]), loaded operand by operand: the branches
+  // on an operand's presence and run-time type are taken once, outside the loads (per column they cost
+  // registers that the 192-wide tiles do not have, and serialise the loads).
+  template <int kCount>
+  FG_DEVICE static void load_cols(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],
+                                  float (&out)[kCount][kColValues]) {
+    (void)p; (void)idx; (void)in;
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) out[i][0] = 0.f;
     float v_scale_b[kCount];
     if (!p.op_scale_b) {
     #pragma unroll
       for (int i = 0; i < kCount; ++i) v_scale_b[i] = static_cast<float>(0x1.0000000000000p+0);
     } else {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_scale_b[i] = in[i] ? fg::epi::load_f32(p.op_scale_b, n[i] * p.op_scale_b_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_scale_b[i] = in[i] ? fg::epi::load_f32_ro(p.op_scale_b, idx[i] * p.op_scale_b_stride) : 0.f;
     }
     float v_bias[kCount];
     if (!p.op_bias) {
@@ -292,18 +352,18 @@ struct EpiloguePresetSilu {
       for (int i = 0; i < kCount; ++i) v_bias[i] = static_cast<float>(0x0.0p+0);
     } else if (p.op_bias_kind == fg::kElemF32) {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f32(p.op_bias, n[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f32_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     } else if (p.op_bias_kind == fg::kElemBf16) {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_bf16(p.op_bias, n[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_bf16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     } else {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f16(p.op_bias, n[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     }
     #pragma unroll
     for (int i = 0; i < kCount; ++i) {
-      c[i][0] = v_scale_b[i];
-      c[i][1] = v_bias[i];
+      out[i][0] = v_scale_b[i];
+      out[i][1] = v_bias[i];
     }
   }
   FG_DEVICE static void load_col(const Params& p, int n, float (&c)[kColValues]) {
@@ -371,29 +431,49 @@ struct EpiloguePresetGelu {
   static constexpr int kRowValues = 1;  // 1 used (arrays are never empty)
   static constexpr int kColValues = 2;  // 2 used
   static constexpr bool kSaves = false;
-  FG_DEVICE static void load_row(const Params& p, int m, float (&r)[kRowValues]) {
-    (void)p; (void)m; r[0] = 0.f;
-    const float t0 = (p.op_alpha_ptr ? *static_cast<const float*>(p.op_alpha_ptr) : p.op_alpha);
-    const float t1 = (p.op_scale_a ? fg::epi::load_f32(p.op_scale_a, m * p.op_scale_a_stride) : static_cast<float>(0x1.0000000000000p+0));
-    const float t2 = t0 * t1;
-    r[0] = t2;
-  }
-  // The column values of kCount columns n[i] (zeros where !in[i]), loaded operand by operand: the branches on
-  // an operand's presence and run-time type are taken once, outside the loads (per column they cost registers
-  // that the 192-wide tiles do not have: spills).
+  // The row values of kCount rows idx[i] (zeros where !in[i]), loaded operand by operand (see load_cols).
   template <int kCount>
-  FG_DEVICE static void load_cols(const Params& p, const int (&n)[kCount], const bool (&in)[kCount],
-                                  float (&c)[kCount][kColValues]) {
-    (void)p; (void)n; (void)in;
+  FG_DEVICE static void load_rows(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],
+                                  float (&out)[kCount][kRowValues]) {
+    (void)p; (void)idx; (void)in;
 #pragma unroll
-    for (int i = 0; i < kCount; ++i) c[i][0] = 0.f;
+    for (int i = 0; i < kCount; ++i) out[i][0] = 0.f;
+    float v_scale_a[kCount];
+    if (!p.op_scale_a) {
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_scale_a[i] = static_cast<float>(0x1.0000000000000p+0);
+    } else {
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_scale_a[i] = in[i] ? fg::epi::load_f32_ro(p.op_scale_a, idx[i] * p.op_scale_a_stride) : 0.f;
+    }
+    const float u0 = (p.op_alpha_ptr ? fg::epi::load_f32_ro(p.op_alpha_ptr, 0) : p.op_alpha);
+    #pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      const float t0 = u0 * v_scale_a[i];
+      out[i][0] = t0;
+    }
+  }
+  FG_DEVICE static void load_row(const Params& p, int m, float (&r)[kRowValues]) {
+    const int ms[1] = {m};
+    const bool in[1] = {true};
+    load_rows<1>(p, ms, in, *reinterpret_cast<float(*)[1][kRowValues]>(&r));
+  }
+  // The column values of kCount columns idx[i] (zeros where !in[i]), loaded operand by operand: the branches
+  // on an operand's presence and run-time type are taken once, outside the loads (per column they cost
+  // registers that the 192-wide tiles do not have, and serialise the loads).
+  template <int kCount>
+  FG_DEVICE static void load_cols(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],
+                                  float (&out)[kCount][kColValues]) {
+    (void)p; (void)idx; (void)in;
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) out[i][0] = 0.f;
     float v_scale_b[kCount];
     if (!p.op_scale_b) {
     #pragma unroll
       for (int i = 0; i < kCount; ++i) v_scale_b[i] = static_cast<float>(0x1.0000000000000p+0);
     } else {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_scale_b[i] = in[i] ? fg::epi::load_f32(p.op_scale_b, n[i] * p.op_scale_b_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_scale_b[i] = in[i] ? fg::epi::load_f32_ro(p.op_scale_b, idx[i] * p.op_scale_b_stride) : 0.f;
     }
     float v_bias[kCount];
     if (!p.op_bias) {
@@ -401,18 +481,18 @@ struct EpiloguePresetGelu {
       for (int i = 0; i < kCount; ++i) v_bias[i] = static_cast<float>(0x0.0p+0);
     } else if (p.op_bias_kind == fg::kElemF32) {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f32(p.op_bias, n[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f32_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     } else if (p.op_bias_kind == fg::kElemBf16) {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_bf16(p.op_bias, n[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_bf16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     } else {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f16(p.op_bias, n[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     }
     #pragma unroll
     for (int i = 0; i < kCount; ++i) {
-      c[i][0] = v_scale_b[i];
-      c[i][1] = v_bias[i];
+      out[i][0] = v_scale_b[i];
+      out[i][1] = v_bias[i];
     }
   }
   FG_DEVICE static void load_col(const Params& p, int n, float (&c)[kColValues]) {
@@ -480,29 +560,49 @@ struct EpiloguePresetGeluErf {
   static constexpr int kRowValues = 1;  // 1 used (arrays are never empty)
   static constexpr int kColValues = 2;  // 2 used
   static constexpr bool kSaves = false;
-  FG_DEVICE static void load_row(const Params& p, int m, float (&r)[kRowValues]) {
-    (void)p; (void)m; r[0] = 0.f;
-    const float t0 = (p.op_alpha_ptr ? *static_cast<const float*>(p.op_alpha_ptr) : p.op_alpha);
-    const float t1 = (p.op_scale_a ? fg::epi::load_f32(p.op_scale_a, m * p.op_scale_a_stride) : static_cast<float>(0x1.0000000000000p+0));
-    const float t2 = t0 * t1;
-    r[0] = t2;
-  }
-  // The column values of kCount columns n[i] (zeros where !in[i]), loaded operand by operand: the branches on
-  // an operand's presence and run-time type are taken once, outside the loads (per column they cost registers
-  // that the 192-wide tiles do not have: spills).
+  // The row values of kCount rows idx[i] (zeros where !in[i]), loaded operand by operand (see load_cols).
   template <int kCount>
-  FG_DEVICE static void load_cols(const Params& p, const int (&n)[kCount], const bool (&in)[kCount],
-                                  float (&c)[kCount][kColValues]) {
-    (void)p; (void)n; (void)in;
+  FG_DEVICE static void load_rows(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],
+                                  float (&out)[kCount][kRowValues]) {
+    (void)p; (void)idx; (void)in;
 #pragma unroll
-    for (int i = 0; i < kCount; ++i) c[i][0] = 0.f;
+    for (int i = 0; i < kCount; ++i) out[i][0] = 0.f;
+    float v_scale_a[kCount];
+    if (!p.op_scale_a) {
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_scale_a[i] = static_cast<float>(0x1.0000000000000p+0);
+    } else {
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_scale_a[i] = in[i] ? fg::epi::load_f32_ro(p.op_scale_a, idx[i] * p.op_scale_a_stride) : 0.f;
+    }
+    const float u0 = (p.op_alpha_ptr ? fg::epi::load_f32_ro(p.op_alpha_ptr, 0) : p.op_alpha);
+    #pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      const float t0 = u0 * v_scale_a[i];
+      out[i][0] = t0;
+    }
+  }
+  FG_DEVICE static void load_row(const Params& p, int m, float (&r)[kRowValues]) {
+    const int ms[1] = {m};
+    const bool in[1] = {true};
+    load_rows<1>(p, ms, in, *reinterpret_cast<float(*)[1][kRowValues]>(&r));
+  }
+  // The column values of kCount columns idx[i] (zeros where !in[i]), loaded operand by operand: the branches
+  // on an operand's presence and run-time type are taken once, outside the loads (per column they cost
+  // registers that the 192-wide tiles do not have, and serialise the loads).
+  template <int kCount>
+  FG_DEVICE static void load_cols(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],
+                                  float (&out)[kCount][kColValues]) {
+    (void)p; (void)idx; (void)in;
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) out[i][0] = 0.f;
     float v_scale_b[kCount];
     if (!p.op_scale_b) {
     #pragma unroll
       for (int i = 0; i < kCount; ++i) v_scale_b[i] = static_cast<float>(0x1.0000000000000p+0);
     } else {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_scale_b[i] = in[i] ? fg::epi::load_f32(p.op_scale_b, n[i] * p.op_scale_b_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_scale_b[i] = in[i] ? fg::epi::load_f32_ro(p.op_scale_b, idx[i] * p.op_scale_b_stride) : 0.f;
     }
     float v_bias[kCount];
     if (!p.op_bias) {
@@ -510,18 +610,18 @@ struct EpiloguePresetGeluErf {
       for (int i = 0; i < kCount; ++i) v_bias[i] = static_cast<float>(0x0.0p+0);
     } else if (p.op_bias_kind == fg::kElemF32) {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f32(p.op_bias, n[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f32_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     } else if (p.op_bias_kind == fg::kElemBf16) {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_bf16(p.op_bias, n[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_bf16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     } else {
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f16(p.op_bias, n[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     }
     #pragma unroll
     for (int i = 0; i < kCount; ++i) {
-      c[i][0] = v_scale_b[i];
-      c[i][1] = v_bias[i];
+      out[i][0] = v_scale_b[i];
+      out[i][1] = v_bias[i];
     }
   }
   FG_DEVICE static void load_col(const Params& p, int n, float (&c)[kColValues]) {

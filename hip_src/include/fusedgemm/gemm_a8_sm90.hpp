@@ -575,17 +575,32 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       const PersistentSmem<Cfg> tsm;
       float* row_staged = tsm.row_staged();
       float* col_staged = tsm.template col_staged<Epi>();
-      for (int r = e; r < Cfg::kBlockM; r += Cfg::kEpilogueThreads) {
-        float rv[Epi::kRowValues];
-        if (m0 + r < M) Epi::load_row(ep, m0 + r, rv);
+      // This thread's rows e, e + 96 and columns likewise, each set's loads all in flight at once (through the
+      // read-only path): the staging must stay far shorter than a tile's MMAs.
+      constexpr int kSlots = (Cfg::kBlockM + Cfg::kEpilogueThreads - 1) / Cfg::kEpilogueThreads;
+      static_assert(Cfg::kBlockN == Cfg::kBlockM, "one slot count for rows and columns");
+      int rows[kSlots], cols[kSlots];
+      bool row_in[kSlots], col_in[kSlots];
 #pragma unroll
-        for (int k = 0; k < Epi::kRowValues; ++k) row_staged[k * Cfg::kBlockM + r] = m0 + r < M ? rv[k] : 0.f;
+      for (int s = 0; s < kSlots; ++s) {
+        const int i = e + s * Cfg::kEpilogueThreads;
+        rows[s] = m0 + i;
+        cols[s] = n0 + i;
+        row_in[s] = i < Cfg::kBlockM && m0 + i < M;
+        col_in[s] = i < Cfg::kBlockN && n0 + i < N;
       }
-      for (int c = e; c < Cfg::kBlockN; c += Cfg::kEpilogueThreads) {
-        float cv[Epi::kColValues];
-        if (n0 + c < N) Epi::load_col(ep, n0 + c, cv);
+      float rv[kSlots][Epi::kRowValues], cv[kSlots][Epi::kColValues];
+      Epi::template load_rows<kSlots>(ep, rows, row_in, rv);
+      Epi::template load_cols<kSlots>(ep, cols, col_in, cv);
 #pragma unroll
-        for (int k = 0; k < Epi::kColValues; ++k) col_staged[k * Cfg::kBlockN + c] = n0 + c < N ? cv[k] : 0.f;
+      for (int s = 0; s < kSlots; ++s) {
+        const int i = e + s * Cfg::kEpilogueThreads;
+        if (i < Cfg::kBlockM) {  // zeros past M / N (load_rows / load_cols write 0 where not in)
+#pragma unroll
+          for (int k = 0; k < Epi::kRowValues; ++k) row_staged[k * Cfg::kBlockM + i] = rv[s][k];
+#pragma unroll
+          for (int k = 0; k < Epi::kColValues; ++k) col_staged[k * Cfg::kBlockN + i] = cv[s][k];
+        }
       }
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // the rows' and columns' operands are in
       sm90::mbar_wait(tsm.parked_full(), it & 1);
@@ -768,8 +783,9 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
         Acc v[4];
         cluster_sum<Cfg>(partial, j, tid, splits, v);
         float c[2][Epi::kColValues];
-        Epi::load_col(ep, col, c[0]);
-        Epi::load_col(ep, col + 1, c[1]);
+        const int cols[2] = {col, col + 1};
+        const bool in[2] = {true, true};
+        Epi::template load_cols<2>(ep, cols, in, c);
         store_group<Epi>(ep, M, N, row_values, row0, col, c[0], c[1], v[0], v[1], v[2], v[3]);
       }
     }

@@ -174,7 +174,7 @@ class _Emitter:
         # 32-bit index arithmetic (M, N < 2^31): 64-bit products of run-time strides cost registers that the
         # persistent kernel's epilogue warps do not have (spills).
         load = (f"fg::epi::load_dyn({f}, {f}_kind, {idx} * {f}_stride)" if dt == "dyn" else
-                f"fg::epi::load_{dt}({f}, {idx} * {f}_stride)")
+                f"fg::epi::load_{dt}_ro({f}, {idx} * {f}_stride)")
         return load if op.default is None else f"({f} ? {load} : {_float(op.default)})"
 
     def _expr(self, node: ir.Node) -> str:
@@ -189,7 +189,7 @@ class _Emitter:
             return self._vec_load(node.attrs[0], "n")
         if op == "scalar":
             f = f"p.op_{node.attrs[0]}"
-            return f"({f}_ptr ? *static_cast<const float*>({f}_ptr) : {f})"
+            return f"({f}_ptr ? fg::epi::load_f32_ro({f}_ptr, 0) : {f})"
         if op == "aux":
             name = node.attrs[0]
             f = f"p.op_{name}"
@@ -234,15 +234,17 @@ def _hoisted_roots(expr: ir.Node) -> tuple[list[ir.Node], list[ir.Node]]:
     return rows, cols
 
 
-def _batched_cols_body(spec: EpilogueSpec, cols: list[ir.Node]) -> list[str]:
-    """load_cols: each n_vec operand into an array of kCount values (branches outside the loads), uniform
-    scalars once, then each column root per column."""
+def _batched_body(spec: EpilogueSpec, roots: list[ir.Node], axis: str) -> list[str]:
+    """load_rows (axis "m") / load_cols (axis "n"): each vector operand of the axis into an array of kCount
+    values (the branches on its presence and run-time type taken once, outside the loads, so all loads are in
+    flight together), uniform scalars once, then each root per index into `out[i][k]`."""
     ops = ir.operands(spec.expr)
+    vec_op = "m_vec" if axis == "m" else "n_vec"
     leaves: list[ir.Node] = []
     scalars: list[ir.Node] = []
-    for root in cols:
+    for root in roots:
         for node in root.walk():
-            if node.op == "n_vec" and node not in leaves:
+            if node.op == vec_op and node not in leaves:
                 leaves.append(node)
             elif node.op == "scalar" and node not in scalars:
                 scalars.append(node)
@@ -257,28 +259,28 @@ def _batched_cols_body(spec: EpilogueSpec, cols: list[ir.Node]) -> list[str]:
         lines.append(f"float {arr}[kCount];")
 
         def loads(load_fn: str) -> list[str]:
-            return fill(arr, f"in[i] ? fg::epi::{load_fn}({f}, n[i] * {f}_stride) : 0.f")
+            return fill(arr, f"in[i] ? fg::epi::{load_fn}({f}, idx[i] * {f}_stride) : 0.f")
 
         branches = []
         if o.default is not None:
             branches.append((f"!{f}", fill(arr, _float(o.default))))
         if dt == "dyn":
-            branches += [(f"{f}_kind == fg::kElemF32", loads("load_f32")),
-                         (f"{f}_kind == fg::kElemBf16", loads("load_bf16"))]
-            last = loads("load_f16")
+            branches += [(f"{f}_kind == fg::kElemF32", loads("load_f32_ro")),
+                         (f"{f}_kind == fg::kElemBf16", loads("load_bf16_ro"))]
+            last = loads("load_f16_ro")
         else:
-            last = loads(f"load_{dt}")
+            last = loads(f"load_{dt}_ro")
         for i, (cond, code) in enumerate(branches):
             lines += [f"{'if' if i == 0 else '} else if'} ({cond}) {{", *code]
         lines += (["} else {", *last, "}"] if branches else last)
         hoisted[leaf] = f"{arr}[i]"
-    em = _Emitter(spec, None, "n", {}, prefix="u")
+    em = _Emitter(spec, None, axis, {}, prefix="u")
     for s in scalars:
         hoisted[s] = em.value(s)
     lines += em.lines
-    body = _Emitter(spec, None, "n", hoisted)
-    outs = [f"c[i][{k}] = {body.value(r)};" for k, r in enumerate(cols)]
-    if cols:
+    body = _Emitter(spec, None, axis, hoisted)
+    outs = [f"out[i][{k}] = {body.value(r)};" for k, r in enumerate(roots)]
+    if roots:
         lines += ["#pragma unroll", "for (int i = 0; i < kCount; ++i) {"] + ["  " + x for x in body.lines + outs] + ["}"]
     return lines
 
@@ -298,13 +300,8 @@ def render_functor(spec: EpilogueSpec, name: str | None = None) -> str:
     fields = params_layout(spec)
     offsets, size = params_offsets(fields)
 
-    def body(roots, index, array):
-        em = _Emitter(spec, None, index, {})
-        outs = [f"{array}[{i}] = {em.value(r)};" for i, r in enumerate(roots)]
-        return em.lines + outs
-
-    row_lines = body(rows, "m", "r")
-    cols_lines = _batched_cols_body(spec, cols)
+    rows_lines = _batched_body(spec, rows, "m")
+    cols_lines = _batched_body(spec, cols, "n")
     hoisted = {r: f"r[{i}]" for i, r in enumerate(rows)}
     hoisted.update({c: f"c[{i}]" for i, c in enumerate(cols)})
     em = _Emitter(spec, None, None, hoisted)
@@ -330,18 +327,28 @@ struct {name} {{
 {asserts}  static constexpr int kRowValues = {max(1, len(rows))};  // {len(rows)} used (arrays are never empty)
   static constexpr int kColValues = {max(1, len(cols))};  // {len(cols)} used
   static constexpr bool kSaves = {str(save is not None).lower()};
-  FG_DEVICE static void load_row(const Params& p, int m, float (&r)[kRowValues]) {{
-    (void)p; (void)m; r[0] = 0.f;
-{indent(row_lines, 4)}  }}
-  // The column values of kCount columns n[i] (zeros where !in[i]), loaded operand by operand: the branches on
-  // an operand's presence and run-time type are taken once, outside the loads (per column they cost registers
-  // that the 192-wide tiles do not have: spills).
+  // The row values of kCount rows idx[i] (zeros where !in[i]), loaded operand by operand (see load_cols).
   template <int kCount>
-  FG_DEVICE static void load_cols(const Params& p, const int (&n)[kCount], const bool (&in)[kCount],
-                                  float (&c)[kCount][kColValues]) {{
-    (void)p; (void)n; (void)in;
+  FG_DEVICE static void load_rows(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],
+                                  float (&out)[kCount][kRowValues]) {{
+    (void)p; (void)idx; (void)in;
 #pragma unroll
-    for (int i = 0; i < kCount; ++i) c[i][0] = 0.f;
+    for (int i = 0; i < kCount; ++i) out[i][0] = 0.f;
+{indent(rows_lines, 4)}  }}
+  FG_DEVICE static void load_row(const Params& p, int m, float (&r)[kRowValues]) {{
+    const int ms[1] = {{m}};
+    const bool in[1] = {{true}};
+    load_rows<1>(p, ms, in, *reinterpret_cast<float(*)[1][kRowValues]>(&r));
+  }}
+  // The column values of kCount columns idx[i] (zeros where !in[i]), loaded operand by operand: the branches
+  // on an operand's presence and run-time type are taken once, outside the loads (per column they cost
+  // registers that the 192-wide tiles do not have, and serialise the loads).
+  template <int kCount>
+  FG_DEVICE static void load_cols(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],
+                                  float (&out)[kCount][kColValues]) {{
+    (void)p; (void)idx; (void)in;
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) out[i][0] = 0.f;
 {indent(cols_lines, 4)}  }}
   FG_DEVICE static void load_col(const Params& p, int n, float (&c)[kColValues]) {{
     const int ns[1] = {{n}};

@@ -333,6 +333,42 @@ def code_object_path(unit: str, arch: str, source: str | None = None) -> Path:
     return code_object_for(BuildSpec(unit, arch, source))
 
 
+def _epilogue_specs(args, parser) -> list[BuildSpec]:
+    """The generated gemm_a8 units of --epilogue for each arch x config x input kind x output type."""
+    from ..epilogue import EpilogueError, operands, parse
+    from ..epilogue.codegen import EpilogueSpec
+    from . import kernels
+    from .gemm_a8_spec import OUT_CODEGEN, GemmA8Kernel, config_fits
+
+    try:
+        expr = parse(args.epilogue)
+        dtypes = dict(item.split("=", 1) for item in args.operand_dtype)
+        for name, o in operands(expr).items():
+            if o.kind != "scalar":
+                dtypes.setdefault(name, "f32")
+        epi = EpilogueSpec.of(expr, dtypes)
+    except (EpilogueError, ValueError) as e:
+        parser.error(str(e))
+    outs = args.out_dtype or ["bfloat16"]
+    if any(o not in OUT_CODEGEN for o in outs):
+        parser.error(f"--out-dtype: expected one of {', '.join(OUT_CODEGEN)}, got {outs}")
+    specs = []
+    for arch in args.arch or list(SUPPORTED_ARCHES):
+        for name, cfg in kernels.GEMM_A8_CONFIGS.items():
+            if (args.config and name not in args.config) or arch not in UNIT_ARCHES.get(cfg.unit, (arch,)):
+                continue
+            if not config_fits(name, epi):
+                continue  # the persistent config cannot stage this epilogue's hoisted values
+            for kind in args.in_kind or ["fp8", "int8"]:
+                for out in outs:
+                    if out.startswith("float8") and out != ("float8_e4m3fnuz" if arch == "gfx942" else "float8_e4m3fn"):
+                        continue  # each arch writes its own fp8 variant
+                    k = GemmA8Kernel(arch, name, kind, OUT_CODEGEN[out], epi)
+                    source = k.source()
+                    specs.append(BuildSpec(k.unit, arch, source) if source else BuildSpec(k.unit, arch))
+    return specs
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build code objects ahead of time (default: every fixed unit for every arch, into the cache)."""
     import argparse
@@ -343,8 +379,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source", type=Path, help="build this generated translation unit (HIP-flavoured C++) instead")
     p.add_argument("--name", help="unit name of --source (default: the file's stem)")
     p.add_argument("--out", type=Path, help="write <out>/<arch>/<unit>.* (a FUSEDGEMM_PREBUILT_DIR); default: the cache")
+    g = p.add_argument_group("gemm_a8 kernels of an epilogue expression (fusedgemm.epilogue), into the cache")
+    g.add_argument("--epilogue", metavar="TEXT", help='e.g. "silu(acc * n_vec(s)) + aux(res)"')
+    g.add_argument("--operand-dtype", action="append", default=[], metavar="NAME=DT",
+                   help="element type of a vector / aux operand: f32, bf16, f16 (vectors also dyn); default f32")
+    g.add_argument("--out-dtype", action="append", metavar="DTYPE",
+                   help="bfloat16 float16 float32 float8_e4m3fn float8_e4m3fnuz (default: bfloat16)")
+    g.add_argument("--config", action="append", help="tile config (default: every config of the arch)")
+    g.add_argument("--in-kind", action="append", choices=["fp8", "int8"], help="default: both")
     args = p.parse_args(argv)
-    if args.source:
+    if args.epilogue:
+        specs = _epilogue_specs(args, p)
+    elif args.source:
         text = args.source.read_text()
         specs = [BuildSpec(args.name or args.source.stem, arch, text) for arch in args.arch or list(SUPPORTED_ARCHES)]
     else:

@@ -92,6 +92,15 @@ class GemmA8Kernel:
                 f"{codegen.render_functor(self.epilogue)}\n}}  // namespace fg\n\n{entry}{guard[1]}")
 
 
+def config_fits(config: str, epi: codegen.EpilogueSpec) -> bool:
+    """Whether `config` can run epilogue `epi`: the persistent config stages kBlockM + 2 kBlockN floats of the
+    tile's hoisted row and column values (gemm_a8_sm90.hpp, kStagedFloats); every other config runs anything."""
+    if not kernels.GEMM_A8_CONFIGS[config].persistent:
+        return True
+    rows, cols = codegen.hoisted_counts(epi)
+    return rows + cols <= 3
+
+
 def preset_kernel(arch: str, config: str, in_kind: str, out: str, act: str) -> GemmA8Kernel:
     return GemmA8Kernel(arch, config, in_kind, out, spec_for_activation(act))
 

@@ -40,6 +40,18 @@ FG_DEVICE float rsqrt_f32(float x) {
   return y;
 }
 
+// Loads through the read-only (non-coherent) data path, as __ldg: for data no thread writes during the kernel.
+FG_DEVICE u32 load_ro_u32(const void* p) {
+  u32 v;
+  asm("{ .reg .u64 g; cvta.to.global.u64 g, %1; ld.global.nc.b32 %0, [g]; }" : "=r"(v) : "l"(p));
+  return v;
+}
+FG_DEVICE u16 load_ro_u16(const void* p) {
+  u16 v;
+  asm("{ .reg .u64 g; cvta.to.global.u64 g, %1; ld.global.nc.b16 %0, [g]; }" : "=h"(v) : "l"(p));
+  return v;
+}
+
 FG_DEVICE float half_bits_to_float(u16 h) {
   float f;
   asm("{ .reg .f16 t; mov.b16 t, %1; cvt.f32.f16 %0, t; }" : "=f"(f) : "h"(h));

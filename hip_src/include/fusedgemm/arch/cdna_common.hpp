@@ -21,6 +21,10 @@ FG_DEVICE float fast_rcp(float x) { return __builtin_amdgcn_rcpf(x); }
 FG_DEVICE float sqrt_f32(float x) { return __builtin_amdgcn_sqrtf(x); }
 FG_DEVICE float rsqrt_f32(float x) { return __builtin_amdgcn_rsqf(x); }
 
+// The read-only path is the plain one here (the loads are scalar and hoisted out of the store loops).
+FG_DEVICE u32 load_ro_u32(const void* p) { return *static_cast<const u32*>(p); }
+FG_DEVICE u16 load_ro_u16(const void* p) { return *static_cast<const u16*>(p); }
+
 FG_DEVICE float half_bits_to_float(u16 h) { return static_cast<float>(__builtin_bit_cast(_Float16, h)); }
 FG_DEVICE u16 float_to_half_bits(float f) { return __builtin_bit_cast(u16, static_cast<_Float16>(f)); }
 

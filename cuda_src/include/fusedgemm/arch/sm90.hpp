@@ -40,17 +40,11 @@ FG_DEVICE float rsqrt_f32(float x) {
   return y;
 }
 
-// Loads through the read-only (non-coherent) data path, as __ldg: for data no thread writes during the kernel.
-FG_DEVICE u32 load_ro_u32(const void* p) {
-  u32 v;
-  asm("{ .reg .u64 g; cvta.to.global.u64 g, %1; ld.global.nc.b32 %0, [g]; }" : "=r"(v) : "l"(p));
-  return v;
-}
-FG_DEVICE u16 load_ro_u16(const void* p) {
-  u16 v;
-  asm("{ .reg .u64 g; cvta.to.global.u64 g, %1; ld.global.nc.b16 %0, [g]; }" : "=h"(v) : "l"(p));
-  return v;
-}
+// Loads through the read-only (non-coherent) data path: for data no thread writes during the kernel.
+// NOTE: __ldg, not inline asm: the compiler may speculate a non-volatile asm "load" past the branch that guards
+// it (a null optional operand: an illegal address on an H100).
+FG_DEVICE u32 load_ro_u32(const void* p) { return __ldg(static_cast<const unsigned int*>(p)); }
+FG_DEVICE u16 load_ro_u16(const void* p) { return __ldg(static_cast<const unsigned short*>(p)); }
 
 FG_DEVICE float half_bits_to_float(u16 h) {
   float f;

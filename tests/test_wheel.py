@@ -1,5 +1,5 @@
-"""The wheel carries the kernel sources: an installed (non-editable) package builds generated translation units
-just in time with no source checkout."""
+"""The wheel carries the kernel sources: an installed (non-editable) package generates and builds the gemm_a8
+kernel of a non-preset epilogue just in time, for gfx942 and sm_90a, with no source checkout."""
 from __future__ import annotations
 
 import json
@@ -20,30 +20,30 @@ ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = textwrap.dedent('''\
     import json, os, sys
     import fusedgemm
+    import fusedgemm.epilogue as E
+    from fusedgemm.epilogue.codegen import EpilogueSpec
     from fusedgemm.runtime import compilers
     from fusedgemm.runtime.build import BuildSpec, code_object_for, source_root
     from fusedgemm.runtime.codeobject import cubin_params, hsaco_kernels
+    from fusedgemm.runtime.gemm_a8_spec import GemmA8Kernel
 
-    SOURCE = """
-    #include "include/fusedgemm/platform.hpp"
-    extern "C" __global__ void fg_wheel_probe(float* y, const float* x, int n) {
-      const int i = static_cast<int>(blockIdx.x) * 256 + static_cast<int>(threadIdx.x);
-      if (i < n) y[i] = fg::bits_to_float(fg::float_to_bits(x[i]) ^ 0x80000000u);
-    }
-    """
+    # A gemm_a8 kernel of an epilogue no preset has, generated and compiled from the installed package.
+    epi = EpilogueSpec.of(E.parse("gelu(acc * n_vec(s) + aux(res)) * scalar(q)"), {"s": "f32", "res": "bf16"})
     out = {"package": fusedgemm.__file__, "sources": str(source_root()), "objects": {}}
-    builds = [("gfx942", "clang"), ("sm_90a", "nvcc")]
+    builds = [("gfx942", "m128n128", "clang"), ("sm_90a", "w128n128", "nvcc")]
     try:
         compilers.Nvrtc()
-        builds.append(("sm_90a", "nvrtc"))
+        builds.append(("sm_90a", "w64n128", "nvrtc"))
     except compilers.BuildError:
         pass
-    for arch, compiler in builds:
+    for arch, config, compiler in builds:
         os.environ["FUSEDGEMM_COMPILER"] = compiler
-        path = code_object_for(BuildSpec("wheel_probe", arch, SOURCE))
+        spec = GemmA8Kernel(arch, config, "fp8", "fp32", epi)
+        assert spec.preset is None
+        path = code_object_for(BuildSpec(spec.unit, arch, spec.source()))
         data = path.read_bytes()
         kernels = cubin_params(data) if arch.startswith("sm_") else hsaco_kernels(data)
-        assert "fg_wheel_probe" in kernels, (arch, compiler, sorted(kernels))
+        assert spec.kernel_name in kernels, (arch, compiler, sorted(kernels))
         out["objects"][f"{arch}/{compiler}"] = str(path)
     print(json.dumps(out))
     ''')

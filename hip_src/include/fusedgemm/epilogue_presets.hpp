@@ -27,6 +27,7 @@ struct EpiloguePresetNone {
     int op_bias_kind;
   };
   static_assert(sizeof(Params) == 80, "Params: codegen layout");
+#if !defined(__CUDACC_RTC__)
   static_assert(__builtin_offsetof(Params, out) == 0, "Params.out: codegen layout");
   static_assert(__builtin_offsetof(Params, ld_out) == 8, "Params.ld_out: codegen layout");
   static_assert(__builtin_offsetof(Params, op_alpha_ptr) == 16, "Params.op_alpha_ptr: codegen layout");
@@ -41,6 +42,7 @@ struct EpiloguePresetNone {
   static_assert(__builtin_offsetof(Params, op_bias) == 64, "Params.op_bias: codegen layout");
   static_assert(__builtin_offsetof(Params, op_bias_stride) == 72, "Params.op_bias_stride: codegen layout");
   static_assert(__builtin_offsetof(Params, op_bias_kind) == 76, "Params.op_bias_kind: codegen layout");
+#endif
   static constexpr int kRowValues = 1;  // 1 used (arrays are never empty)
   static constexpr int kColValues = 2;  // 2 used
   static constexpr bool kSaves = false;
@@ -155,6 +157,7 @@ struct EpiloguePresetRelu {
     int op_bias_kind;
   };
   static_assert(sizeof(Params) == 80, "Params: codegen layout");
+#if !defined(__CUDACC_RTC__)
   static_assert(__builtin_offsetof(Params, out) == 0, "Params.out: codegen layout");
   static_assert(__builtin_offsetof(Params, ld_out) == 8, "Params.ld_out: codegen layout");
   static_assert(__builtin_offsetof(Params, op_alpha_ptr) == 16, "Params.op_alpha_ptr: codegen layout");
@@ -169,6 +172,7 @@ struct EpiloguePresetRelu {
   static_assert(__builtin_offsetof(Params, op_bias) == 64, "Params.op_bias: codegen layout");
   static_assert(__builtin_offsetof(Params, op_bias_stride) == 72, "Params.op_bias_stride: codegen layout");
   static_assert(__builtin_offsetof(Params, op_bias_kind) == 76, "Params.op_bias_kind: codegen layout");
+#endif
   static constexpr int kRowValues = 1;  // 1 used (arrays are never empty)
   static constexpr int kColValues = 2;  // 2 used
   static constexpr bool kSaves = false;
@@ -284,6 +288,7 @@ struct EpiloguePresetSilu {
     int op_bias_kind;
   };
   static_assert(sizeof(Params) == 80, "Params: codegen layout");
+#if !defined(__CUDACC_RTC__)
   static_assert(__builtin_offsetof(Params, out) == 0, "Params.out: codegen layout");
   static_assert(__builtin_offsetof(Params, ld_out) == 8, "Params.ld_out: codegen layout");
   static_assert(__builtin_offsetof(Params, op_alpha_ptr) == 16, "Params.op_alpha_ptr: codegen layout");
@@ -298,6 +303,7 @@ struct EpiloguePresetSilu {
   static_assert(__builtin_offsetof(Params, op_bias) == 64, "Params.op_bias: codegen layout");
   static_assert(__builtin_offsetof(Params, op_bias_stride) == 72, "Params.op_bias_stride: codegen layout");
   static_assert(__builtin_offsetof(Params, op_bias_kind) == 76, "Params.op_bias_kind: codegen layout");
+#endif
   static constexpr int kRowValues = 1;  // 1 used (arrays are never empty)
   static constexpr int kColValues = 2;  // 2 used
   static constexpr bool kSaves = false;
@@ -413,6 +419,7 @@ struct EpiloguePresetGelu {
     int op_bias_kind;
   };
   static_assert(sizeof(Params) == 80, "Params: codegen layout");
+#if !defined(__CUDACC_RTC__)
   static_assert(__builtin_offsetof(Params, out) == 0, "Params.out: codegen layout");
   static_assert(__builtin_offsetof(Params, ld_out) == 8, "Params.ld_out: codegen layout");
   static_assert(__builtin_offsetof(Params, op_alpha_ptr) == 16, "Params.op_alpha_ptr: codegen layout");
@@ -427,6 +434,7 @@ struct EpiloguePresetGelu {
   static_assert(__builtin_offsetof(Params, op_bias) == 64, "Params.op_bias: codegen layout");
   static_assert(__builtin_offsetof(Params, op_bias_stride) == 72, "Params.op_bias_stride: codegen layout");
   static_assert(__builtin_offsetof(Params, op_bias_kind) == 76, "Params.op_bias_kind: codegen layout");
+#endif
   static constexpr int kRowValues = 1;  // 1 used (arrays are never empty)
   static constexpr int kColValues = 2;  // 2 used
   static constexpr bool kSaves = false;
@@ -542,6 +550,7 @@ struct EpiloguePresetGeluErf {
     int op_bias_kind;
   };
   static_assert(sizeof(Params) == 80, "Params: codegen layout");
+#if !defined(__CUDACC_RTC__)
   static_assert(__builtin_offsetof(Params, out) == 0, "Params.out: codegen layout");
   static_assert(__builtin_offsetof(Params, ld_out) == 8, "Params.ld_out: codegen layout");
   static_assert(__builtin_offsetof(Params, op_alpha_ptr) == 16, "Params.op_alpha_ptr: codegen layout");
@@ -556,6 +565,7 @@ struct EpiloguePresetGeluErf {
   static_assert(__builtin_offsetof(Params, op_bias) == 64, "Params.op_bias: codegen layout");
   static_assert(__builtin_offsetof(Params, op_bias_stride) == 72, "Params.op_bias_stride: codegen layout");
   static_assert(__builtin_offsetof(Params, op_bias_kind) == 76, "Params.op_bias_kind: codegen layout");
+#endif
   static constexpr int kRowValues = 1;  // 1 used (arrays are never empty)
   static constexpr int kColValues = 2;  // 2 used
   static constexpr bool kSaves = false;

@@ -31,8 +31,11 @@ import torch
 
 import fusedgemm as fg
 from fusedgemm.bench.common import host_us_per_call
-from fusedgemm.runtime import kernels, launch
+from fusedgemm.epilogue.codegen import DYN_KINDS
+from fusedgemm.gemm_a8 import preset_values
+from fusedgemm.runtime import launch
 from fusedgemm.runtime.arch import device_arch
+from fusedgemm.runtime.gemm_a8_spec import preset_kernel
 
 M, N, K = 16, 16, 64
 CONFIG = "m16n16k8"  # the mma kernel of unit gemm_a8 that serves M <= 16 (grid 1 x 1, 8 warps)
@@ -51,6 +54,16 @@ def kernel_us(fn, reps: int = 50) -> float | None:
         torch.cuda.synchronize()
         times.append(s.elapsed_time(e) * 1e3)
     return statistics.median(times)
+
+
+def pack_args(signature, values: dict) -> tuple:
+    """A kernel's packed values in its signature's order (Signature.flat_names), looked up by name; a Params
+    field 'ep.x' by its field name 'x' (as gemm_a8's _CallPlan fills it)."""
+    names = [f.split(".", 1)[-1] for f in signature.flat_names]
+    missing = [f for f, n in zip(signature.flat_names, names) if n not in values]
+    if missing:
+        raise KeyError(f"no value for kernel argument(s) {missing}")
+    return tuple(values[n] for n in names)
 
 
 def check(name: str, fn):
@@ -88,17 +101,20 @@ def main() -> int:
           f"fusedgemm launch backend: {type(be).__name__}")
 
     # The bare kernel, through the default backend and through cuda-bindings (same code object, same context).
-    name = kernels.gemm_a8_kernel_name("fp8", "bfloat16", "silu", CONFIG)
-    cfg = kernels.GEMM_A8_CONFIGS[CONFIG]
-    mod = launch.module_for("gemm_a8", dev)
-    sig = getattr(cfg, "signature", kernels.GEMM_A8)
+    # The preset kernel fg.gemm_a8(..., epilogue="bias_silu") runs at this size: fp8 in, bf16 out, SiLU.
+    spec = preset_kernel(arch, CONFIG, "fp8", "bf16", "silu")
+    name, sig, cfg = spec.kernel_name, spec.signature, spec.cfg
+    mod = launch.module_for(spec.unit, dev)
     k_default = mod.kernel(name, sig)
     bb = launch._CudaBindingsBackend()
     bb.ensure_context(dev)
     k_bindings = launch.Kernel(bb, bb.function(bb.load(mod.path.read_bytes()), name), name, sig)
     grid, block = (N // cfg.block_n, -(-M // cfg.block_m), 1), cfg.warps * 32
-    kargs = (x8.data_ptr(), wq.data.data_ptr(), out.data_ptr(), bias.data_ptr(), sa.data_ptr(), sb.data_ptr(),
-             M, N, K, kernels.BIAS_KIND["bfloat16"], 1, 1, 1.0)
+    # A, B, M, N, K, then the epilogue's Params: out, its row stride, and the preset's operands (bf16 bias,
+    # per-row and per-column fp32 scales, alpha 1).
+    kargs = pack_args(sig, dict(a=x8.data_ptr(), b=wq.data.data_ptr(), M=M, N=N, K=K, out=out.data_ptr(), ld_out=N,
+                                **preset_values(bias.data_ptr(), DYN_KINDS["bf16"], sa.data_ptr(), 1,
+                                                sb.data_ptr(), 1, 1.0)))
     tmap_args = (0, 2, x8.data_ptr(), (K, M), (K,), (K, M), (1, 1), 0, 3, 3, 0)  # uint8, 128B swizzle, L2 256B
 
     def bare(kern, smem=0, threads=block):

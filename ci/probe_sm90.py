@@ -28,26 +28,29 @@ from pathlib import Path
 MODES = {"normal": 0, "no_mma": 1, "no_copy": 2, "plain_b": 3, "no_copy_plain_b": 4}
 CFGS = {"w64n128": "fg::ConfigW64N128", "w128n128": "fg::ConfigW128N128", "w128n192": "fg::ConfigW128N192",
         "w192n128": "fg::ConfigW192N128", "v16n128": "fg::ConfigV16N128", "p128n128": "fg::ConfigP128N128"}
-INPUTS = {"fp8": "fg::Fp8E4M3", "i8": "fg::Int8"}
+# Probe kernel input name -> (C++ input type, the input kind of gemm_a8_spec).
+INPUTS = {"fp8": ("fg::Fp8E4M3", "fp8"), "i8": ("fg::Int8", "int8")}
 VARIANTS = {"default": []}
 # The timeline build (--stamps): a variant of its own, with the SiLU epilogue the bench times.
-STAMPS_VARIANT = ("stamps", ["-DFG_PROBE_STAMPS", "-DFG_PROBE_ACT=fg::ActSilu"])
+STAMPS_VARIANT = ("stamps", ["-DFG_PROBE_STAMPS"])
+# The preset epilogue each build variant's kernels run (bf16 out): the identity one, except the timeline's.
+VARIANT_ACT = {STAMPS_VARIANT[0]: "silu"}
+OUT = "bf16"
 PRELUDE = """
-#ifndef FG_PROBE_ACT
-#define FG_PROBE_ACT fg::ActIdentity
-#endif
+#include "{root}/cuda_src/include/fusedgemm/epilogue_presets.hpp"
+#include "{root}/cuda_src/include/fusedgemm/gemm_a8_sm90.hpp"
 #if defined(FG_PROBE_STAMPS)
-extern "C" __global__ void probe_set_stamps(unsigned long long* p) { fg::fg_probe_stamps = p; }
+extern "C" __global__ void probe_set_stamps(unsigned long long* p) {{ fg::fg_probe_stamps = p; }}
 #endif
 """
+# As FG_WGMMA_ENTRY in hip_src/gemm_a8_sm90.hip, with a probe mode: the preset kernels' parameters (two tensor
+# maps, M, N, K, the epilogue's Params), so probe_spec(...).signature packs them.
 ENTRY = """
-extern "C" __global__ void __launch_bounds__(CFG::kThreads, CFG::kMinBlocksPerSm) probe_IN_NAME_LABEL(
+extern "C" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocksPerSm) {name}(
     const __grid_constant__ fg::sm90::TmaDesc a_map, const __grid_constant__ fg::sm90::TmaDesc b_map,
-    fg::u16* out, const void* bias, const float* sa, const float* sb, int M, int N, int K, int bk, int sas,
-    int sbs, float alpha) {
-  fg::gemm_a8_wgmma<IN_T, fg::OutBf16, FG_PROBE_ACT, CFG, MODE>(a_map, b_map, out, bias, sa, sb, M, N,
-                                                                K, bk, sas, sbs, alpha);
-}
+    int M, int N, int K, const __grid_constant__ {epi}::Params ep) {{
+  fg::gemm_a8_wgmma<{in_t}, {epi}, {cfg}, {mode}>(a_map, b_map, M, N, K, ep);
+}}
 """
 # label: (M, N, K, config, split-K, input, probe modes timed)
 CASES = {
@@ -63,22 +66,64 @@ CASES = {
 }
 
 
+def probe_name(in_name: str, cfg_name: str, mode: str) -> str:
+    return f"probe_{in_name}_{cfg_name}_{mode}"
+
+
+def probe_spec(variant: str, cfg_name: str, in_name: str):
+    """The preset kernel (gemm_a8_spec) a probe kernel is built like: its epilogue functor and its signature."""
+    from fusedgemm.runtime.gemm_a8_spec import preset_kernel
+
+    return preset_kernel("sm_90a", cfg_name, INPUTS[in_name][1], OUT, VARIANT_ACT.get(variant, "none"))
+
+
+def pack_args(signature, values: dict) -> tuple:
+    """A kernel's packed values in its signature's order (Signature.flat_names), looked up by name; a Params
+    field 'ep.x' by its field name 'x' (as gemm_a8's _CallPlan fills it)."""
+    names = [f.split(".", 1)[-1] for f in signature.flat_names]
+    missing = [f for f, n in zip(signature.flat_names, names) if n not in values]
+    if missing:
+        raise KeyError(f"no value for kernel argument(s) {missing}")
+    return tuple(values[n] for n in names)
+
+
+def check_layout(cubin: Path, variant: str) -> None:
+    """Every probe kernel of the cubin takes its parameters where its spec's signature packs them."""
+    from fusedgemm.runtime.codeobject import cubin_params
+
+    params = cubin_params(cubin.read_bytes())
+    for cfg_name in CFGS:
+        for in_name in INPUTS:
+            sig = probe_spec(variant, cfg_name, in_name).signature
+            for mode in MODES:
+                name = probe_name(in_name, cfg_name, mode)
+                got = [(q.offset, q.size) for q in params.get(name, ())]
+                if got != list(zip(sig.offsets, sig.sizes)):
+                    raise RuntimeError(f"{cubin}: {name} takes (offset, size) {got}, the signature packs "
+                                       f"{list(zip(sig.offsets, sig.sizes))}")
+
+
 def build(out_dir: Path, variant: str) -> Path:
+    from fusedgemm.epilogue.codegen import OUT_TYPES
     from fusedgemm.runtime.build import NVCC_FLAGS, find_nvidia_tool, source_root
+    from fusedgemm.runtime.gemm_a8_spec import struct_name
 
     defines = dict(VARIANTS, **dict([STAMPS_VARIANT]))[variant]
-    src = [f'#include "{source_root()}/cuda_src/include/fusedgemm/gemm_a8_sm90.hpp"', PRELUDE]
-    for name, cfg in CFGS.items():
-        for in_name, in_t in INPUTS.items():
+    src = [PRELUDE.format(root=source_root())]
+    for cfg_name, cfg in CFGS.items():
+        for in_name, (in_t, _kind) in INPUTS.items():
+            spec = probe_spec(variant, cfg_name, in_name)
+            epi = f"fg::{struct_name(spec.preset)}<{OUT_TYPES[OUT][0]}>"  # the generated preset functor
             for mode, v in MODES.items():
-                src.append(ENTRY.replace("NAME", name).replace("LABEL", mode).replace("MODE", str(v))
-                           .replace("CFG", cfg).replace("IN_T", in_t).replace("IN", in_name))
+                src.append(ENTRY.format(cfg=cfg, name=probe_name(in_name, cfg_name, mode), epi=epi, in_t=in_t,
+                                        mode=v))
     cu = out_dir / f"probe_{variant}.cu"
     cu.write_text("\n".join(src))
     out = out_dir / f"probe_{variant}.cubin"
     flags = [f for f in NVCC_FLAGS if f not in ("-Xptxas", "-v")]
     subprocess.run([os.environ.get("FUSEDGEMM_NVCC") or find_nvidia_tool("nvcc"), *flags, *defines,
                     "-o", str(out), str(cu)], check=True)
+    check_layout(out, variant)
     return out
 
 
@@ -111,21 +156,21 @@ def sustained(fn, seconds: float):
     return start.elapsed_time(end) * 1e3 / calls, mhz, watts
 
 
-def timeline(mod, name: str, cfg, grid, stream, args) -> dict:
+def timeline(mod, name: str, signature, cfg, grid, stream, args, k: int) -> dict:
     """Run kernel `name` of the stamps build once (after a warm-up) and summarise its per-CTA stamps
     (gemm_a8_sm90.hpp, FG_PROBE_STAMPS): start = entry -> main loop (barrier init, CTA set-up, and the wait
-    for the first stage), loop, epi (epilogue), gap = this CTA's end -> the next CTA's entry on the same SM."""
+    for the first stage), loop, epi (epilogue), gap = this CTA's end -> the next CTA's entry on the same SM.
+    args: the kernel's packed values (pack_args with its `signature`); k: the problem's K."""
     import statistics
 
     import torch
 
-    from fusedgemm.runtime import kernels
     from fusedgemm.runtime.kernels import Signature
 
     ctas = grid[0] * grid[1]
     buf = torch.zeros(ctas * 8, dtype=torch.int64, device="cuda")
     mod.kernel("probe_set_stamps", Signature((("p", "ptr"),)))((1, 1, 1), 1, 0, stream, buf.data_ptr())
-    kern = mod.kernel(name, kernels.GEMM_A8_SM90)
+    kern = mod.kernel(name, signature)
     kern.set_max_dynamic_smem(cfg.smem)
     for _ in range(3):
         kern(grid, cfg.warps * 32, cfg.smem, stream, *args)
@@ -141,7 +186,6 @@ def timeline(mod, name: str, cfg, grid, stream, args) -> dict:
     med = lambda xs: statistics.median(xs) if xs else float("nan")
     loop_ns = med([r[2] - r[1] for r in s])
     loop_cycles = med([r[5] - r[4] for r in s])
-    k = args[8]
     return dict(wall=(max(r[3] for r in s) - min(r[0] for r in s)) / 1e3, per_sm=ctas / len(per_sm),
                 start=med([r[1] - r[0] for r in s]) / 1e3, loop=loop_ns / 1e3, epi=med([r[3] - r[2] for r in s]) / 1e3,
                 gap=med(gaps) / 1e3, loop_cycles=loop_cycles,
@@ -174,8 +218,14 @@ def main() -> int:
     from fusedgemm.runtime.launch import Module, encode_tensor_map_tiled
 
     cubin_dir = args.cubins or Path(tempfile.mkdtemp())
-    mods = {v: Module(cubin_dir / f"probe_{v}.cubin" if args.cubins else build(cubin_dir, v), "nvidia", 0)
-            for v in VARIANTS}
+
+    def load(v: str) -> Module:
+        if args.cubins:  # built earlier (perhaps by another revision): the layout must still be this one
+            check_layout(cubin_dir / f"probe_{v}.cubin", v)
+            return Module(cubin_dir / f"probe_{v}.cubin", "nvidia", 0)
+        return Module(build(cubin_dir, v), "nvidia", 0)
+
+    mods = {v: load(v) for v in VARIANTS}
     timer = Timer(reps=args.reps)
     stream = torch.cuda.current_stream().cuda_stream
     clocks = []
@@ -183,7 +233,7 @@ def main() -> int:
     stamps_mod = None
     if args.stamps:
         v = STAMPS_VARIANT[0]
-        stamps_mod = Module(cubin_dir / f"probe_{v}.cubin" if args.cubins else build(cubin_dir, v), "nvidia", 0)
+        stamps_mod = load(v)
     cols = [f"{mode}/{v}" if len(VARIANTS) > 1 else mode for mode in MODES for v in VARIANTS]
     print(f"{'case':28} " + " ".join(f"{c:>14}" for c in cols) + "   (event us, median)")
     for label, (m, n, k, cfg_name, splits, in_name, modes) in CASES.items():
@@ -199,27 +249,32 @@ def main() -> int:
         a_map = g._tensor_map_a(a.data_ptr(), m, k, cfg.block_m, l2)
         b_map = g._tensor_map_b(wq.data.data_ptr(), n, k, cfg.block_n, l2)
         plain_map = encode_tensor_map_tiled(0, 2, w.data_ptr(), (k, n), (k,), (128, cfg.block_n), (1, 1), 0, 3, 3, 0)
+        # Everything but the tensor maps: the Params of a bf16 output with no scales, no bias, alpha 1 (results
+        # are garbage in the probe modes anyway).
+        values = dict(M=m, N=n, K=k, out=out.data_ptr(), ld_out=n, **g.preset_values(0, 0, 0, 0, 0, 0, 1.0))
         grid = ((n + cfg.block_n - 1) // cfg.block_n, (m + cfg.block_m - 1) // cfg.block_m, splits)
         if cfg.persistent:  # one wave of CTAs looping over the tiles (as gemm_a8.py launches it)
             grid = (min(grid[0] * grid[1], torch.cuda.get_device_properties(0).multi_processor_count), 1, 1)
         row = {}
         for mode in modes:
             for v, mod in mods.items():
-                kern = mod.kernel(f"probe_{in_name}_{cfg_name}_{mode}", kernels.GEMM_A8_SM90)
+                sig = probe_spec(v, cfg_name, in_name).signature
+                kern = mod.kernel(probe_name(in_name, cfg_name, mode), sig)
                 kern.set_max_dynamic_smem(cfg.smem)
                 bm = plain_map if mode == "plain_b" else b_map
+                kargs = pack_args(sig, dict(values, a_map=a_map, b_map=bm))
 
                 def run():
-                    kern.launch_cluster(grid, (1, 1, splits), cfg.warps * 32, cfg.smem, stream, a_map, bm,
-                                        out.data_ptr(), 0, 0, 0, m, n, k, 0, 0, 0, 1.0)
+                    kern.launch_cluster(grid, (1, 1, splits), cfg.warps * 32, cfg.smem, stream, *kargs)
                 col = f"{mode}/{v}" if len(VARIANTS) > 1 else mode
                 row[col] = timer(run)
                 if args.clocks:
                     clocks.append((label, col, *sustained(run, args.clocks)))
         print(f"{label:28} " + " ".join(f"{row[c]:14.1f}" if c in row else f"{'-':>14}" for c in cols), flush=True)
         if stamps_mod is not None and splits == 1 and not cfg.persistent:  # stamps: CTA-per-tile kernels
-            timelines.append((label, timeline(stamps_mod, f"probe_{in_name}_{cfg_name}_normal", cfg, grid, stream,
-                                              (a_map, b_map, out.data_ptr(), 0, 0, 0, m, n, k, 0, 0, 0, 1.0))))
+            sig = probe_spec(STAMPS_VARIANT[0], cfg_name, in_name).signature
+            timelines.append((label, timeline(stamps_mod, probe_name(in_name, cfg_name, "normal"), sig, cfg, grid,
+                                              stream, pack_args(sig, dict(values, a_map=a_map, b_map=b_map)), k)))
         if args.clocks:  # the vendor GEMM at the same shape, for its clock and power
             if in_name == "fp8":
                 sa, sb = torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda")
@@ -228,7 +283,7 @@ def main() -> int:
                 blas = lambda: torch._int_mm(a, w.t())
             clocks.append((label, "torch", *sustained(blas, args.clocks)))
     if timelines:
-        print(f"\nper-CTA timeline of the normal kernel with a SiLU epilogue (median over CTAs; us, except "
+        print("\nper-CTA timeline of the normal kernel with a SiLU epilogue (median over CTAs; us, except "
               "cycles); ideal = the main loop's MMA cycles at the datasheet rate (4096 fp8 MAC per SM per clock)")
         print(f"{'case':28} {'wall':>7} {'CTAs/SM':>7} {'start':>6} {'loop':>7} {'epi':>6} {'gap':>6} "
               f"{'loop cyc':>9} {'ideal':>7} {'MHz':>5}")

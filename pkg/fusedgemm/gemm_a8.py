@@ -19,6 +19,7 @@ from .epilogue.presets import parse_name as parse_epilogue, spec_for_activation
 from .preshuffle import LAYOUT_16x16, PreshuffledWeight
 from .runtime import kernels
 from .runtime.arch import device_arch
+from .runtime.device import current_device_index, current_raw_stream, device_guard, is_fake as _is_fake
 from .runtime.gemm_a8_spec import OUT_CODEGEN, GemmA8Kernel, config_fits
 
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
@@ -38,34 +39,6 @@ def _in_kind(dtype: torch.dtype, what: str) -> str:
     if dtype == torch.int8:
         return "int8"
     raise TypeError(f"gemm_a8: {what} must be float8_e4m3fn, float8_e4m3fnuz or int8, got {dtype}")
-
-
-from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor  # noqa: E402
-
-
-def _is_fake(t: torch.Tensor) -> bool:
-    return isinstance(t, _FakeTensor) or t.device.type == "meta"
-
-
-# The current stream's handle and the current device, cheaply: both are on the per-call hot path. torch's
-# private bindings when this torch has them (a CPU-only build does not), the public calls otherwise.
-_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-_get_device = getattr(torch._C, "_cuda_getDevice", None)
-
-
-def current_raw_stream(device_index: int) -> int:
-    if _raw_stream is not None:
-        return _raw_stream(device_index)
-    return torch.cuda.current_stream(device_index).cuda_stream
-
-
-def current_device_index() -> int:
-    return _get_device() if _get_device is not None else torch.cuda.current_device()
-
-
-def device_guard(device: torch.device):
-    """Make `device` current for a launch (kernels load per device); free when it already is."""
-    return contextlib.nullcontext() if device.index == current_device_index() else torch.cuda.device(device)
 
 
 _KERNELS: dict[tuple, object] = {}
@@ -559,9 +532,8 @@ _CALL_PLANS_PER_WEIGHT = 64  # distinct (M, dtypes, ...) signatures remembered p
 
 
 def _gemm_a8_traced(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, operands):
-    """Under torch.compile: call the registered op (its real implementation validates everything at run
+    """Under torch.compile: call the registered op (ops.py; its real implementation validates everything at run
     time; its fake implementation checks shapes at trace time). Python-number scales fold into alpha."""
-    from . import ops
 
     if not isinstance(epilogue, str) or operands is not None:
         raise NotImplementedError("gemm_a8: epilogue expressions are not traced by torch.compile yet; call it "
@@ -575,7 +547,7 @@ def _gemm_a8_traced(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, oper
         alpha, scale_a = alpha * float(scale_a), None
     if isinstance(scale_b, (int, float)) and not isinstance(scale_b, bool):
         alpha, scale_b = alpha * float(scale_b), None
-    y = ops.gemm_a8_op(a, b.data, bias, scale_a, scale_b, alpha, epilogue, out_dtype)
+    y = torch.ops.fusedgemm.gemm_a8(a, b.data, bias, scale_a, scale_b, alpha, epilogue, out_dtype)
     if out is not None:
         out.copy_(y)
         return out

@@ -13,7 +13,7 @@ import warnings
 
 import torch
 
-from .gemm_a8 import current_device_index, current_raw_stream, device_guard
+from .runtime.device import current_device_index, current_raw_stream, device_guard
 from .runtime import kernels
 
 _DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
@@ -420,9 +420,7 @@ def bmm_tiny(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) 
     (not with out=). a and b must be on one GPU; inputs the kernel does not take (CPU tensors, float64,
     m, n or k > 64) raise, with or without requires_grad: fusedgemm.bmm is the call that falls back to torch.bmm."""
     if torch.compiler.is_compiling() and out is None:
-        from . import ops
-
-        return ops.bmm_tiny_op(a, b)
+        return torch.ops.fusedgemm.bmm_tiny(a, b)  # registered by ops.py (which imports this module's kernels)
     if out is None and torch.is_grad_enabled():
         try:
             grad = a.requires_grad or b.requires_grad

@@ -14,6 +14,7 @@ import torch
 from . import ir
 from .codegen import DYN_KINDS, EpilogueSpec
 from .evaluate import TORCH_DTYPES
+from ..runtime.device import is_fake as _is_fake
 
 VEC_TORCH = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 
@@ -24,12 +25,6 @@ class Binding:
     values: dict
     saved_dtype: torch.dtype | None
     tensors: list  # the operand tensors (kept alive by the caller for the launch)
-
-
-def _is_fake(t: torch.Tensor) -> bool:
-    from torch._subclasses.fake_tensor import FakeTensor
-
-    return isinstance(t, FakeTensor) or t.device.type == "meta"
 
 
 def _check_on(t: torch.Tensor, what: str, device, op: str):

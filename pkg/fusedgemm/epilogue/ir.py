@@ -79,8 +79,6 @@ class Node:
         return unary("neg", self)
 
     def __str__(self) -> str:
-        from .text import format_expr
-
         return format_expr(self)
 
     def __repr__(self) -> str:
@@ -260,6 +258,50 @@ def validate(expr: Node) -> Node:
     if saves and any(n.op == "save" for n in saves[0].args[0].walk()):
         raise EpilogueError("save(...) inside save(...)")
     return expr
+
+
+# ---- canonical text (the parser is text.py) ---------------------------------------------------------------
+INFIX = {"add": ("+", 1), "sub": ("-", 1), "mul": ("*", 2), "div": ("/", 2)}  # op -> (symbol, precedence)
+
+
+
+
+def _prec(node: Node) -> int:
+    if node.op in INFIX:
+        return INFIX[node.op][1]
+    return 3
+
+
+def _num(v: float) -> str:
+    return repr(float(v))
+
+
+def format_expr(node: Node) -> str:
+    op = node.op
+    if op == "acc":
+        return "acc"
+    if op == "const":
+        return _num(node.attrs[0])
+    if op in ("m_vec", "n_vec"):
+        return f"{op}({node.attrs[0]}" + (f", {_num(node.attrs[1])})" if len(node.attrs) > 1 else ")")
+    if op in ("scalar", "aux"):
+        return f"{op}({node.attrs[0]})"
+    if op in INFIX:
+        sym, p = INFIX[op]
+        a, b = node.args
+        left = format_expr(a)
+        right = format_expr(b)
+        if _prec(a) < p:
+            left = f"({left})"
+        if _prec(b) <= p:
+            right = f"({right})"
+        return f"{left} {sym} {right}"
+    parts = [format_expr(a) for a in node.args]
+    if op in DTYPE_NODES:
+        parts.append(node.attrs[0])
+    else:
+        parts += [_num(v) for v in node.attrs]
+    return f"{op}({', '.join(parts)})"
 
 
 KEY_VERSION = "fgepi1"

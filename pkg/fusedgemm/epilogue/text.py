@@ -15,46 +15,9 @@ import re
 
 from . import ir
 
-_INFIX = {"add": ("+", 1), "sub": ("-", 1), "mul": ("*", 2), "div": ("/", 2)}
+_INFIX = ir.INFIX
 _SYMBOL_OP = {sym: op for op, (sym, _p) in _INFIX.items()}
-
-
-def _prec(node: ir.Node) -> int:
-    if node.op in _INFIX:
-        return _INFIX[node.op][1]
-    return 3
-
-
-def _num(v: float) -> str:
-    return repr(float(v))
-
-
-def format_expr(node: ir.Node) -> str:
-    op = node.op
-    if op == "acc":
-        return "acc"
-    if op == "const":
-        return _num(node.attrs[0])
-    if op in ("m_vec", "n_vec"):
-        return f"{op}({node.attrs[0]}" + (f", {_num(node.attrs[1])})" if len(node.attrs) > 1 else ")")
-    if op in ("scalar", "aux"):
-        return f"{op}({node.attrs[0]})"
-    if op in _INFIX:
-        sym, p = _INFIX[op]
-        a, b = node.args
-        left = format_expr(a)
-        right = format_expr(b)
-        if _prec(a) < p:
-            left = f"({left})"
-        if _prec(b) <= p:
-            right = f"({right})"
-        return f"{left} {sym} {right}"
-    parts = [format_expr(a) for a in node.args]
-    if op in ir.DTYPE_NODES:
-        parts.append(node.attrs[0])
-    else:
-        parts += [_num(v) for v in node.attrs]
-    return f"{op}({', '.join(parts)})"
+format_expr = ir.format_expr
 
 
 # ---- parser ----------------------------------------------------------------------------------------------------

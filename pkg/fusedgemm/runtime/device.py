@@ -1,0 +1,33 @@
+"""The current device and stream, cheaply (both are on every op's per-call hot path), and fake-tensor checks.
+
+torch's private bindings where this torch has them (a CPU-only build does not), the public calls otherwise.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import torch
+from torch._subclasses.fake_tensor import FakeTensor as _FakeTensor
+
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+_get_device = getattr(torch._C, "_cuda_getDevice", None)
+
+
+def current_raw_stream(device_index: int) -> int:
+    if _raw_stream is not None:
+        return _raw_stream(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream
+
+
+def current_device_index() -> int:
+    return _get_device() if _get_device is not None else torch.cuda.current_device()
+
+
+def device_guard(device: torch.device):
+    """Make `device` current for a launch (kernels load per device); free when it already is."""
+    return contextlib.nullcontext() if device.index == current_device_index() else torch.cuda.device(device)
+
+
+def is_fake(t: torch.Tensor) -> bool:
+    """A tensor without memory (torch.compile's fake tensors, meta): checks skip its addresses."""
+    return isinstance(t, _FakeTensor) or t.device.type == "meta"

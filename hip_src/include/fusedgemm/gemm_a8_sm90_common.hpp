@@ -1,0 +1,405 @@
+// The pieces both sm_90a gemm_a8 kernels (gemm_a8_sm90.hpp: a CTA per tile; gemm_a8_sm90_persistent.hpp)
+// share: the tile configuration, the tile order, the epilogue slot's store paths for the wgmma fragment
+// layouts, the split-K reduction over a cluster, and the consumer warpgroups' main loop. The design is
+// described at the top of gemm_a8_sm90.hpp.
+#pragma once
+#include "arch/sm90_async.hpp"
+#include "epilogue.hpp"
+
+#if defined(FG_NVIDIA)
+namespace fg {
+
+// kSwapAB (decode, M <= kBlockM <= 64): the MMAs compute C^T = B . A^T, so the weight's rows are the wgmma's
+// M (kBlockN / 64 MMAs of 64 rows per K step, one warpgroup) and the activation's rows its N (kBlockM, down
+// to 16). At M = 1 an unswapped m64 MMA computes 64 rows for one: swapped, the tensor core does 1/4 of that
+// work and the MMA-only time of a decode call drops from ~8 us to ~2 (qkv M = 1, docs/perf-notes.md).
+// The shared-memory stages are the same; only the descriptors trade places.
+//
+// kChains (unswapped tiles): independent accumulator chains per warpgroup. Consecutive K blocks alternate
+// between them (fp8: two partial tiles; int8: two int32 tiles summed at the end), so a block's MMAs never wait
+// for the previous block's results inside the tensor core, and an fp8 block's promotion runs while the next
+// block's MMAs do.
+//
+// kPersistent (unswapped, two consumer warpgroups, n128; no split-K): one wave of CTAs, each looping over
+// tiles, with the epilogue handed to the producer warpgroup's three spare warps. The consumers park each
+// finished tile's fp32 accumulators in shared memory and start the next tile's K blocks at once, so the
+// epilogue (scales, bias, activation, stores: 2.7 of a tile's 17.4 us on H100, qkv M = 8192) and the CTA
+// start-up run under the next tile's MMAs instead of between them.
+template <int kBlockM_, int kStages_, int kMinBlocksPerSm_, int kBlockN_ = 128, bool kSwapAB_ = false,
+          int kChains_ = 1, bool kPersistent_ = false>
+struct WgmmaConfig {
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;  // one m64nBNk32 wgmma per warpgroup per K step: 128 or 192
+  static constexpr int kBlockK = 128;  // bytes = fp8/int8 values of K per stage
+  static constexpr int kStages = kStages_;
+  static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
+  static constexpr bool kSwapAB = kSwapAB_;
+  static constexpr int kChains = kChains_;
+  static constexpr bool kPersistent = kPersistent_;
+  static constexpr int kConsumerWarpgroups = kSwapAB ? 1 : kBlockM / 64;
+  static constexpr int kMmaN = kSwapAB ? kBlockM : kBlockN;        // the wgmma's N
+  static constexpr int kMmasPerStep = kSwapAB ? kBlockN / 64 : 1;  // per warpgroup and K step of 32
+  static constexpr int kConsumerThreads = 128 * kConsumerWarpgroups;
+  // Each SM sub-partition has 16384 registers for its warps: three consumer warpgroups plus a producer warp
+  // would be capped at 128 registers per thread (spills). Then the producer is a whole warpgroup that gives
+  // registers back (setmaxnreg) so the consumers can hold 160. Otherwise the producer is one warp.
+  // Likewise 192-wide tiles: 2 x 96 accumulators per thread do not fit the 168 registers that two consumer
+  // warpgroups and a producer warp get (one sub-partition holds 3 of the 9 warps).
+  // Two chains of 64 columns likewise: fp8 holds acc + 2 partial tiles = 192 accumulators per thread.
+  // A persistent kernel's epilogue warps are the producer warpgroup's.
+  static constexpr bool kSetMaxNReg = kConsumerWarpgroups == 3 || kBlockN > 128 || kChains > 1 || kPersistent;
+  // NOTE: setmaxnreg moves registers within the CTA's launch allocation (384 threads x 168 = 64512): the consumers'
+  // 2 x 128 x 232 leave exactly 128 x 40 for the producer warpgroup. Asking more deadlocks setmaxnreg.inc (seen
+  // with 48 on an H100: the persistent kernel hung).
+  static constexpr int kProducerRegs = kConsumerWarpgroups == 3 ? 24 : 40;
+  static constexpr int kConsumerRegs = kConsumerWarpgroups == 3 ? 160 : 232;
+  static constexpr int kThreads = kConsumerThreads + (kSetMaxNReg ? 128 : 32);
+  static constexpr int kStageBytesA = kBlockM * kBlockK;
+  static constexpr int kStageBytesB = kBlockN * kBlockK;
+  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
+  static constexpr int kAccPerThread = kMmasPerStep * kMmaN / 2;
+  static constexpr int kReduceBytes = kAccPerThread * kConsumerThreads * 4;
+  // Persistent: the parked tile (fp32, kBlockM x kBlockN) and the tile's staged epilogue values follow the
+  // stages: room for kStagedFloats = kBlockM + 2 kBlockN floats, the rows' values ([k][kBlockM]) then the
+  // columns' ([k][kBlockN]) -- one per row and two per column for the presets (alpha * scale_a; scale_b, bias).
+  // An epilogue with more hoisted values does not fit (the host does not plan it on this config).
+  static constexpr int kEpilogueThreads = kPersistent ? 96 : 0;
+  static constexpr int kParkedOffset = kStages * kStageBytes;
+  static constexpr int kStagedOffset = kParkedOffset + (kPersistent ? kBlockM * kBlockN * 4 : 0);
+  static constexpr int kStagedFloats = kPersistent ? kBlockM + 2 * kBlockN : 0;
+  static constexpr int kBarrierOffset = kStagedOffset + kStagedFloats * 4;
+  static constexpr int kBarriers = 2 * kStages + (kPersistent ? 2 : 0);  // + parked tile full / empty
+  // + 1024: the dynamic shared-memory base is rounded up to the 1024-byte alignment the swizzle needs.
+  static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8 + 1024;
+  static_assert(kSwapAB ? kBlockM == 16 && kBlockN % 64 == 0 : kBlockM % 64 == 0 && kBlockM <= 192,
+                "one to three consumer warpgroups of 64 rows; swapped: 16 activation rows, 64-row weight MMAs");
+  static_assert(kReduceBytes <= kBarrierOffset, "the split-K partial tile reuses the stage buffers");
+  static_assert(kChains == 1 || (kChains == 2 && !kSwapAB && kConsumerWarpgroups == 2 && kBlockN == 128),
+                "two chains: fp8 needs 3 x 64 accumulators per thread, which fits 2 consumer warpgroups of n128 only");
+  static_assert(!kPersistent || (!kSwapAB && kConsumerWarpgroups == 2 && kBlockN == 128),
+                "persistent: the parked-tile layout and the epilogue warps' row mapping assume a 128 x 128 tile");
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
+};
+
+// Names must match runtime/kernels.py GEMM_A8_CONFIGS.
+using ConfigW64N128 = WgmmaConfig<64, 4, 2>;    // M <= 64: two CTAs per SM, 4 x 24 KB in flight each
+// M > 64: 6 x 32 KB stages, two accumulator chains (H100, qkv M = 8192, MMAs alone: 335 us against 405 with
+// one chain; the whole kernel 416 against 432)
+using ConfigW128N128 = WgmmaConfig<128, 6, 1, 128, false, 2>;
+// 192-wide tiles: each wgmma does 1.5x the work of an n128 one for the same A bytes and per-block overhead
+// (wait, promotion, barrier); 96 + 96 accumulator registers per consumer thread; 5 x 40 KB stages.
+using ConfigW128N192 = WgmmaConfig<128, 5, 1, 192>;
+using ConfigW192N128 = WgmmaConfig<192, 5, 1>;  // large M: three consumer warpgroups keep the tensor core fed
+                                                // while one of them promotes; 5 x 40 KB stages
+// M > 64, many tiles: persistent, epilogue warps, 5 x 32 KB stages (the parked tile takes 64 KB).
+using ConfigP128N128 = WgmmaConfig<128, 5, 1, 128, false, 1, true>;
+using ConfigV16N128 = WgmmaConfig<16, 4, 3, 128, true>;  // M <= 16, swapped: 4 x 18 KB stages, 3 CTAs per SM
+
+// Which output tile a CTA computes. CTAs start roughly in launch order (blockIdx.x fastest). Row-major tile
+// order makes one wave sweep a whole row of B's column tiles: right while B fits in L2 (50 MB on H100/H200),
+// but a larger weight (gate_up: 117 MB of fp8) would then come again from DRAM for every row block of A.
+// For those, consecutive CTAs walk down a group of 8 row blocks before moving one column right: a wave of
+// 132 CTAs touches ~8 row blocks x ~17 column tiles of the operands. (Grouping weights that fit in L2
+// measured 2-6% slower on the H200, so they keep row-major order.)
+constexpr int kTileGroupRows = 8;
+constexpr i64 kGroupTilesAboveWeightBytes = i64(48) << 20;
+// Tile t (0 <= t < num_n * num_m, in the order CTAs take them) -> its row and column block.
+FG_DEVICE void tile_of(int t, int num_n, int num_m, int N, int K, int& m_block, int& n_block) {
+  if (static_cast<i64>(N) * K <= kGroupTilesAboveWeightBytes) {
+    m_block = t / num_n;
+    n_block = t - m_block * num_n;
+    return;
+  }
+  const int first_m = t / (kTileGroupRows * num_n) * kTileGroupRows;
+  const int rows = min(num_m - first_m, kTileGroupRows);
+  const int local = t % (kTileGroupRows * num_n);
+  m_block = first_m + local % rows;
+  n_block = local / rows;
+}
+// A CTA-per-tile grid: the block's linear index is its tile.
+FG_DEVICE void tile_of_block(int N, int K, int& m_block, int& n_block) {
+  const int num_n = static_cast<int>(gridDim.x), num_m = static_cast<int>(gridDim.y);
+  tile_of(static_cast<int>(blockIdx.y) * num_n + static_cast<int>(blockIdx.x), num_n, num_m, N, K, m_block,
+          n_block);
+}
+
+// Rows of A one TMA copy brings: the whole tile, except when all of M fits in one tile: then M rounded up to
+// 8 (the copy engine slows down on out-of-bounds rows; rows of the tile past the box keep stale bytes, which
+// only reach output rows >= M, never stored). The host encodes A's tensor map with the same box.
+template <class Cfg>
+FG_DEVICE int a_box_rows(int M) {
+  return M >= Cfg::kBlockM ? Cfg::kBlockM : ((M + 7) & ~7);
+}
+
+// Accumulator element j of consumer thread t (t counted within its warpgroup): row and column in the
+// warpgroup's 64 x 128 tile (the wgmma D fragment layout).
+FG_DEVICE int acc_row(int t, int j) { return 16 * (t >> 5) + ((t & 31) >> 2) + 8 * ((j >> 1) & 1); }
+FG_DEVICE int acc_col(int t, int j) { return 8 * (j >> 2) + 2 * (t & 3) + (j & 1); }
+
+// The column values (Epi::load_col) of a consumer thread's accumulator columns: for each of its kGroups 8-column
+// groups g, columns n0 + acc_col(t, 4 g) and the one after (zeros past N). All are loaded before the first store,
+// so the epilogue waits for one round of loads instead of one per group (ncu, qkv M = 8192: the per-group loads
+// were ~9% of all warp stall samples, with the tensor core idle behind them).
+template <class Epi, int kGroups>
+struct ColumnValues {
+  float v[2 * kGroups][Epi::kColValues];
+
+  FG_DEVICE void load(const typename Epi::Params& ep, int N, int n0, int t) {
+    int cols[2 * kGroups];
+    bool in[2 * kGroups];
+#pragma unroll
+    for (int g = 0; g < kGroups; ++g) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        cols[2 * g + e] = n0 + acc_col(t, 4 * g) + e;
+        in[2 * g + e] = n0 + acc_col(t, 4 * g) < N;  // N % 16 == 0: a column pair is all in or all out
+      }
+    }
+    Epi::template load_cols<2 * kGroups>(ep, cols, in, v);
+  }
+};
+
+// The row values of rows row0 and row0 + 8 (zeros past M).
+template <class Epi>
+FG_DEVICE void load_row_pair(const typename Epi::Params& ep, int M, int row0, float (&r)[2][Epi::kRowValues]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (row0 + 8 * h < M) {
+      Epi::load_row(ep, row0 + 8 * h, r[h]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < Epi::kRowValues; ++k) r[h][k] = 0.f;
+    }
+  }
+}
+
+// The epilogue of one 8-column group (accumulator elements j..j+3 of a thread: columns col, col + 1 of rows
+// row0 and row0 + 8) with those columns' values c0, c1: two pair stores through the epilogue slot.
+template <class Epi, class Acc>
+FG_DEVICE void store_group(const typename Epi::Params& ep, int M, int N, const float (&r)[2][Epi::kRowValues],
+                           int row0, int col, const float (&c0)[Epi::kColValues], const float (&c1)[Epi::kColValues],
+                           Acc v0, Acc v1, Acc v2, Acc v3) {
+  if (col >= N) return;
+  float c[2][Epi::kColValues];
+#pragma unroll
+  for (int k = 0; k < Epi::kColValues; ++k) {
+    c[0][k] = c0[k];
+    c[1][k] = c1[k];
+  }
+  if (row0 < M) {
+    const float acc[2] = {static_cast<float>(v0), static_cast<float>(v1)};
+    Epi::template store<2>(ep, row0, col, acc, r[0], c);
+  }
+  if (row0 + 8 < M) {
+    const float acc[2] = {static_cast<float>(v2), static_cast<float>(v3)};
+    Epi::template store<2>(ep, row0 + 8, col, acc, r[1], c);
+  }
+}
+
+// Split-K over the cluster, step 1: once every consumer is past its last wgmma (the stages are free), park this
+// thread's accumulators in its CTA's shared memory as their own bits (int32 partial sums stay exact), element
+// j of consumer thread t at [j][t], and wait until every CTA of the cluster has.
+template <class Cfg, int kAcc, class Acc>
+FG_DEVICE const u32* park_partials(const Acc (&acc)[kAcc], u8* smem, int t) {
+  u32* partial = reinterpret_cast<u32*>(smem);
+  sm90::named_barrier_sync(1, Cfg::kConsumerThreads);
+#pragma unroll
+  for (int j = 0; j < kAcc; ++j) partial[j * Cfg::kConsumerThreads + t] = __builtin_bit_cast(u32, acc[j]);
+  sm90::cluster_sync();
+  return partial;
+}
+
+// Step 2: elements j .. j + kN - 1 of thread t summed over the cluster's CTAs in rank order, so the result does
+// not depend on timing. (Step 3, the caller's: a last cluster barrier keeps each CTA's partial tile alive
+// until every CTA has read it.)
+template <class Cfg, int kN, class Acc>
+FG_DEVICE void cluster_sum(const u32* partial, int j, int t, int splits, Acc (&v)[kN]) {
+#pragma unroll
+  for (int e = 0; e < kN; ++e) v[e] = Acc(0);
+  for (int r = 0; r < splits; ++r)
+#pragma unroll
+    for (int e = 0; e < kN; ++e)
+      v[e] += __builtin_bit_cast(Acc, sm90::ld_cluster_u32(&partial[(j + e) * Cfg::kConsumerThreads + t], r));
+}
+
+// The swapped (kSwapAB) epilogue. Accumulator element j of consumer thread t: MMA h = j / kAccPerMma, whose
+// D row (a weight row: output column n0 + 64 h + acc_row) and column (an activation row: output row m0 +
+// acc_col) follow the wgmma D layout. Each value is stored alone (2 bytes; a decode call writes a few KB).
+// With split-K, the partial tiles are reduced over the cluster as in the unswapped path (fixed order), each
+// CTA storing 1 / splits of the elements.
+template <class Epi, class Cfg, int kAcc, int kAccPerMma, class Acc>
+FG_DEVICE void store_swapped(const typename Epi::Params& ep, int M, int N, int m0, int n0, int t, int splits, int rank,
+                             const Acc (&acc)[kAcc], u8* smem) {
+  auto store_one = [&](int j, Acc v) {
+    const int h = j / kAccPerMma, e = j % kAccPerMma;
+    const int m = m0 + acc_col(t, e), n = n0 + 64 * h + acc_row(t, e);
+    if (m >= M || n >= N) return;
+    float r[Epi::kRowValues], c[1][Epi::kColValues];
+    Epi::load_row(ep, m, r);
+    Epi::load_col(ep, n, c[0]);
+    const float a[1] = {static_cast<float>(v)};
+    Epi::template store<1>(ep, m, n, a, r, c);
+  };
+  if (splits == 1) {
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) store_one(j, acc[j]);
+    return;
+  }
+  const u32* partial = park_partials<Cfg>(acc, smem, t);
+  const int per_rank = kAcc / splits;
+  for (int j = rank * per_rank; j < (rank + 1) * per_rank; ++j) {
+    Acc v[1];
+    cluster_sum<Cfg>(partial, j, t, splits, v);
+    store_one(j, v[0]);
+  }
+  sm90::cluster_sync();  // keep this CTA's partial tile alive until every CTA has read it
+}
+
+// Timing probes for performance work (ci/probe_sm90.py builds them; the package never does): which part of
+// the pipeline bounds the kernel. kProbe 1: no MMAs (copies only); 2: no copies (MMAs on whatever is in
+// shared memory); 3: B is a plain row-major [N, K] weight read through a 2-D 128-byte-swizzled map; 4: no
+// copies, and the MMAs read B through a 128-byte-swizzle descriptor (does B's no-swizzle layout cost MMA rate?).
+enum ProbeMode : int { kProbeNone = 0, kProbeNoMma = 1, kProbeNoCopy = 2, kProbePlainB = 3, kProbeNoCopyPlainB = 4 };
+__host__ __device__ constexpr bool probe_no_copy(int probe) { return probe == kProbeNoCopy || probe == kProbeNoCopyPlainB; }
+__host__ __device__ constexpr bool probe_plain_b(int probe) { return probe == kProbePlainB || probe == kProbeNoCopyPlainB; }
+
+// The consumer warpgroups' main loop: K blocks i = 0 .. kb_count - 1 of the tile into acc (zeroed by the
+// caller). Block i is the CTA's g0 + i-th: the ring's stage and phase follow that count, so a persistent CTA's
+// tiles continue one sequence.
+template <class In, class Cfg, int kProbe, class Acc, int kAcc>
+FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* stage_a, u8* stage_b,
+                                 sm90::u64* full, sm90::u64* empty, int wg, int lane) {
+  using Mma = sm90::Wgmma<In, Cfg::kMmaN>;
+  constexpr int kAccPerMma = Mma::kAccPerThread;
+  // Issue K block i's MMAs into `d` (asynchronously; committed as one group). accumulate = false: the
+  // block's first MMA overwrites d.
+  auto issue = [&](int i, Acc(&d)[kAcc], bool accumulate) {
+    const int g = g0 + i;
+    const int s = g % Cfg::kStages;
+    sm90::mbar_wait(&full[s], (g / Cfg::kStages) & 1);
+    if constexpr (kProbe == kProbeNoMma) return;
+    const u32 a_base = sm90::smem_addr(stage_a + s * Cfg::kStageBytesA + wg * 64 * Cfg::kBlockK);
+    const u32 b_base = sm90::smem_addr(stage_b + s * Cfg::kStageBytesB);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
+      const sm90::u64 da = sm90::smem_desc(a_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B);
+      if constexpr (Cfg::kSwapAB) {
+        // Weight rows 64h..64h+63 (8 core matrices of 8 rows, 128 B apart) are the MMA's A, the activation
+        // its B: D[h] = B_h . A^T.
+#pragma unroll
+        for (int h = 0; h < Cfg::kMmasPerStep; ++h) {
+          const sm90::u64 dw = sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16 + h * 8 * 128,
+                                               Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
+          Mma::mma(*reinterpret_cast<Acc(*)[kAccPerMma]>(&d[h * kAccPerMma]), dw, da, accumulate || kk > 0);
+        }
+      } else {
+        const sm90::u64 db =
+            probe_plain_b(kProbe)
+                ? sm90::smem_desc(b_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B)
+                : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16, Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
+        Mma::mma(d, da, db, accumulate || kk > 0);
+      }
+    }
+    sm90::wgmma_commit();
+  };
+  // K block i's MMAs are complete: its stage can be refilled.
+  auto release = [&](int i) {
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(&empty[(g0 + i) % Cfg::kStages]);
+  };
+  if constexpr (Mma::kExactAccumulator) {
+    // int8: the tensor core's int32 sums are exact, so every K block accumulates straight into an int32
+    // tile and the MMAs of consecutive blocks queue back to back; only the stage release waits, one block
+    // behind. Two chains: odd blocks go to acc2, added to acc at the end.
+    Acc acc2[kAcc];  // the second chain (unused with one chain)
+    for (int i = 0; i < kb_count; ++i) {
+      bool second = false;
+      if constexpr (Cfg::kChains > 1) second = i & 1;
+      if (second)
+        issue(i, acc2, i > 1);
+      else
+        issue(i, acc, i > 0);
+      if (i > 0) {
+        sm90::wgmma_wait<1>();
+        release(i - 1);
+      }
+    }
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(acc);
+    if (kb_count > 0) release(kb_count - 1);
+    if constexpr (Cfg::kChains > 1) {
+      sm90::fence_regs(acc2);
+      if (kb_count > 1) {
+#pragma unroll
+        for (int j = 0; j < kAcc; ++j) acc[j] += acc2[j];
+      }
+    }
+  } else if constexpr (Cfg::kChains > 1) {
+    // fp8, two partial tiles: block i's MMAs are issued into part[i % 2] before block i - 1's partial tile
+    // (the other one) is waited for and promoted, so the promotion overlaps the tensor core's work.
+    // NOTE: ptxas tracks which wgmma group a wait retires only in straight-line code: across a loop's back
+    // edge it assumes the other partial tile may still be in flight and serialises every wgmma (C7514). So
+    // the loop body is kUnroll blocks, unrolled, ending in wait<0> (one exposed promotion per kUnroll
+    // blocks); a remainder of fewer blocks runs one block at a time.
+    constexpr int kUnroll = 4;
+    Acc part0[kAcc], part1[kAcc];
+    auto promote = [&](Acc(&p)[kAcc]) {
+      sm90::fence_regs(p);
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) acc[j] += p[j];
+    };
+    int i = 0;
+    for (; i + kUnroll <= kb_count; i += kUnroll) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        if (u & 1) {
+          sm90::fence_regs(part1);
+          issue(i + u, part1, false);
+        } else {
+          sm90::fence_regs(part0);
+          issue(i + u, part0, false);
+        }
+        if (u > 0) {
+          sm90::wgmma_wait<1>();  // block i + u - 1 is complete
+          release(i + u - 1);
+          if (u & 1)
+            promote(part0);
+          else
+            promote(part1);
+        }
+      }
+      sm90::wgmma_wait<0>();
+      release(i + kUnroll - 1);
+      if ((kUnroll - 1) & 1)
+        promote(part1);
+      else
+        promote(part0);
+    }
+    for (; i < kb_count; ++i) {
+      sm90::fence_regs(part0);
+      issue(i, part0, false);
+      sm90::wgmma_wait<0>();
+      release(i);
+      promote(part0);
+    }
+  } else {
+    // fp8: each K block goes to a partial tile that is waited for and added to the fp32 result (promotion
+    // every 128 values of K).
+    Acc part[kAcc];
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) part[j] = Acc(0);
+    for (int i = 0; i < kb_count; ++i) {
+      sm90::fence_regs(part);
+      issue(i, part, false);
+      sm90::wgmma_wait<0>();
+      sm90::fence_regs(part);
+      release(i);
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) acc[j] += part[j];
+    }
+  }
+}
+
+}  // namespace fg
+#endif  // FG_NVIDIA

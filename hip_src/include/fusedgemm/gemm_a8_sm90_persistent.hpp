@@ -1,0 +1,228 @@
+// gemm_a8 on sm_90a, persistent: one wave of CTAs looping over 128 x 128 tiles, the epilogue on the producer
+// warpgroup's spare warps under the next tile's MMAs (WgmmaConfig::kPersistent; gemm_a8_sm90.hpp dispatches).
+#pragma once
+#include "gemm_a8_sm90_common.hpp"
+
+#if defined(FG_NVIDIA)
+namespace fg {
+
+// ---- persistent kernel with epilogue warps (Cfg::kPersistent) ------------------------------------------------
+// Parked tile: element (row, col) of the 128 x 128 fp32 tile at word row * 128 + (col ^ ((row & 3) << 3)). The
+// XOR puts the four rows that a consumer half-warp writes (one 8-word group each) on different banks, and keeps
+// an epilogue thread's four columns 4c..4c+3 together (one conflict-free 16-byte read).
+FG_DEVICE int parked_index(int row, int col) { return row * 128 + (col ^ ((row & 3) << 3)); }
+
+// The epilogue warps' part of a tile: rows r = w, w + 3, ... of the parked tile (w: epilogue warp), columns
+// 4 lane .. 4 lane + 3, through the epilogue slot (one 4-value store per row and thread). The rows' and columns'
+// values were staged in shared memory: staged[k * kBlockM + r] for row value k, then col_staged[k * kBlockN + c].
+template <class Epi>
+FG_DEVICE void store_parked_rows(const typename Epi::Params& ep, const float* parked, const float* row_staged,
+                                 const float* col_staged, int M, int m0, int col, int col_local, int w) {
+  constexpr int kBlock = 128;
+  const int rows = min(kBlock, M - m0);
+#pragma unroll 1
+  for (int r = w; r < rows; r += 3) {
+    // NOTE: the column values are re-read from shared memory per row: held across the loop, they do not fit
+    // the epilogue warps' 40 registers (spills).
+    float c[4][Epi::kColValues];
+#pragma unroll
+    for (int k = 0; k < Epi::kColValues; ++k) {
+      const float4 cv = *reinterpret_cast<const float4*>(&col_staged[k * kBlock + col_local]);
+      c[0][k] = cv.x;
+      c[1][k] = cv.y;
+      c[2][k] = cv.z;
+      c[3][k] = cv.w;
+    }
+    const float4 v = *reinterpret_cast<const float4*>(&parked[parked_index(r, col_local)]);
+    float rv[Epi::kRowValues];
+#pragma unroll
+    for (int k = 0; k < Epi::kRowValues; ++k) rv[k] = row_staged[k * kBlock + r];
+    const float acc[4] = {v.x, v.y, v.z, v.w};
+    Epi::template store<4>(ep, m0 + r, col, acc, rv, c);
+  }
+}
+
+// The persistent kernel's shared memory: stages (A, then B), the parked tile, the staged epilogue values, the
+// barriers.
+// The base comes through an asm volatile, so each role recomputes it after its setmaxnreg (no CSE with the
+// prologue's copy).
+template <class Cfg>
+struct PersistentSmem {
+  u8* base;
+  FG_DEVICE PersistentSmem() {
+    extern __shared__ u8 smem_raw[];
+    u32 addr = sm90::smem_addr(smem_raw);
+    asm volatile("" : "+r"(addr));
+    base = smem_raw + ((1024 - (addr & 1023)) & 1023);
+  }
+  FG_DEVICE u8* stage_a() const { return base; }
+  FG_DEVICE u8* stage_b() const { return base + Cfg::kStages * Cfg::kStageBytesA; }
+  FG_DEVICE float* parked() const { return reinterpret_cast<float*>(base + Cfg::kParkedOffset); }
+  FG_DEVICE float* row_staged() const { return reinterpret_cast<float*>(base + Cfg::kStagedOffset); }
+  template <class Epi>
+  FG_DEVICE float* col_staged() const { return row_staged() + Epi::kRowValues * Cfg::kBlockM; }
+  FG_DEVICE sm90::u64* full() const { return reinterpret_cast<sm90::u64*>(base + Cfg::kBarrierOffset); }
+  FG_DEVICE sm90::u64* empty() const { return full() + Cfg::kStages; }
+  FG_DEVICE sm90::u64* parked_full() const { return full() + 2 * Cfg::kStages; }
+  FG_DEVICE sm90::u64* parked_empty() const { return full() + 2 * Cfg::kStages + 1; }
+};
+
+// One wave of CTAs; CTA c computes tiles c, c + gridDim.x, ... (tile_of order). Warp roles:
+//  * consumer warpgroups 0, 1: per tile, the K blocks (consumer_mainloop, K blocks counted across tiles), then
+//    wait until the parked tile is free, park the accumulators as fp32, and go on with the next tile;
+//  * producer warpgroup, warp 0: TMA copies of every tile's K blocks into the ring, running ahead across tiles;
+//  * producer warpgroup, warps 1-3 (epilogue warps, 40 registers): per tile, the rows' scales and the columns'
+//    scales and biases into shared memory (while the consumers still compute), then wait for the parked tile and
+//    store it through the epilogue.
+// Two barriers hand the parked tile over: parked_full (256 consumer arrivals) and parked_empty (96).
+template <class In, class Epi, class Cfg, int kProbe>
+FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map, int M, int N, int K,
+                                        const typename Epi::Params& ep) {
+  static_assert(Epi::kRowValues * Cfg::kBlockM + Epi::kColValues * Cfg::kBlockN <= Cfg::kStagedFloats,
+                "the epilogue hoists more row/column values than the persistent config stages");
+  using Mma = sm90::Wgmma<In, Cfg::kMmaN>;
+  using Acc = typename Mma::Acc;
+  constexpr int kAcc = Cfg::kAccPerThread;
+  constexpr int kConsumerWarps = Cfg::kConsumerThreads / 32;
+
+  if (sm90::dynamic_smem_bytes() < Cfg::kSmemBytes) __trap();  // host / device layouts disagree: fail loudly
+  const int tid = static_cast<int>(threadIdx.x);
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+  // NOTE: each role derives its shared-memory addresses and tile counts after its setmaxnreg (PersistentSmem,
+  // from an opaque base): a value computed before the split and live across setmaxnreg.dec 40 would be
+  // spilled to local memory.
+  if (tid == 0) {
+    const PersistentSmem<Cfg> sm;
+    for (int s = 0; s < Cfg::kStages; ++s) {
+      sm90::mbar_init(&sm.full()[s], 1);
+      sm90::mbar_init(&sm.empty()[s], kConsumerWarps);
+    }
+    sm90::mbar_init(sm.parked_full(), Cfg::kConsumerThreads);
+    sm90::mbar_init(sm.parked_empty(), Cfg::kEpilogueThreads);
+    sm90::fence_mbar_init();
+  }
+  __syncthreads();
+  // Per role, after its setmaxnreg (see above): tiles along N and M, all tiles, K blocks per tile.
+  auto counts = [&](int& num_n, int& num_m, int& num_tiles, int& kb_count) {
+    num_n = (N + Cfg::kBlockN - 1) / Cfg::kBlockN;
+    num_m = (M + Cfg::kBlockM - 1) / Cfg::kBlockM;
+    num_tiles = num_n * num_m;
+    kb_count = (K + Cfg::kBlockK - 1) / Cfg::kBlockK;
+  };
+
+  if (warp >= kConsumerWarps) {
+    sm90::setmaxnreg_dec<Cfg::kProducerRegs>();
+    const PersistentSmem<Cfg> sm;
+    int num_n, num_m, num_tiles, kb_count;
+    counts(num_n, num_m, num_tiles, kb_count);
+    const int w = warp - kConsumerWarps - 1;  // epilogue warp 0..2; -1: the copy warp
+    if (w < 0) {
+      if (lane == 0) {
+        u8* stage_a = sm.stage_a();
+        u8* stage_b = sm.stage_b();
+        sm90::u64* full = sm.full();
+        sm90::u64* empty = sm.empty();
+        const int a_rows = a_box_rows<Cfg>(M);
+        sm90::prefetch_tma_desc(&a_map);
+        sm90::prefetch_tma_desc(&b_map);
+        for (int t = blockIdx.x, g = 0; t < num_tiles; t += gridDim.x) {
+          int m_block, n_block;
+          tile_of(t, num_n, num_m, N, K, m_block, n_block);
+          for (int i = 0; i < kb_count; ++i, ++g) {
+            const int s = g % Cfg::kStages;
+            sm90::mbar_wait(&empty[s], ((g / Cfg::kStages) & 1) ^ 1);
+            if constexpr (probe_no_copy(kProbe)) {
+              sm90::mbar_arrive(&full[s]);
+              continue;
+            }
+            sm90::mbar_arrive_expect_tx(&full[s], a_rows * Cfg::kBlockK + Cfg::kStageBytesB);
+            sm90::tma_load_2d(stage_a + s * Cfg::kStageBytesA, &a_map, &full[s], i * Cfg::kBlockK,
+                              m_block * Cfg::kBlockM);
+            sm90::tma_load_3d(stage_b + s * Cfg::kStageBytesB, &b_map, &full[s], 0, n_block * (Cfg::kBlockN / 16),
+                              i * (Cfg::kBlockK / 16));
+          }
+        }
+      }
+      return;
+    }
+    const int e = 32 * w + lane;  // epilogue thread 0..95
+    for (int t = blockIdx.x, it = 0; t < num_tiles; t += sm90::grid_ctas_x(), ++it) {
+      int m_block, n_block;
+      tile_of(t, num_n, num_m, N, K, m_block, n_block);
+      const int m0 = m_block * Cfg::kBlockM;
+      const int col = n_block * Cfg::kBlockN + 4 * lane;
+      const int n0 = n_block * Cfg::kBlockN;
+      // Addresses come from a fresh PersistentSmem per tile: held across the loop, 40 registers do not suffice.
+      const PersistentSmem<Cfg> tsm;
+      float* row_staged = tsm.row_staged();
+      float* col_staged = tsm.template col_staged<Epi>();
+      // This thread's rows e, e + 96 and columns likewise, each set's loads all in flight at once (through the
+      // read-only path): the staging must stay far shorter than a tile's MMAs.
+      constexpr int kSlots = (Cfg::kBlockM + Cfg::kEpilogueThreads - 1) / Cfg::kEpilogueThreads;
+      static_assert(Cfg::kBlockN == Cfg::kBlockM, "one slot count for rows and columns");
+      int rows[kSlots], cols[kSlots];
+      bool row_in[kSlots], col_in[kSlots];
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        const int i = e + s * Cfg::kEpilogueThreads;
+        rows[s] = m0 + i;
+        cols[s] = n0 + i;
+        row_in[s] = i < Cfg::kBlockM && m0 + i < M;
+        col_in[s] = i < Cfg::kBlockN && n0 + i < N;
+      }
+      float rv[kSlots][Epi::kRowValues], cv[kSlots][Epi::kColValues];
+      Epi::template load_rows<kSlots>(ep, rows, row_in, rv);
+      Epi::template load_cols<kSlots>(ep, cols, col_in, cv);
+#pragma unroll
+      for (int s = 0; s < kSlots; ++s) {
+        const int i = e + s * Cfg::kEpilogueThreads;
+        if (i < Cfg::kBlockM) {  // zeros past M / N (load_rows / load_cols write 0 where not in)
+#pragma unroll
+          for (int k = 0; k < Epi::kRowValues; ++k) row_staged[k * Cfg::kBlockM + i] = rv[s][k];
+#pragma unroll
+          for (int k = 0; k < Epi::kColValues; ++k) col_staged[k * Cfg::kBlockN + i] = cv[s][k];
+        }
+      }
+      sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // the rows' and columns' operands are in
+      sm90::mbar_wait(tsm.parked_full(), it & 1);
+      if (col < N)  // N % 16 == 0: the thread's four columns are all in or all out
+        store_parked_rows<Epi>(ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane, w);
+      sm90::mbar_arrive(tsm.parked_empty());
+      sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // everyone is done with the staged values
+    }
+    return;
+  }
+
+  sm90::setmaxnreg_inc<Cfg::kConsumerRegs>();
+  const PersistentSmem<Cfg> sm;
+  u8* stage_a = sm.stage_a();
+  u8* stage_b = sm.stage_b();
+  sm90::u64* full = sm.full();
+  sm90::u64* empty = sm.empty();
+  float* parked = sm.parked();
+  sm90::u64* parked_full = sm.parked_full();
+  sm90::u64* parked_empty = sm.parked_empty();
+  int num_n, num_m, num_tiles, kb_count;
+  counts(num_n, num_m, num_tiles, kb_count);
+  // NOTE: the fp8 two-chain main loop needs 192 accumulators of the 232 registers; little else may stay live
+  // across it (the tile count only; the rest is recomputed after), or ptxas spills inside the loop.
+  const int ctas = static_cast<int>(gridDim.x);
+  const int my_tiles = (num_tiles - static_cast<int>(blockIdx.x) + ctas - 1) / ctas;
+  for (int it = 0; it < my_tiles; ++it) {
+    Acc acc[kAcc];
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
+    consumer_mainloop<In, Cfg, kProbe>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty, warp >> 2, lane);
+    sm90::mbar_wait(parked_empty, (it & 1) ^ 1);  // the epilogue warps are done with the previous tile
+    const int ct = tid & 127;  // thread within its consumer warpgroup
+#pragma unroll
+    for (int j = 0; j < kAcc; j += 2)
+      *reinterpret_cast<float2*>(&parked[parked_index(64 * (warp >> 2) + acc_row(ct, j), acc_col(ct, j))]) =
+          make_float2(static_cast<float>(acc[j]), static_cast<float>(acc[j + 1]));
+    sm90::mbar_arrive(parked_full);
+  }
+}
+
+}  // namespace fg
+#endif  // FG_NVIDIA

@@ -7,9 +7,7 @@ sees an input it cannot handle.
 """
 from __future__ import annotations
 
-import contextlib
 import numbers
-import os
 
 import torch
 
@@ -17,7 +15,8 @@ from . import epilogue as _epi
 from .epilogue.bind import bind as _bind_epilogue
 from .epilogue.presets import parse_name as parse_epilogue, spec_for_activation
 from .preshuffle import LAYOUT_16x16, PreshuffledWeight
-from .runtime import kernels
+from . import plan as _plan
+from .plan import choose_config as _choose_config, forced_config, plan_for, plans, sm_count as _sm_count  # noqa: F401
 from .runtime.arch import device_arch
 from .runtime.device import current_device_index, current_raw_stream, device_guard, is_fake as _is_fake
 from .runtime.gemm_a8_spec import OUT_CODEGEN, GemmA8Kernel, config_fits
@@ -30,7 +29,6 @@ FP8_DTYPE_FOR_ARCH = {"sm_90a": torch.float8_e4m3fn, "gfx950": torch.float8_e4m3
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 _BIAS_KIND = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3}  # codegen.DYN_KINDS
 _MAX_GRID_Y = 65535
-_PRINT_CONFIGS = os.environ.get("FUSEDGEMM_PRINT_CONFIGS", "") not in ("", "0")
 
 
 def _in_kind(dtype: torch.dtype, what: str) -> str:
@@ -77,126 +75,6 @@ def _scale_args(scale, name: str, length: int, device, check_ptr: bool):
                          f"{' or '.join(str(list(s)) for s in vector_shapes)} (or one value), got shape {list(shape)}")
     _check_tensor_placement(scale, name, device, 4, check_ptr)
     return scale, 1, 1.0
-
-
-_FORCED_CONFIG: tuple[str, int] | None = None  # (config name, splits): tests and the bench pin a plan
-
-
-@contextlib.contextmanager
-def forced_config(name: str, splits: int = 1):
-    """Run gemm_a8 calls inside the block with one tile config and split-K factor (tests cover every config
-    the heuristic can pick this way; the bench compares plans). Not thread-safe: tests and tools only."""
-    global _FORCED_CONFIG
-    if name not in kernels.GEMM_A8_CONFIGS:
-        raise ValueError(f"unknown gemm_a8 config {name!r}; expected one of {sorted(kernels.GEMM_A8_CONFIGS)}")
-    cfg = kernels.GEMM_A8_CONFIGS[name]
-    if splits not in SPLITS or (splits > 1 and (cfg.unit != "gemm_a8_sm90" or cfg.persistent)):
-        raise ValueError(f"splits must be one of {SPLITS} (> 1 only for the sm_90 wgmma configs that are not "
-                         f"persistent), got {splits} for {name}")
-    saved, _FORCED_CONFIG = _FORCED_CONFIG, (name, splits)
-    try:
-        yield
-    finally:
-        _FORCED_CONFIG = saved
-
-
-SPLITS = (1, 2, 4, 8)  # split-K factors = cluster sizes (8 is the portable cluster limit)
-
-
-def plans(arch: str) -> list[tuple[str, int]]:
-    """Every (config name, split-K factor) the heuristic may choose on `arch` (the GPU tests run each)."""
-    out = []
-    for name, cfg in kernels.GEMM_A8_CONFIGS.items():
-        if cfg.unit == "gemm_a8_sm90":
-            out += [(name, s) for s in (SPLITS[:1] if cfg.persistent else SPLITS)] if arch == "sm_90a" else []
-        elif arch != "sm_90a" or name == "m128n128":  # sm_90a keeps one mma.sync config reachable, tested
-            out.append((name, 1))
-    return out
-_SM_COUNT: dict[int, int] = {}
-
-
-def _sm_count(device_index: int) -> int:
-    n = _SM_COUNT.get(device_index)
-    if n is None:
-        n = _SM_COUNT[device_index] = torch.cuda.get_device_properties(device_index).multi_processor_count
-    return n
-
-
-def _choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132,
-                   persistent_ok: bool = True) -> tuple[kernels.TileConfig, int]:
-    """-> (tile config, split-K factor).
-
-    sm_90a: wgmma + TMA kernels. M <= 64 is weight streaming: M <= 16 on the swapped 16 x 128 tiles (the
-    weight's rows are the MMA's M, the activation's its N: a quarter of the tensor-core work of an m64 tile at
-    M = 1; three CTAs per SM), else 64 x 128 tiles (rows past M cost nothing, TMA zero-fills them), two CTAs
-    per SM; M > 64: the persistent 128 x 128 kernel when there are at least as many tiles as SMs and
-    K <= _PERSISTENT_MAX_K, else 128 x 128, 128 x 192 or 192 x 128 tiles, whichever _modelled_time says. When there are too few output tiles to
-    fill the SMs, K is split over a cluster of 2 or 4 CTAs (2 for M > 64), while every CTA keeps >= 4 K blocks
-    of 128.
-    Other arches: the mma/MFMA template: 16 x 16 tiles with 8-way in-block split-K for M <= 16, 64 x 16
-    for M <= 64, 128 x 128 above."""
-    if _FORCED_CONFIG is not None:
-        name, splits = _FORCED_CONFIG
-        return kernels.GEMM_A8_CONFIGS[name], splits
-    if arch == "sm_90a":
-        if m <= 64:  # weight streaming; up to 16 rows the swapped tile wastes less of the tensor core
-            cfg = kernels.GEMM_A8_CONFIGS["v16n128" if m <= 16 else "w64n128"]
-        elif persistent_ok and k <= _PERSISTENT_MAX_K and _tile_count(kernels.GEMM_A8_CONFIGS["p128n128"], m, n) >= sms:
-            return _log_choice(m, n, k, kernels.GEMM_A8_CONFIGS["p128n128"], 1)
-        else:
-            cfg = min((kernels.GEMM_A8_CONFIGS[name] for name in _TILE_RATE), key=lambda c: _modelled_time(c, m, n, sms))
-        tiles = _tile_count(cfg, m, n)
-        k_blocks = -(-k // 128)
-        slots = sms * cfg.min_blocks_per_sm
-        # Split-K caps: 4 for the decode tiles (8 was slower on every decode shape), 2 for the larger ones (4
-        # was 10-35% slower than 2 at M = 128 and 256: o_proj M=128 26.9 against 22.0 us, down 45.3 / 40.4).
-        max_splits = 4 if cfg.block_m <= 64 else 2
-        splits = 1
-        while splits < max_splits and tiles * splits * 2 <= slots and k_blocks >= 4 * splits * 2:
-            splits *= 2
-    else:
-        cfg, splits = kernels.GEMM_A8_CONFIGS["m16n16k8" if m <= 16 else "m64n16k8" if m <= 64 else "m128n128"], 1
-    return _log_choice(m, n, k, cfg, splits)
-
-
-def _log_choice(m: int, n: int, k: int, cfg: kernels.TileConfig, splits: int) -> tuple[kernels.TileConfig, int]:
-    if _PRINT_CONFIGS:
-        print(f"[fusedgemm] gemm_a8 M={m} N={n} K={k} -> {cfg.name} split-K {splits}")
-    return cfg, splits
-
-
-# p128n128 (persistent CTAs, the epilogue on spare warps under the next tile's MMAs) where every SM gets a tile
-# and K is not long: the epilogue it hides is a fixed cost per tile, so its share shrinks with K while the
-# 128 x 128 tile's operand traffic stays. H100, fp8 bias_silu, same process (docs/perf-notes.md, session 6):
-# fastest at K = 2048 and 4096 on every grid shape with >= 132 tiles (3-21% over the best CTA-per-tile plan),
-# 3-12% slower than w128n192 at K = 14336 (down).
-_PERSISTENT_MAX_K = 8192
-
-
-# Output elements per unit of time of each M > 64 config relative to w128n128, when each runs whole waves
-# (H200, --compare-plans at M = 4096 / 8192, fp8 and int8, all five grid shapes: 1.16-1.25 and 1.21-1.29).
-# Larger tiles keep the tensor core busier per K block (the wait and promotion are shared by more MMA work).
-_TILE_RATE = {"w128n128": 1.0, "w128n192": 1.2, "w192n128": 1.27}
-
-
-def _tile_count(cfg: kernels.TileConfig, m: int, n: int) -> int:
-    return -(-n // cfg.block_n) * -(-m // cfg.block_m)
-
-
-def _modelled_time(cfg: kernels.TileConfig, m: int, n: int, sms: int) -> float:
-    """Relative time of an M > 64 GEMM on `cfg`: whole waves of tiles (a partial last wave costs a whole one)
-    x the outputs each tile computes / the config's rate. Picks the small tile where the large ones need as
-    many waves (o_proj M = 1024: w128n128), w128n192 where it saves a wave (qkv M = 1024: 66 us against 81 on
-    w128n128 and 84 on w192n128), w192n128 at large M."""
-    waves = -(-_tile_count(cfg, m, n) // (sms * cfg.min_blocks_per_sm))
-    return waves * cfg.block_m * cfg.block_n / _TILE_RATE[cfg.name]
-
-
-def plan_for(m: int, n: int, k: int, device_index: int, persistent_ok: bool = True) -> tuple[kernels.TileConfig, int]:
-    """The (tile config, split-K) a call of this shape takes on device `device_index`. persistent_ok: the
-    epilogue fits the persistent config's staged values."""
-    arch = device_arch(device_index)
-    return _choose_config(m, n, k, arch, _sm_count(device_index) if arch == "sm_90a" else 0, persistent_ok)
 
 
 # ---- TMA tensor maps (sm_90a) ---------------------------------------------------------------------------------
@@ -483,7 +361,7 @@ def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = N
             plan = b.call_plans.get(key)
         except (AttributeError, TypeError):
             key = plan = None
-    if plan is not None and _FORCED_CONFIG is None:
+    if plan is not None and _plan.forced() is None:
         call_plan, dtype, out_align = plan
         a_ptr, b_ptr = a.data_ptr(), b.data.data_ptr()
         bias_ptr = 0 if bias is None else bias.data_ptr()
@@ -517,14 +395,14 @@ def _gemm_a8_checked(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, ope
                              p["values"], PRESET_POINTERS, 1 if bias is None else bias.element_size())
             v = p["values"]
             plan.run(a.data_ptr(), b.data.data_ptr(), out.data_ptr(), v["op_bias"], v["op_scale_a"], v["op_scale_b"])
-            if key is not None and _FORCED_CONFIG is None:
-                plans = b.call_plans
+            if key is not None and _plan.forced() is None:
+                cached = b.call_plans
                 try:
-                    if len(plans) >= _CALL_PLANS_PER_WEIGHT:
-                        del plans[next(iter(plans))]  # the oldest
+                    if len(cached) >= _CALL_PLANS_PER_WEIGHT:
+                        del cached[next(iter(cached))]  # the oldest
                 except (KeyError, RuntimeError, StopIteration):  # another thread got there first
                     pass
-                plans[key] = (plan, out_dtype, 2 * out.element_size())
+                cached[key] = (plan, out_dtype, 2 * out.element_size())
     return out if saved is None else (out, saved)
 
 

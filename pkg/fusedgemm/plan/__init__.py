@@ -1,0 +1,78 @@
+"""Plans: which tile config and split-K factor a gemm_a8 call takes, one module per arch family (sm90.py,
+cdna.py). `FUSEDGEMM_PRINT_CONFIGS=1` prints each choice; `forced_config` pins one (tests, the bench)."""
+from __future__ import annotations
+
+import contextlib
+import os
+
+from ..runtime import kernels
+from ..runtime.arch import device_arch
+from . import cdna, sm90
+
+SPLITS = (1, 2, 4, 8)  # split-K factors = cluster sizes (8 is the portable cluster limit)
+_PRINT_CONFIGS = os.environ.get("FUSEDGEMM_PRINT_CONFIGS", "") not in ("", "0")
+_FORCED: tuple[str, int] | None = None  # (config name, splits) pinned by forced_config
+
+
+def forced() -> tuple[str, int] | None:
+    return _FORCED
+
+
+@contextlib.contextmanager
+def forced_config(name: str, splits: int = 1):
+    """Run gemm_a8 calls inside the block with one tile config and split-K factor (tests cover every config
+    the heuristic can pick this way; the bench compares plans). Not thread-safe: tests and tools only."""
+    global _FORCED
+    if name not in kernels.GEMM_A8_CONFIGS:
+        raise ValueError(f"unknown gemm_a8 config {name!r}; expected one of {sorted(kernels.GEMM_A8_CONFIGS)}")
+    cfg = kernels.GEMM_A8_CONFIGS[name]
+    if splits not in SPLITS or (splits > 1 and (cfg.unit != "gemm_a8_sm90" or cfg.persistent)):
+        raise ValueError(f"splits must be one of {SPLITS} (> 1 only for the sm_90 wgmma configs that are not "
+                         f"persistent), got {splits} for {name}")
+    saved, _FORCED = _FORCED, (name, splits)
+    try:
+        yield
+    finally:
+        _FORCED = saved
+
+
+def plans(arch: str) -> list[tuple[str, int]]:
+    """Every (config name, split-K factor) the heuristic may choose on `arch` (the GPU tests run each)."""
+    out = []
+    for name, cfg in kernels.GEMM_A8_CONFIGS.items():
+        if cfg.unit == "gemm_a8_sm90":
+            out += [(name, s) for s in (SPLITS[:1] if cfg.persistent else SPLITS)] if arch == "sm_90a" else []
+        elif arch != "sm_90a" or name == "m128n128":  # sm_90a keeps one mma.sync config reachable, tested
+            out.append((name, 1))
+    return out
+
+
+def choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132,
+                  persistent_ok: bool = True) -> tuple[kernels.TileConfig, int]:
+    """-> (tile config, split-K factor): the pinned plan, else the arch's heuristic. persistent_ok: the
+    epilogue fits the persistent config's staged values."""
+    if _FORCED is not None:
+        name, splits = _FORCED
+        return kernels.GEMM_A8_CONFIGS[name], splits
+    cfg, splits = sm90.choose(m, n, k, sms, persistent_ok) if arch == "sm_90a" else cdna.choose(m, n, k)
+    if _PRINT_CONFIGS:
+        print(f"[fusedgemm] gemm_a8 M={m} N={n} K={k} -> {cfg.name} split-K {splits}")
+    return cfg, splits
+
+
+_SM_COUNT: dict[int, int] = {}
+
+
+def sm_count(device_index: int) -> int:
+    n = _SM_COUNT.get(device_index)
+    if n is None:
+        import torch
+
+        n = _SM_COUNT[device_index] = torch.cuda.get_device_properties(device_index).multi_processor_count
+    return n
+
+
+def plan_for(m: int, n: int, k: int, device_index: int, persistent_ok: bool = True) -> tuple[kernels.TileConfig, int]:
+    """The (tile config, split-K) a call of this shape takes on device `device_index`."""
+    arch = device_arch(device_index)
+    return choose_config(m, n, k, arch, sm_count(device_index) if arch == "sm_90a" else 0, persistent_ok)

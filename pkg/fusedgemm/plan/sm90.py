@@ -1,0 +1,61 @@
+"""gemm_a8's plan on sm_90a (H100/H200, 132 SMs): the wgmma + TMA tile configs and the heuristic between them.
+
+M <= 64 is weight streaming: M <= 16 on the swapped 16 x 128 tiles (the weight's rows are the MMA's M, the
+activation's its N: a quarter of the tensor-core work of an m64 tile at M = 1; three CTAs per SM), else 64 x 128
+tiles (rows past M cost nothing, TMA zero-fills them), two CTAs per SM. M > 64: the persistent 128 x 128 kernel
+when there are at least as many tiles as SMs and K <= PERSISTENT_MAX_K (and the epilogue fits its staging),
+else 128 x 128, 128 x 192 or 192 x 128 tiles, whichever modelled_time says. When there are too few output
+tiles to fill the SMs, K is split over a cluster of 2 or 4 CTAs (2 for M > 64), while every CTA keeps >= 4 K
+blocks of 128.
+"""
+from __future__ import annotations
+
+from ..runtime import kernels
+
+CONFIGS = ("v16n128", "w64n128", "w128n128", "w128n192", "w192n128", "p128n128")
+
+# p128n128 (persistent CTAs, the epilogue on spare warps under the next tile's MMAs) where every SM gets a tile
+# and K is not long: the epilogue it hides is a fixed cost per tile, so its share shrinks with K while the
+# 128 x 128 tile's operand traffic stays. H100, fp8 bias_silu, same process (docs/perf-notes.md): fastest at
+# K = 2048 and 4096 on every grid shape with >= 132 tiles (3-21% over the best CTA-per-tile plan), 3-12% slower
+# than w128n192 at K = 14336 (down).
+PERSISTENT_MAX_K = 8192
+
+# Output elements per unit of time of each M > 64 config relative to w128n128, when each runs whole waves
+# (H200, --compare-plans at M = 4096 / 8192, fp8 and int8, all five grid shapes: 1.16-1.25 and 1.21-1.29).
+# Larger tiles keep the tensor core busier per K block (the wait and promotion are shared by more MMA work).
+TILE_RATE = {"w128n128": 1.0, "w128n192": 1.2, "w192n128": 1.27}
+
+
+def tile_count(cfg: kernels.TileConfig, m: int, n: int) -> int:
+    return -(-n // cfg.block_n) * -(-m // cfg.block_m)
+
+
+def modelled_time(cfg: kernels.TileConfig, m: int, n: int, sms: int) -> float:
+    """Relative time of an M > 64 GEMM on `cfg`: whole waves of tiles (a partial last wave costs a whole one)
+    x the outputs each tile computes / the config's rate. Picks the small tile where the large ones need as
+    many waves (o_proj M = 1024: w128n128), w128n192 where it saves a wave (qkv M = 1024: 66 us against 81 on
+    w128n128 and 84 on w192n128), w192n128 at large M."""
+    waves = -(-tile_count(cfg, m, n) // (sms * cfg.min_blocks_per_sm))
+    return waves * cfg.block_m * cfg.block_n / TILE_RATE[cfg.name]
+
+
+def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool) -> tuple[kernels.TileConfig, int]:
+    """-> (tile config, split-K factor) for an [M, K] x [N, K] problem on `sms` SMs."""
+    configs = kernels.GEMM_A8_CONFIGS
+    if m <= 64:  # weight streaming; up to 16 rows the swapped tile wastes less of the tensor core
+        cfg = configs["v16n128" if m <= 16 else "w64n128"]
+    elif persistent_ok and k <= PERSISTENT_MAX_K and tile_count(configs["p128n128"], m, n) >= sms:
+        return configs["p128n128"], 1
+    else:
+        cfg = min((configs[name] for name in TILE_RATE), key=lambda c: modelled_time(c, m, n, sms))
+    tiles = tile_count(cfg, m, n)
+    k_blocks = -(-k // 128)
+    slots = sms * cfg.min_blocks_per_sm
+    # Split-K caps: 4 for the decode tiles (8 was slower on every decode shape), 2 for the larger ones (4
+    # was 10-35% slower than 2 at M = 128 and 256: o_proj M=128 26.9 against 22.0 us, down 45.3 / 40.4).
+    max_splits = 4 if cfg.block_m <= 64 else 2
+    splits = 1
+    while splits < max_splits and tiles * splits * 2 <= slots and k_blocks >= 4 * splits * 2:
+        splits *= 2
+    return cfg, splits

@@ -56,16 +56,6 @@ def kernel_us(fn, reps: int = 50) -> float | None:
     return statistics.median(times)
 
 
-def pack_args(signature, values: dict) -> tuple:
-    """A kernel's packed values in its signature's order (Signature.flat_names), looked up by name; a Params
-    field 'ep.x' by its field name 'x' (as gemm_a8's _CallPlan fills it)."""
-    names = [f.split(".", 1)[-1] for f in signature.flat_names]
-    missing = [f for f, n in zip(signature.flat_names, names) if n not in values]
-    if missing:
-        raise KeyError(f"no value for kernel argument(s) {missing}")
-    return tuple(values[n] for n in names)
-
-
 def check(name: str, fn):
     try:
         ok = fn()
@@ -112,7 +102,7 @@ def main() -> int:
     grid, block = (N // cfg.block_n, -(-M // cfg.block_m), 1), cfg.warps * 32
     # A, B, M, N, K, then the epilogue's Params: out, its row stride, and the preset's operands (bf16 bias,
     # per-row and per-column fp32 scales, alpha 1).
-    kargs = pack_args(sig, dict(a=x8.data_ptr(), b=wq.data.data_ptr(), M=M, N=N, K=K, out=out.data_ptr(), ld_out=N,
+    kargs = sig.values_in_order(dict(a=x8.data_ptr(), b=wq.data.data_ptr(), M=M, N=N, K=K, out=out.data_ptr(), ld_out=N,
                                 **preset_values(bias.data_ptr(), DYN_KINDS["bf16"], sa.data_ptr(), 1,
                                                 sb.data_ptr(), 1, 1.0)))
     tmap_args = (0, 2, x8.data_ptr(), (K, M), (K,), (K, M), (1, 1), 0, 3, 3, 0)  # uint8, 128B swizzle, L2 256B

@@ -77,16 +77,6 @@ def probe_spec(variant: str, cfg_name: str, in_name: str):
     return preset_kernel("sm_90a", cfg_name, INPUTS[in_name][1], OUT, VARIANT_ACT.get(variant, "none"))
 
 
-def pack_args(signature, values: dict) -> tuple:
-    """A kernel's packed values in its signature's order (Signature.flat_names), looked up by name; a Params
-    field 'ep.x' by its field name 'x' (as gemm_a8's _CallPlan fills it)."""
-    names = [f.split(".", 1)[-1] for f in signature.flat_names]
-    missing = [f for f, n in zip(signature.flat_names, names) if n not in values]
-    if missing:
-        raise KeyError(f"no value for kernel argument(s) {missing}")
-    return tuple(values[n] for n in names)
-
-
 def check_layout(cubin: Path, variant: str) -> None:
     """Every probe kernel of the cubin takes its parameters where its spec's signature packs them."""
     from fusedgemm.runtime.codeobject import cubin_params
@@ -160,7 +150,7 @@ def timeline(mod, name: str, signature, cfg, grid, stream, args, k: int) -> dict
     """Run kernel `name` of the stamps build once (after a warm-up) and summarise its per-CTA stamps
     (gemm_a8_sm90.hpp, FG_PROBE_STAMPS): start = entry -> main loop (barrier init, CTA set-up, and the wait
     for the first stage), loop, epi (epilogue), gap = this CTA's end -> the next CTA's entry on the same SM.
-    args: the kernel's packed values (pack_args with its `signature`); k: the problem's K."""
+    args: the kernel's packed values (signature.values_in_order); k: the problem's K."""
     import statistics
 
     import torch
@@ -262,7 +252,7 @@ def main() -> int:
                 kern = mod.kernel(probe_name(in_name, cfg_name, mode), sig)
                 kern.set_max_dynamic_smem(cfg.smem)
                 bm = plain_map if mode == "plain_b" else b_map
-                kargs = pack_args(sig, dict(values, a_map=a_map, b_map=bm))
+                kargs = sig.values_in_order(dict(values, a_map=a_map, b_map=bm))
 
                 def run():
                     kern.launch_cluster(grid, (1, 1, splits), cfg.warps * 32, cfg.smem, stream, *kargs)
@@ -274,7 +264,7 @@ def main() -> int:
         if stamps_mod is not None and splits == 1 and not cfg.persistent:  # stamps: CTA-per-tile kernels
             sig = probe_spec(STAMPS_VARIANT[0], cfg_name, in_name).signature
             timelines.append((label, timeline(stamps_mod, probe_name(in_name, cfg_name, "normal"), sig, cfg, grid,
-                                              stream, pack_args(sig, dict(values, a_map=a_map, b_map=b_map)), k)))
+                                              stream, sig.values_in_order(dict(values, a_map=a_map, b_map=b_map)), k)))
         if args.clocks:  # the vendor GEMM at the same shape, for its clock and power
             if in_name == "fp8":
                 sa, sb = torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda")

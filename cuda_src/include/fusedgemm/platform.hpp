@@ -79,6 +79,15 @@ FG_DEVICE Vec16 load_vec16(const u8* p) { return *reinterpret_cast<const Vec16*>
 FG_DEVICE float bits_to_float(u32 u) { return __builtin_bit_cast(float, u); }
 FG_DEVICE u32 float_to_bits(float f) { return __builtin_bit_cast(u32, f); }
 
+// float -> bf16 bits in integer arithmetic: round to nearest even, NaN stays NaN (quiet). For targets without
+// a conversion instruction (CDNA, the host build).
+FG_DEVICE u16 float_to_bf16_bits_rne(float f) {
+  u32 u = float_to_bits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<u16>((u >> 16) | 0x40u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<u16>(u >> 16);
+}
+
 // Element types of the 8-bit GEMM. The tag only selects the MMA atom; bytes are moved untyped.
 struct Fp8E4M3 {};   // e4m3fn on sm_90 and gfx950 (OCP), e4m3fnuz on gfx942 (the arch header decides)
 struct Int8 {};

@@ -69,11 +69,20 @@ class Signature:
 
     @property
     def flat_names(self) -> tuple[str, ...]:
-        """The packed values in order: struct parameters contribute their fields."""
+        """The packed values in order: struct parameters contribute their fields ('ep.out', ...)."""
         out = []
         for name, ctype in self.params:
             out += [f"{name}.{f}" for f, _c in ctype.fields] if isinstance(ctype, StructType) else [name]
         return tuple(out)
+
+    def values_in_order(self, values: dict, skip: int = 0) -> list:
+        """The packed values from a {name: value} dict (a struct field 'ep.x' by its field name 'x'), in
+        flat_names order from the `skip`-th on. A name without a value is a KeyError naming it."""
+        names = self.flat_names[skip:]
+        missing = [f for f in names if f.split(".", 1)[-1] not in values]
+        if missing:
+            raise KeyError(f"no value for kernel argument(s) {missing}")
+        return [values[f.split(".", 1)[-1]] for f in names]
 
 
 def epilogue_params_type(epi_spec) -> StructType:

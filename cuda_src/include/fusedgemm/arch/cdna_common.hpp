@@ -29,13 +29,7 @@ FG_DEVICE u16 load_ro_u16(const void* p) { return *static_cast<const u16*>(p); }
 FG_DEVICE float half_bits_to_float(u16 h) { return static_cast<float>(__builtin_bit_cast(_Float16, h)); }
 FG_DEVICE u16 float_to_half_bits(float f) { return __builtin_bit_cast(u16, static_cast<_Float16>(f)); }
 
-// Round-to-nearest-even; NaN stays NaN (quiet).
-FG_DEVICE u16 float_to_bf16_bits(float f) {
-  u32 u = float_to_bits(f);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<u16>((u >> 16) | 0x40u);
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return static_cast<u16>(u >> 16);
-}
+FG_DEVICE u16 float_to_bf16_bits(float f) { return float_to_bf16_bits_rne(f); }
 
 FG_DEVICE long vec_half_as_long(const Vec16& v, int half) {
   return __builtin_bit_cast(long, (unsigned long long)v.w[2 * half] |

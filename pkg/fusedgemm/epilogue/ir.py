@@ -264,8 +264,6 @@ def validate(expr: Node) -> Node:
 INFIX = {"add": ("+", 1), "sub": ("-", 1), "mul": ("*", 2), "div": ("/", 2)}  # op -> (symbol, precedence)
 
 
-
-
 def _prec(node: Node) -> int:
     if node.op in INFIX:
         return INFIX[node.op][1]

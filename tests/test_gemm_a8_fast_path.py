@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import fusedgemm as fg
+import fusedgemm.epilogue as E
 
 G = importlib.import_module("fusedgemm.gemm_a8")
 FP8 = torch.float8_e4m3fn
@@ -28,10 +29,10 @@ class Recorder:
             return real_check(*args, **kwargs, arch="sm_90a")
 
         class Plan:
-            def __init__(self, dev, arch, in_kind, m, n, k, out_dtype, epi, values, pointers, bias_align):
+            def __init__(self, dev, arch, in_kind, m, n, k, out_dtype, epi, values, pointers, bias_align=1):
                 assert dev is None  # a CPU tensor's device index; current_device_index() is patched to match
-                assert pointers == G.PRESET_POINTERS  # the order the fast path passes addresses in
-                self.dev, self.m, self.n, self.alpha = -1, m, n, values["op_alpha"]
+                self.pointers, self.values = pointers, values
+                self.dev, self.m, self.n, self.alpha = -1, m, n, values.get("op_alpha")
                 self.bias_align = bias_align
                 rec.plans.append(self)
 
@@ -198,3 +199,48 @@ def test_plans_per_weight_are_bounded(rec, monkeypatch):
         a, _, _, sa, _ = make(m)
         call(a, b, bias, sa, sb)
     assert len(b.call_plans) == 4
+
+
+# ---- epilogue expressions -------------------------------------------------------------------------------------
+EXPR = E.parse("silu(acc * n_vec(s) + aux(res)) * scalar(q)")
+
+
+def expr_operands(m=M):
+    return {"s": torch.rand(N), "res": torch.randn(m, N, dtype=torch.bfloat16), "q": 0.5}
+
+
+def test_expression_repeat_call_skips_the_checks(rec):
+    a, b, *_ = make()
+    ops = expr_operands()
+    G.gemm_a8(a, b, epilogue=EXPR, operands=ops)
+    y = G.gemm_a8(a, b, epilogue=EXPR, operands=ops)
+    assert rec.checks == 1 and len(rec.runs) == 2 and rec.runs[0][0] is rec.runs[1][0]
+    plan, ptrs = rec.runs[1]
+    assert plan.pointers == ("out", "op_s", "op_res")  # tensor operands in the order of `operands`
+    assert ptrs == (a.data_ptr(), b.data.data_ptr(), y.data_ptr(), ops["s"].data_ptr(), ops["res"].data_ptr())
+    ops2 = dict(expr_operands(), q=0.25)  # a Python scalar's value is part of the signature
+    G.gemm_a8(a, b, epilogue=EXPR, operands=ops2)
+    assert rec.checks == 2 and rec.last_plan.values["op_q"] == 0.25
+    G.gemm_a8(a, b, epilogue=E.parse(str(EXPR)), operands=ops2)  # an equal tree is the same signature
+    assert rec.checks == 2
+
+
+def test_expression_with_save_returns_both_outputs(rec):
+    a, b, *_ = make()
+    e = E.parse("relu(save(acc * scalar(q), fp16))")
+    for _ in range(2):
+        y, saved = G.gemm_a8(a, b, epilogue=e, operands={"q": torch.tensor([2.0])})
+        assert y.dtype == torch.bfloat16 and saved.dtype == torch.float16 and saved.shape == (M, N)
+    assert rec.checks == 1 and rec.last_plan.pointers == ("out", "saved", "op_q_ptr")
+    assert rec.runs[-1][1][2:4] == (y.data_ptr(), saved.data_ptr())
+
+
+def test_expression_misaligned_operand_takes_the_checked_path(rec):
+    a, b, *_ = make()
+    ops = expr_operands()
+    G.gemm_a8(a, b, epilogue=EXPR, operands=ops)
+    base = torch.randn(M * N + 1, dtype=torch.bfloat16)
+    ops["res"] = base[1:].view(M, N)  # same signature, 2-byte aligned: aux needs two elements (4 bytes)
+    with pytest.raises(ValueError, match=r"aux\(res\) must be aligned to two elements"):
+        G.gemm_a8(a, b, epilogue=EXPR, operands=ops)
+    assert rec.checks == 2

@@ -153,3 +153,19 @@ def test_bad_operands_are_named_before_any_compile():
         fg.gemm_a8(a, wq, epilogue=expr, operands={"sa": torch.rand(16, device="cuda"),
                                                     "res": torch.rand(16, 64, device="cuda").double()})
     assert isinstance(ir.validate(expr), ir.Node)
+
+
+def test_repeat_calls_take_the_fast_path_with_each_calls_tensors():
+    """The second call of a signature skips the checks and launches with the new call's addresses: every
+    operand must land in its own slot (a swapped pair would be wrong here, not just slow)."""
+    expr = E.parse("acc * n_vec(s) + aux(res) * m_vec(t) - scalar(q)")
+    a, wq, acc = problem("int8", 40, 272, 256, 11)
+    for i in range(3):
+        ops = {"s": torch.rand(272, device="cuda"), "res": torch.randn(40, 272, device="cuda", dtype=torch.float16),
+               "t": torch.rand(40, device="cuda"), "q": torch.tensor([float(i)], device="cuda")}
+        out = fg.gemm_a8(a, wq, epilogue=expr, operands=ops, out_dtype=torch.float32)
+        torch.cuda.synchronize()
+        cpu = {k: v.cpu() for k, v in ops.items()}
+        ref = E.evaluate(expr, acc, cpu)
+        check_close(out.cpu(), ref, tolerance(expr, acc, cpu, ref), f"call {i}")
+    assert len(wq.call_plans) == 1  # one signature, one plan

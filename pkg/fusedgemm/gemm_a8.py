@@ -348,6 +348,8 @@ def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = N
     # is checked in full and leaves a launch plan on the weight; a later call of that signature re-checks only
     # what the signature cannot promise: the addresses' alignment and the current device. Anything else
     # (an int scale, a non-tensor, an expression epilogue, a plan not found) takes the checked path.
+    if epilogue.__class__ is _epi.Node:
+        return _gemm_a8_expression(a, b, epilogue, operands, out_dtype, out, bias, scale_a, scale_b)
     key = plan = None
     if epilogue.__class__ is str and operands is None:
         try:
@@ -389,21 +391,78 @@ def _gemm_a8_checked(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, ope
         saved = torch.empty((p["m"], p["n"]), dtype=p["saved_dtype"], device=a.device)
     with device_guard(a.device):
         if isinstance(epilogue, _epi.Node):
-            launch_gemm_a8(a, b.data, p, out, saved)
+            pointers, aligns = _expression_pointers(epilogue, operands, saved is not None)
+            plan = _CallPlan(a.device.index, p["arch"], p["in_kind"], p["m"], p["n"], p["k"], out_dtype, p["epi"],
+                             p["values"], pointers)
+            v = p["values"]
+            plan.run(a.data_ptr(), b.data.data_ptr(), out.data_ptr(),
+                     *([] if saved is None else [saved.data_ptr()]), *(v[f] for f in pointers[1 + (saved is not None):]))
+            if key is not None:
+                _remember(b, key, (plan, out_dtype, 2 * out.element_size(), p["saved_dtype"], aligns))
         else:  # a preset: the plan takes the per-call addresses of the fast path
             plan = _CallPlan(a.device.index, p["arch"], p["in_kind"], p["m"], p["n"], p["k"], out_dtype, p["epi"],
                              p["values"], PRESET_POINTERS, 1 if bias is None else bias.element_size())
             v = p["values"]
             plan.run(a.data_ptr(), b.data.data_ptr(), out.data_ptr(), v["op_bias"], v["op_scale_a"], v["op_scale_b"])
-            if key is not None and _plan.forced() is None:
-                cached = b.call_plans
-                try:
-                    if len(cached) >= _CALL_PLANS_PER_WEIGHT:
-                        del cached[next(iter(cached))]  # the oldest
-                except (KeyError, RuntimeError, StopIteration):  # another thread got there first
-                    pass
-                cached[key] = (plan, out_dtype, 2 * out.element_size())
+            if key is not None:
+                _remember(b, key, (plan, out_dtype, 2 * out.element_size()))
     return out if saved is None else (out, saved)
+
+
+def _remember(b: PreshuffledWeight, key, entry) -> None:
+    if _plan.forced() is not None:
+        return
+    cached = b.call_plans
+    try:
+        if len(cached) >= _CALL_PLANS_PER_WEIGHT:
+            del cached[next(iter(cached))]  # the oldest
+    except (KeyError, RuntimeError, StopIteration):  # another thread got there first
+        pass
+    cached[key] = entry
+
+
+def _expression_pointers(epilogue, operands: dict | None, saves: bool) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The Params fields a call of an epilogue expression fills per call -- the outputs, then each tensor
+    operand's address in the order of `operands` (the fast path passes them in that order) -- and the
+    alignment each operand address needs (bind's rules: a vector its element, an aux two elements)."""
+    kinds = {name: o.kind for name, o in _epi.operands(epilogue).items()}
+    fields, aligns = ["out", "saved"] if saves else ["out"], []
+    for name, v in (operands or {}).items():
+        if isinstance(v, torch.Tensor):
+            fields.append(f"op_{name}_ptr" if kinds[name] == "scalar" else f"op_{name}")
+            aligns.append(2 * v.element_size() if kinds[name] == "aux" else v.element_size())
+    return tuple(fields), tuple(aligns)
+
+
+def _gemm_a8_expression(a, b, epilogue, operands, out_dtype, out, bias, scale_a, scale_b):
+    """gemm_a8 with an epilogue expression. Fast path as for the presets: the first call of a signature (the
+    expression, every tensor's dtype/shape/strides/device, each Python scalar's value) is checked in full and
+    leaves a plan on the weight; a repeat call checks addresses and the device, then launches."""
+    key = None
+    if bias is None and scale_a is None and scale_b is None and (operands is None or operands.__class__ is dict):
+        try:
+            ops_key = tuple((name, v.dtype, v.shape, v.stride(), v.get_device()) if v.__class__ is torch.Tensor
+                            else (name, v) for name, v in (operands or {}).items())
+            key = ("expr", epilogue, a.dtype, a.shape, a.stride(), a.get_device(), out_dtype,
+                   None if out is None else (out.dtype, out.shape, out.stride(), out.get_device()), ops_key)
+            hit = b.call_plans.get(key)
+        except (AttributeError, TypeError):
+            key = hit = None
+        if hit is not None and _plan.forced() is None:
+            call_plan, dtype, out_align, saved_dtype, aligns = hit
+            a_ptr, b_ptr = a.data_ptr(), b.data.data_ptr()
+            ptrs = [v.data_ptr() for v in operands.values() if v.__class__ is torch.Tensor] if operands else []
+            if (not (a_ptr & 15 or b_ptr & 15 or (out is not None and out.data_ptr() % out_align))
+                    and all(p % al == 0 for p, al in zip(ptrs, aligns)) and current_device_index() == call_plan.dev):
+                if out is None:
+                    out = torch.empty(call_plan.m, call_plan.n, dtype=dtype, device=a.device)
+                if saved_dtype is None:
+                    call_plan.run(a_ptr, b_ptr, out.data_ptr(), *ptrs)
+                    return out
+                saved = torch.empty(call_plan.m, call_plan.n, dtype=saved_dtype, device=a.device)
+                call_plan.run(a_ptr, b_ptr, out.data_ptr(), saved.data_ptr(), *ptrs)
+                return out, saved
+    return _gemm_a8_checked(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, operands, key)
 
 
 _CALL_PLANS_PER_WEIGHT = 64  # distinct (M, dtypes, ...) signatures remembered per weight

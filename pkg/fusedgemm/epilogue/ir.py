@@ -50,6 +50,14 @@ class Node:
     args: tuple["Node", ...] = ()
     attrs: tuple = ()  # leaf name (+ default), constant value, op constants, or dtype
 
+    def __hash__(self) -> int:
+        # Cached: an expression is a key of the per-call plan cache, hashed on every call.
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash((self.op, self.args, self.attrs))
+            object.__setattr__(self, "_hash", h)
+        return h
+
     # -- building with Python operators ----------------------------------------------------------------------
     def __add__(self, other):
         return binary("add", self, other)

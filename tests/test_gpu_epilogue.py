@@ -169,3 +169,22 @@ def test_repeat_calls_take_the_fast_path_with_each_calls_tensors():
         ref = E.evaluate(expr, acc, cpu)
         check_close(out.cpu(), ref, tolerance(expr, acc, cpu, ref), f"call {i}")
     assert len(wq.call_plans) == 1  # one signature, one plan
+
+
+def test_torch_compile_runs_an_expression_epilogue():
+    expr = E.parse("gelu(save(acc * n_vec(s), bf16)) + aux(res) * scalar(q)")
+    a, wq, acc = problem("fp8", 64, 256, 512, 5)
+    ops = {"s": torch.rand(256, device="cuda"), "res": torch.randn(64, 256, device="cuda", dtype=torch.bfloat16),
+           "q": 0.25}
+
+    def fn(a, s, res):
+        y, pre = fg.gemm_a8(a, wq, epilogue=expr, operands={"s": s, "res": res, "q": 0.25}, out_dtype=torch.float32)
+        return y * 2, pre
+
+    torch._dynamo.reset()
+    y2, pre = torch.compile(fn, fullgraph=True)(a, ops["s"], ops["res"])
+    torch.cuda.synchronize()
+    cpu = {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in ops.items()}
+    ref, ref_pre = E.evaluate_outputs(expr, acc, cpu)
+    check_close(y2.cpu() / 2, ref, tolerance(expr, acc, cpu, ref, acc_noise=1e-3), "compiled")
+    check_close(pre.cpu(), ref_pre, ref_pre.abs() * 2 ** -7 + 1e-4, "compiled saved", allowed=0.01)

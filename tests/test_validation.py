@@ -200,3 +200,35 @@ def test_forced_config_rejects_unknown_plans():
     with pytest.raises(ValueError, match="splits"):
         with forced_config("m128n128", 2):
             pass
+
+
+def test_expression_epilogues_trace_as_one_op():
+    """Under torch.compile, gemm_a8 with an epilogue expression is one op, fusedgemm::gemm_a8_expr (canonical
+    text + operands by name), whose fake implementation gives both outputs' shapes and dtypes."""
+    import fusedgemm.epilogue as E
+    from fusedgemm.preshuffle import PreshuffledWeight
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    expr = E.parse("silu(save(acc * n_vec(s), fp16)) + aux(r) * scalar(q)")
+
+    def fn(a, wd, s, r):
+        y, pre = fg.gemm_a8(a, PreshuffledWeight(wd), epilogue=expr, operands={"s": s, "r": r, "q": 0.5},
+                            out_dtype=torch.float32)
+        return y + 1, pre
+
+    graphs = []
+
+    def backend(gm, example_inputs):  # records the graph; runs nothing (no GPU here)
+        graphs.append(gm)
+        return lambda *args: [torch.zeros(M, N), torch.zeros(M, N, dtype=torch.float16)]
+
+    a, w = make()
+    torch._dynamo.reset()
+    torch.compile(fn, backend=backend, fullgraph=True)(a, w.data, torch.rand(N), torch.rand(M, N))
+    calls = [n for n in graphs[0].graph.nodes if n.target in (torch.ops.fusedgemm.gemm_a8_expr,
+                                                               torch.ops.fusedgemm.gemm_a8_expr.default)]
+    assert len(calls) == 1 and calls[0].args[2] == str(expr) and calls[0].args[3] == "s,r"
+    with FakeTensorMode():
+        ys = torch.ops.fusedgemm.gemm_a8_expr(torch.empty(M, K, dtype=FP8), torch.empty(N, K, dtype=FP8), str(expr),
+                                              "s,r", [torch.empty(N), torch.empty(M, N)], "q", [0.5], torch.float32)
+        assert [(y.shape, y.dtype) for y in ys] == [((M, N), torch.float32), ((M, N), torch.float16)]

@@ -472,11 +472,21 @@ def _gemm_a8_traced(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, oper
     """Under torch.compile: call the registered op (ops.py; its real implementation validates everything at run
     time; its fake implementation checks shapes at trace time). Python-number scales fold into alpha."""
 
-    if not isinstance(epilogue, str) or operands is not None:
-        raise NotImplementedError("gemm_a8: epilogue expressions are not traced by torch.compile yet; call it "
-                                  "eagerly (or under a CUDA graph), or use a preset name")
     if out_dtype is None:
         out_dtype = out.dtype if isinstance(out, torch.Tensor) else torch.bfloat16
+    if isinstance(epilogue, _epi.Node):  # operands go by name: tensors and Python scalars apart
+        if bias is not None or scale_a is not None or scale_b is not None:
+            raise ValueError("gemm_a8: with an epilogue expression, pass every operand (bias, scales) by name in "
+                             "operands={...}; bias, scale_a and scale_b must be None")
+        ops = dict(operands or {})
+        tensors = {k: v for k, v in ops.items() if isinstance(v, torch.Tensor)}
+        scalars = {k: float(v) for k, v in ops.items() if not isinstance(v, torch.Tensor)}
+        ys = torch.ops.fusedgemm.gemm_a8_expr(a, b.data, str(epilogue), ",".join(tensors), list(tensors.values()),
+                                              ",".join(scalars), list(scalars.values()), out_dtype)
+        if out is not None:
+            out.copy_(ys[0])
+            ys = [out, *ys[1:]]
+        return ys[0] if len(ys) == 1 else (ys[0], ys[1])
     if not isinstance(b, PreshuffledWeight):
         raise TypeError(f"gemm_a8: B must be a PreshuffledWeight from fusedgemm.preshuffle, got {type(b).__name__}")
     alpha = 1.0

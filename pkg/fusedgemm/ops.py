@@ -32,6 +32,42 @@ def _gemm_a8_fake(a, b, bias, scale_a, scale_b, alpha, epilogue, out_dtype):
     return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
 
 
+@torch.library.custom_op("fusedgemm::gemm_a8_expr", mutates_args=())
+def gemm_a8_expr_op(a: torch.Tensor, b: torch.Tensor, epilogue: str, tensor_names: str,
+                    tensors: list[torch.Tensor], scalar_names: str, scalar_values: list[float],
+                    out_dtype: torch.dtype) -> list[torch.Tensor]:
+    """gemm_a8 with an epilogue expression (its canonical text); operands split into tensors and Python
+    scalars, their names comma-separated (operand names are identifiers; a schema has no list of strings).
+    Returns [out] or [out, saved] (an expression with save(...))."""
+    from .epilogue import parse
+
+    operands = dict(zip(_names(tensor_names), tensors))
+    operands.update(zip(_names(scalar_names), scalar_values))
+    p = check_gemm_a8_args(a, PreshuffledWeight(b), None, None, None, parse(epilogue), out_dtype, None,
+                           operands=operands)
+    out = torch.empty((p["m"], p["n"]), dtype=p["out_dtype"], device=a.device)
+    saved = None if p["saved_dtype"] is None else torch.empty((p["m"], p["n"]), dtype=p["saved_dtype"],
+                                                              device=a.device)
+    with torch.cuda.device(a.device):
+        launch_gemm_a8(a, b, p, out, saved)
+    return [out] if saved is None else [out, saved]
+
+
+def _names(joined: str) -> list[str]:
+    return joined.split(",") if joined else []
+
+
+@gemm_a8_expr_op.register_fake
+def _gemm_a8_expr_fake(a, b, epilogue, tensor_names, tensors, scalar_names, scalar_values, out_dtype):
+    from .epilogue import TORCH_DTYPES, parse, saved_node
+
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1]:
+        raise ValueError(f"gemm_a8: A [M, K] and B [N, K] must agree in K, got {tuple(a.shape)} and {tuple(b.shape)}")
+    save = saved_node(parse(epilogue))
+    out = a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
+    return [out] if save is None else [out, a.new_empty(out.shape, dtype=TORCH_DTYPES[save.attrs[0]])]
+
+
 @torch.library.custom_op("fusedgemm::bmm_tiny", mutates_args=())
 def bmm_tiny_op(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     from .tiny_gemm import _bmm_tiny_forward

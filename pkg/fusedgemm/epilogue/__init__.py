@@ -7,7 +7,7 @@ reference evaluator, the named presets and the C++ code generator.
     E.evaluate(e, acc, {"scale": s, "bias": b, "residual": r})     # float64 oracle
     e2 = E.gelu(E.acc + E.n_vec("bias")) * E.scalar("alpha")      # built in Python
 """
-from .evaluate import evaluate, evaluate_outputs, round_to
+from .evaluate import TORCH_DTYPES, evaluate, evaluate_outputs, round_to
 from .ir import (EpilogueError, Node, Operand, abs, acc, aux, binary, cast, clamp, const, exp, gelu, gelu_erf,  # noqa: A004
                  key, leaky_relu, m_vec, maximum, minimum, n_vec, neg, operands, relu, rsqrt, save, saved_node,
                  scalar, sigmoid, silu, sqrt, square, tanh, unary, validate)

@@ -1,6 +1,7 @@
-"""gemm_a8: 8-bit GEMM on a preshuffled weight with a fused scale + bias + activation epilogue.
+"""gemm_a8: 8-bit GEMM on a preshuffled weight with a fused epilogue, one kernel.
 
-    y = act(A @ B.T * scale_a[:, None] * scale_b[None, :] + bias)     fp32 inside, rounded once
+    y = act(A @ B.T * scale_a[:, None] * scale_b[None, :] + bias)     a preset name; fp32 inside, rounded once
+    y = expr(A @ B.T)                                                 any fusedgemm.epilogue expression
 
 Every argument is checked here, with a message saying what was expected and what came; the kernel never
 sees an input it cannot handle.
@@ -12,7 +13,8 @@ import numbers
 import torch
 
 from . import epilogue as _epi
-from .epilogue.bind import bind as _bind_epilogue
+from .epilogue.bind import VEC_TORCH, bind as _bind_epilogue
+from .epilogue.codegen import DYN_KINDS
 from .epilogue.presets import parse_name as parse_epilogue, spec_for_activation
 from .preshuffle import LAYOUT_16x16, PreshuffledWeight
 from . import plan as _plan
@@ -27,7 +29,6 @@ FP8_DTYPE_FOR_ARCH = {"sm_90a": torch.float8_e4m3fn, "gfx950": torch.float8_e4m3
 # Output types: bf16 / fp16 (preset kernels ahead of time), fp32 and the arch's fp8 (saturating; compiled just in
 # time, as is any epilogue expression).
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn, torch.float8_e4m3fnuz)
-_BIAS_KIND = {torch.float32: 1, torch.bfloat16: 2, torch.float16: 3}  # codegen.DYN_KINDS
 _MAX_GRID_Y = 65535
 
 
@@ -203,7 +204,7 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
     if bias is not None:
         if not isinstance(bias, torch.Tensor):
             raise TypeError(f"gemm_a8: bias must be a tensor or None, got {type(bias).__name__}")
-        if bias.dtype not in (out_dtype, torch.float32) or bias.dtype not in _BIAS_KIND:
+        if bias.dtype not in (out_dtype, torch.float32) or bias.dtype not in VEC_TORCH:
             raise TypeError(f"gemm_a8: bias must be float32 or the out_dtype ({out_dtype}) where that is bfloat16 "
                             f"or float16, got {bias.dtype}")
         if tuple(bias.shape) != (n,):
@@ -212,7 +213,7 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
     sa, sa_stride, alpha_a = _scale_args(scale_a, "scale_a", m, device, check_ptr)
     sb, sb_stride, alpha_b = _scale_args(scale_b, "scale_b", n, device, check_ptr)
     return dict(common, epi=spec_for_activation(act), saved_dtype=None, keep=[],
-                values=preset_values(_ptr(bias), 0 if bias is None else _BIAS_KIND[bias.dtype], _ptr(sa), sa_stride,
+                values=preset_values(_ptr(bias), 0 if bias is None else DYN_KINDS[VEC_TORCH[bias.dtype]], _ptr(sa), sa_stride,
                                      _ptr(sb), sb_stride, alpha_a * alpha_b))
 
 

@@ -212,9 +212,10 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
         _check_tensor_placement(bias, "bias", device, bias.element_size(), check_ptr)
     sa, sa_stride, alpha_a = _scale_args(scale_a, "scale_a", m, device, check_ptr)
     sb, sb_stride, alpha_b = _scale_args(scale_b, "scale_b", n, device, check_ptr)
+    bias_kind = 0 if bias is None else DYN_KINDS[VEC_TORCH[bias.dtype]]
     return dict(common, epi=spec_for_activation(act), saved_dtype=None, keep=[],
-                values=preset_values(_ptr(bias), 0 if bias is None else DYN_KINDS[VEC_TORCH[bias.dtype]], _ptr(sa), sa_stride,
-                                     _ptr(sb), sb_stride, alpha_a * alpha_b))
+                values=preset_values(_ptr(bias), bias_kind, _ptr(sa), sa_stride, _ptr(sb), sb_stride,
+                                     alpha_a * alpha_b))
 
 
 def preset_values(bias_ptr: int, bias_kind: int, sa_ptr: int, sa_stride: int, sb_ptr: int, sb_stride: int,

@@ -43,13 +43,12 @@ PRELUDE = """
 extern "C" __global__ void probe_set_stamps(unsigned long long* p) {{ fg::fg_probe_stamps = p; }}
 #endif
 """
-# As FG_WGMMA_ENTRY in hip_src/gemm_a8_sm90.hip, with a probe mode: the preset kernels' parameters (two tensor
-# maps, M, N, K, the epilogue's Params), so probe_spec(...).signature packs them.
+# As FG_WGMMA_ENTRY in hip_src/gemm_a8_sm90.hip, with a probe mode: the preset kernels' one argument
+# (GemmA8Sm90Args: two tensor maps, M, N, K, the epilogue's Params), so probe_spec(...).signature packs it.
 ENTRY = """
 extern "C" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocksPerSm) {name}(
-    const __grid_constant__ fg::sm90::TmaDesc a_map, const __grid_constant__ fg::sm90::TmaDesc b_map,
-    int M, int N, int K, const __grid_constant__ {epi}::Params ep) {{
-  fg::gemm_a8_wgmma<{in_t}, {epi}, {cfg}, {mode}>(a_map, b_map, M, N, K, ep);
+    const __grid_constant__ fg::GemmA8Sm90Args<{epi}> args) {{
+  fg::gemm_a8_wgmma<{in_t}, {epi}, {cfg}, {mode}>(args.a_map, args.b_map, args.M, args.N, args.K, args.ep);
 }}
 """
 # label: (M, N, K, config, split-K, input, probe modes timed)

@@ -1,7 +1,7 @@
 // Entry points of gemm_a8 on Hopper tensor cores (wgmma + TMA; gemm_a8_sm90.hpp) with the preset epilogues.
 // Built for sm_90a only. Names: fg_gemm_a8_<in>_<out>_<preset>_<config>, the same scheme as gemm_a8.hip;
-// runtime/kernels.py packs the arguments in this order: two 128-byte tensor maps (64-byte aligned), M, N, K,
-// then the epilogue's Params.
+// runtime/kernels.py packs the one argument struct GemmA8Sm90Args: two 128-byte tensor maps (64-byte aligned),
+// M, N, K, then the epilogue's Params.
 #include "include/fusedgemm/gemm_a8_instances.hpp"
 #include "include/fusedgemm/gemm_a8_sm90.hpp"
 
@@ -9,9 +9,10 @@
 #define FG_WGMMA_ENTRY(IN_NAME, IN, OUT_NAME, OUT, EPI_NAME, EPI, CFG_NAME, CFG)                              \
   extern "C" __global__ void __launch_bounds__(CFG::kThreads, CFG::kMinBlocksPerSm)                          \
       fg_gemm_a8_##IN_NAME##_##OUT_NAME##_##EPI_NAME##_##CFG_NAME(                                             \
-          const __grid_constant__ fg::sm90::TmaDesc a_map, const __grid_constant__ fg::sm90::TmaDesc b_map,   \
-          int M, int N, int K, const __grid_constant__ EPI<OUT>::Params ep) {                                 \
-    fg::gemm_a8_wgmma<IN, EPI<OUT>, CFG>(a_map, b_map, M, N, K, ep);                                           \
+          const __grid_constant__ fg::GemmA8Sm90Args<EPI<OUT>> args) {                                        \
+    static_assert(__builtin_offsetof(fg::GemmA8Sm90Args<EPI<OUT>>, M) == 256 &&                                \
+                      __builtin_offsetof(fg::GemmA8Sm90Args<EPI<OUT>>, ep) == 272, "GemmA8Sm90Args: packing layout"); \
+    fg::gemm_a8_wgmma<IN, EPI<OUT>, CFG>(args.a_map, args.b_map, args.M, args.N, args.K, args.ep);             \
   }
 
 FG_GEMM_A8_INSTANCES(FG_WGMMA_ENTRY, w64n128, fg::ConfigW64N128)

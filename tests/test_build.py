@@ -88,9 +88,12 @@ def test_every_kernel_is_in_the_code_object_with_the_packed_layout(built):
 
 
 def test_packing_layout_is_natural_alignment():
-    sig = GEMM_A8_SIG
-    assert sig.offsets == (0, 8, 16, 20, 24, 32)  # a, b, M, N, K, then the 8-aligned Params struct
-    assert sig.struct.size == 32 + 80
+    sig = GEMM_A8_SIG  # one argument, GemmA8Args: a, b, M, N, K, then the 8-aligned Params fields
+    assert sig.offsets == (0,) and sig.sizes == (32 + 80,)
+    args = sig.params[0][1]
+    assert args.offsets[:6] == (0, 8, 16, 20, 24, 32) and [f for f, _c in args.fields[:6]] == ["a", "b", "M", "N",
+                                                                                                  "K", "out"]
+    assert kernels.gemm_a8_arg_offsets("gemm_a8", PRESET_SPEC) == (16, 32)  # what the entry points assert
     # Every preset has the same Params (alpha, scale_a, scale_b, bias; the activation is the functor's code).
     assert all(kernels.gemm_a8_signature("gemm_a8", spec_for_activation(a)) == sig for a in ACTIVATIONS)
 
@@ -236,10 +239,13 @@ def test_sm90_unit_is_nvidia_only():
 
 def test_sm90_tensor_map_packing():
     sig = GEMM_A8_SM90_SIG
-    # Two 128-byte CUtensorMaps 64-byte aligned in the constant bank (the block starts at bank offset 0x210,
-    # so the first map sits at 48), then M, N, K and the epilogue's Params.
-    assert sig.offsets == (48, 176, 304, 308, 312, 320)
-    assert sig.struct.size == 400
+    # One 64-byte-aligned struct (its tensor maps must be) in the constant bank, whose parameter block starts at
+    # bank offset 0x210: at 48. Inside: the two 128-byte maps, M, N, K, the epilogue's Params at 272.
+    assert sig.offsets == (48,) and sig.sizes == (384,)
+    args = sig.params[0][1]
+    assert args.offsets[:6] == (0, 128, 256, 260, 264, 272)
+    assert kernels.gemm_a8_arg_offsets("gemm_a8_sm90", PRESET_SPEC) == (256, 272)
+    assert sig.struct.size == 48 + 384
 
 
 @pytest.mark.slow

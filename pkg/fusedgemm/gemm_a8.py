@@ -273,10 +273,10 @@ class _CallPlan:
         kernel = _kernel_for(dev, spec)
         # The packed values after A and B: M, N, K, then the Params fields; `slots` says where each per-call
         # address goes.
-        names = kernel.signature.flat_names[2:]
+        names = [f.split(".", 1)[-1] for f in kernel.signature.flat_names[2:]]  # after A and B
         self.template = kernel.signature.values_in_order(
             dict(values, M=m, N=n, K=k, ld_out=n, ld_saved=n, **{p: 0 for p in pointers}), skip=2)
-        self.slots = tuple(names.index(f"ep.{p}") for p in pointers)
+        self.slots = tuple(names.index(p) for p in pointers)
         self.tma = cfg.unit == "gemm_a8_sm90"
         self.block_m, self.block_n = cfg.block_m, cfg.block_n
         self.l2 = _TMAP_L2_DECODE if cfg.swap_ab else _TMAP_L2_256B

@@ -184,6 +184,17 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   }
 }
 
+// The kernel's one argument (passed __grid_constant__: TMA reads the maps in place): the operands' tensor maps
+// (64-byte aligned), the sizes, then the epilogue's Params. Its layout is the packing runtime/kernels.py derives
+// (gemm_a8_signature); each entry point asserts the offsets.
+template <class Epi>
+struct GemmA8Sm90Args {
+  sm90::TmaDesc a_map;  // A [M, K] row-major, box 128 B x BM, swizzle 128
+  sm90::TmaDesc b_map;  // B (16,16) preshuffled
+  int M, N, K;
+  typename Epi::Params ep;
+};
+
 // The kernel body of every sm_90 gemm_a8 entry point: a CTA per tile, or persistent CTAs (Cfg::kPersistent).
 template <class In, class Epi, class Cfg, int kProbe = kProbeNone>
 FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major, box 128 B x BM, swizzle 128

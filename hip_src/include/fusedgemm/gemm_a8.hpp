@@ -47,6 +47,16 @@ using ConfigM16N16K8 = GemmA8Config<1, 1, 8, 1, 1, 4>;  // decode, M <= 16: 16 x
 using ConfigM64N16K8 = GemmA8Config<1, 1, 8, 4, 1, 2>;  // decode, M <= 64: 64 x 16 tile, 8-way split-K
 using ConfigM128N128 = GemmA8Config<2, 4, 1, 4, 2>;  // prefill: 128 x 128, 8 warps, each 64 x 32
 
+// The kernel's one argument: the GEMM's operands and sizes, then the epilogue's Params. Its layout is the
+// packing runtime/kernels.py derives (gemm_a8_signature); each entry point asserts the offsets.
+template <class Epi>
+struct GemmA8Args {
+  const u8* a;  // [M, K] row-major
+  const u8* b;  // [N, K] preshuffled (16,16)
+  int M, N, K;
+  typename Epi::Params ep;
+};
+
 template <class In, class Epi, class Cfg>
 FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,  // [M, K] row-major
                             const u8* __restrict__ b,  // [N, K] preshuffled (16,16)

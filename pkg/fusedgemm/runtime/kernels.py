@@ -94,10 +94,34 @@ def epilogue_params_type(epi_spec) -> StructType:
     return StructType(tuple(fields), tuple(offsets), size)
 
 
-def gemm_a8_signature(unit: str, epi_spec) -> Signature:
-    """A, B (pointers; the Hopper units: TMA tensor maps), M, N, K, then the epilogue's Params."""
+def gemm_a8_args_type(unit: str, epi_spec) -> StructType:
+    """The one argument of a gemm_a8 kernel (GemmA8Args / GemmA8Sm90Args): A, B (pointers; the Hopper unit: TMA
+    tensor maps), M, N, K, then the epilogue's Params fields, each at its natural alignment."""
     ab = (("a_map", "tmap"), ("b_map", "tmap")) if unit == "gemm_a8_sm90" else (("a", "ptr"), ("b", "ptr"))
-    return Signature((*ab, ("M", "i32"), ("N", "i32"), ("K", "i32"), ("ep", epilogue_params_type(epi_spec))))
+    fields, offsets, pos = [], [], 0
+    for name, ctype in (*ab, ("M", "i32"), ("N", "i32"), ("K", "i32")):
+        _fmt, size, align = _CTYPES[ctype]
+        pos = -(-pos // align) * align
+        fields.append((name, ctype))
+        offsets.append(pos)
+        pos += size
+    ep = epilogue_params_type(epi_spec)
+    base = -(-pos // ep.align) * ep.align
+    fields += ep.fields
+    offsets += [base + o for o in ep.offsets]
+    align = max(ep.align, 64 if unit == "gemm_a8_sm90" else 8)
+    return StructType(tuple(fields), tuple(offsets), -(-(base + ep.size) // align) * align, align)
+
+
+def gemm_a8_arg_offsets(unit: str, epi_spec) -> tuple[int, int]:
+    """(offset of M, offset of the epilogue's Params) in the argument struct: what the entry points assert."""
+    args = gemm_a8_args_type(unit, epi_spec)
+    names = [f for f, _c in args.fields]
+    return args.offsets[names.index("M")], args.offsets[names.index("out")]
+
+
+def gemm_a8_signature(unit: str, epi_spec) -> Signature:
+    return Signature((("args", gemm_a8_args_type(unit, epi_spec)),))
 
 
 GEMM_A8_IN = {"fp8": "fp8", "int8": "i8"}

@@ -12,7 +12,8 @@ namespace fg {
 // kSwapAB (decode, M <= kBlockM <= 64): the MMAs compute C^T = B . A^T, so the weight's rows are the wgmma's
 // M (kBlockN / 64 MMAs of 64 rows per K step, one warpgroup) and the activation's rows its N (kBlockM, down
 // to 16). At M = 1 an unswapped m64 MMA computes 64 rows for one: swapped, the tensor core does 1/4 of that
-// work and the MMA-only time of a decode call drops from ~8 us to ~2 (qkv M = 1, docs/perf-notes.md).
+// work (H200, qkv M = 1, MMAs alone: 6-8 us on w64n128, 5.6 us on v16n128, where the copies then bound the
+// kernel; docs/perf-notes.md).
 // The shared-memory stages are the same; only the descriptors trade places.
 //
 // kChains (unswapped tiles): independent accumulator chains per warpgroup. Consecutive K blocks alternate

@@ -3,79 +3,24 @@
     y = act(A @ B.T * scale_a[:, None] * scale_b[None, :] + bias)     a preset name; fp32 inside, rounded once
     y = expr(A @ B.T)                                                 any fusedgemm.epilogue expression
 
-Every argument is checked here, with a message saying what was expected and what came; the kernel never
-sees an input it cannot handle.
+Every argument is checked first (checks.py), with a message saying what was expected and what came; the kernel
+never sees an input it cannot handle. Here: the call plan (kernel, grid, packed arguments, tensor maps) and the
+eager fast path that reuses it.
 """
 from __future__ import annotations
-
-import numbers
 
 import torch
 
 from . import epilogue as _epi
-from .epilogue.bind import VEC_TORCH, bind as _bind_epilogue
-from .epilogue.codegen import DYN_KINDS
-from .epilogue.presets import parse_name as parse_epilogue, spec_for_activation
-from .preshuffle import LAYOUT_16x16, PreshuffledWeight
+from .checks import FP8_DTYPE_FOR_ARCH, OUT_DTYPES, check_gemm_a8_args, preset_values  # noqa: F401
+from .preshuffle import PreshuffledWeight
 from . import plan as _plan
 from .plan import choose_config as _choose_config, forced_config, plan_for, plans, sm_count as _sm_count  # noqa: F401
-from .runtime.arch import device_arch
-from .runtime.device import current_device_index, current_raw_stream, device_guard, is_fake as _is_fake
+from .runtime.device import current_device_index, current_raw_stream, device_guard
 from .runtime.gemm_a8_spec import OUT_CODEGEN, GemmA8Kernel, config_fits
 
-_FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
-# The fp8 variant each arch's tensor cores read. gfx942 reads e4m3fnuz; sm_90 and gfx950 read OCP e4m3fn.
-FP8_DTYPE_FOR_ARCH = {"sm_90a": torch.float8_e4m3fn, "gfx950": torch.float8_e4m3fn, "gfx942": torch.float8_e4m3fnuz}
-# Output types: bf16 / fp16 (preset kernels ahead of time), fp32 and the arch's fp8 (saturating; compiled just in
-# time, as is any epilogue expression).
-OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 _MAX_GRID_Y = 65535
-
-
-def _in_kind(dtype: torch.dtype, what: str) -> str:
-    if dtype in _FP8_DTYPES:
-        return "fp8"
-    if dtype == torch.int8:
-        return "int8"
-    raise TypeError(f"gemm_a8: {what} must be float8_e4m3fn, float8_e4m3fnuz or int8, got {dtype}")
-
-
-_KERNELS: dict[tuple, object] = {}
-
-
-def _check_tensor_placement(t: torch.Tensor, name: str, device: torch.device, align: int, check_ptr: bool):
-    if t.device != device:
-        raise ValueError(f"gemm_a8: {name} is on {t.device}, expected {device} (the device of A)")
-    if not t.is_contiguous():
-        raise ValueError(f"gemm_a8: {name} must be contiguous, got strides {tuple(t.stride())} for shape "
-                         f"{tuple(t.shape)}")
-    if check_ptr and t.numel() and t.data_ptr() % align:
-        raise ValueError(f"gemm_a8: {name} must be {align}-byte aligned, got address {t.data_ptr():#x} "
-                         f"(offset {t.data_ptr() % align}); pass a fresh contiguous tensor")
-
-
-def _scale_args(scale, name: str, length: int, device, check_ptr: bool):
-    """-> (tensor or None, stride, python factor). Tensor scales: fp32, one value (shape [], [1], [1, 1]) or
-    `length` values: scale_a [M] or [M, 1], scale_b [N] or [1, N] (the layouts torch._scaled_mm takes)."""
-    if scale is None:
-        return None, 0, 1.0
-    if not isinstance(scale, torch.Tensor):
-        if isinstance(scale, bool) or not isinstance(scale, numbers.Real):
-            raise TypeError(f"gemm_a8: {name} must be a float32 tensor, a real number or None, got "
-                            f"{type(scale).__module__}.{type(scale).__name__}")
-        return None, 0, float(scale)
-    if scale.dtype != torch.float32:
-        raise TypeError(f"gemm_a8: {name} must be float32, got {scale.dtype}")
-    shape = tuple(scale.shape)
-    if scale.numel() == 1 and scale.dim() <= 2:
-        _check_tensor_placement(scale, name, device, 4, check_ptr)
-        return scale, 0, 1.0
-    vector_shapes = ((length,), (length, 1)) if name == "scale_a" else ((length,), (1, length))
-    if shape not in vector_shapes:
-        raise ValueError(f"gemm_a8: {name} must hold 1 or {length} values as "
-                         f"{' or '.join(str(list(s)) for s in vector_shapes)} (or one value), got shape {list(shape)}")
-    _check_tensor_placement(scale, name, device, 4, check_ptr)
-    return scale, 1, 1.0
+_KERNELS: dict[tuple, object] = {}  # (device, GemmA8Kernel) -> loaded kernel
 
 
 # ---- TMA tensor maps (sm_90a) ---------------------------------------------------------------------------------
@@ -115,116 +60,6 @@ def _tensor_map_b(ptr: int, n: int, k: int, block_n: int, l2: int = _TMAP_L2_256
     the K-major core-matrix layout the wgmma B descriptor reads (gemm_a8_sm90.hpp)."""
     return _tensor_map(("b", ptr, n, k, block_n, l2), _TMAP_UINT8, 3, ptr, (256, n // 16, k // 16),
                        (16 * k, 256), (256, block_n // 16, 8), (1, 1, 1), 0, _TMAP_SWIZZLE_NONE, l2, 0)
-
-
-def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *, operands=None,
-                       arch: str | None = None):
-    """Validate everything; return the normalized pieces the launch needs: shapes, the epilogue spec and the
-    values of its Params (outputs excepted).
-
-    epilogue: a preset name (bias / scale_a / scale_b arguments) or an epilogue expression (fusedgemm.epilogue;
-    its operands by name in `operands`). out_dtype None: out's dtype, else bfloat16.
-    arch=None: the tensors must be on a GPU and the arch is read off it. Tests pass an arch explicitly to
-    run every check on CPU tensors."""
-    if not isinstance(a, torch.Tensor):
-        raise TypeError(f"gemm_a8: A must be a torch.Tensor, got {type(a).__name__}")
-    if not isinstance(b, PreshuffledWeight):
-        if isinstance(b, torch.Tensor):
-            raise TypeError("gemm_a8: B must be preshuffled: pass fusedgemm.preshuffle(w) for an [N, K] weight "
-                            f"(got a plain {b.dtype} tensor of shape {tuple(b.shape)})")
-        raise TypeError(f"gemm_a8: B must be a PreshuffledWeight from fusedgemm.preshuffle, got {type(b).__name__}")
-    if b.layout != LAYOUT_16x16:
-        raise ValueError(f"gemm_a8: B has layout {b.layout!r}, expected {LAYOUT_16x16!r}")
-    if isinstance(epilogue, _epi.Node):
-        uses_bias, act = None, None
-        if bias is not None or scale_a is not None or scale_b is not None:
-            raise ValueError("gemm_a8: with an epilogue expression, pass every operand (bias, scales) by name in "
-                             "operands={...}; bias, scale_a and scale_b must be None")
-    else:
-        try:
-            uses_bias, act = parse_epilogue(epilogue)
-        except ValueError as e:
-            raise ValueError(f"gemm_a8: {e}") from None
-        if operands:
-            raise ValueError(f"gemm_a8: operands are for epilogue expressions; the preset {epilogue!r} takes "
-                             "bias, scale_a and scale_b")
-    if out is not None and isinstance(out, torch.Tensor):
-        if out_dtype is None:
-            out_dtype = out.dtype
-        elif out.dtype != out_dtype:
-            raise ValueError(f"gemm_a8: out is {out.dtype} but out_dtype is {out_dtype}; give one of them (out_dtype "
-                             "defaults to out's dtype)")
-    if out_dtype is None:
-        out_dtype = torch.bfloat16
-    if out_dtype not in OUT_DTYPES:
-        raise TypeError(f"gemm_a8: out_dtype must be one of {', '.join(map(str, OUT_DTYPES))}, got {out_dtype}")
-    in_kind = _in_kind(a.dtype, "A")
-    _in_kind(b.dtype, "B")
-    if b.dtype != a.dtype:
-        raise TypeError(f"gemm_a8: B was preshuffled as {b.dtype} but A is {a.dtype}; they must match")
-    if a.dim() != 2:
-        raise ValueError(f"gemm_a8: A must be 2-D [M, K], got shape {tuple(a.shape)}")
-    m, k = a.shape
-    n, kb = b.shape
-    if kb != k:
-        raise ValueError(f"gemm_a8: A is [M={m}, K={k}] but B is [N={n}, K={kb}]; K must agree")
-    if k == 0 or k % 16:
-        raise ValueError(f"gemm_a8: K must be a positive multiple of 16, got K={k}")
-    if n % 16:
-        raise ValueError(f"gemm_a8: N must be a multiple of 16, got N={n}")
-    device = a.device
-    if arch is None:
-        if device.type != "cuda":
-            raise ValueError(f"gemm_a8: tensors must be on a GPU (cuda/ROCm device), A is on {device}")
-        arch = device_arch(device.index if device.index is not None else torch.cuda.current_device())
-    check_ptr = not _is_fake(a)
-    if in_kind == "fp8" and a.dtype != FP8_DTYPE_FOR_ARCH[arch]:
-        raise TypeError(f"gemm_a8: {arch} needs fp8 as {FP8_DTYPE_FOR_ARCH[arch]}, got {a.dtype}")
-    _check_tensor_placement(a, "A", device, 16, check_ptr)
-    _check_tensor_placement(b.data, "B", device, 16, check_ptr)
-    if out_dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz) and out_dtype != FP8_DTYPE_FOR_ARCH[arch]:
-        raise TypeError(f"gemm_a8: {arch} writes fp8 as {FP8_DTYPE_FOR_ARCH[arch]}, got out_dtype {out_dtype}")
-    if out is not None:
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"gemm_a8: out must be a tensor or None, got {type(out).__name__}")
-        if tuple(out.shape) != (m, n):
-            raise ValueError(f"gemm_a8: out must be [{m}, {n}] {out_dtype}, got {tuple(out.shape)} {out.dtype}")
-        _check_tensor_placement(out, "out", device, 2 * out.element_size(), check_ptr)
-    common = dict(in_kind=in_kind, m=m, n=n, k=k, arch=arch, out_dtype=out_dtype)
-    if uses_bias is None:  # an epilogue expression
-        binding = _bind_epilogue(epilogue, operands, m, n, device)
-        return dict(common, epi=binding.spec, values=binding.values, saved_dtype=binding.saved_dtype,
-                    keep=binding.tensors)
-
-    if uses_bias and bias is None:
-        raise ValueError(f"gemm_a8: epilogue {epilogue!r} adds a bias, but bias is None")
-    if not uses_bias and bias is not None:
-        raise ValueError(f"gemm_a8: a bias was given but epilogue {epilogue!r} does not use one; "
-                         f"use 'bias' or 'bias_<activation>'")
-    if bias is not None:
-        if not isinstance(bias, torch.Tensor):
-            raise TypeError(f"gemm_a8: bias must be a tensor or None, got {type(bias).__name__}")
-        if bias.dtype not in (out_dtype, torch.float32) or bias.dtype not in VEC_TORCH:
-            raise TypeError(f"gemm_a8: bias must be float32 or the out_dtype ({out_dtype}) where that is bfloat16 "
-                            f"or float16, got {bias.dtype}")
-        if tuple(bias.shape) != (n,):
-            raise ValueError(f"gemm_a8: bias must have shape [N={n}], got {tuple(bias.shape)}")
-        _check_tensor_placement(bias, "bias", device, bias.element_size(), check_ptr)
-    sa, sa_stride, alpha_a = _scale_args(scale_a, "scale_a", m, device, check_ptr)
-    sb, sb_stride, alpha_b = _scale_args(scale_b, "scale_b", n, device, check_ptr)
-    bias_kind = 0 if bias is None else DYN_KINDS[VEC_TORCH[bias.dtype]]
-    return dict(common, epi=spec_for_activation(act), saved_dtype=None, keep=[],
-                values=preset_values(_ptr(bias), bias_kind, _ptr(sa), sa_stride, _ptr(sb), sb_stride,
-                                     alpha_a * alpha_b))
-
-
-def preset_values(bias_ptr: int, bias_kind: int, sa_ptr: int, sa_stride: int, sb_ptr: int, sb_stride: int,
-                  alpha: float) -> dict:
-    """The Params values of a preset epilogue (epilogue/presets.py): absent operands are null pointers."""
-    return {"op_alpha_ptr": 0, "op_alpha": alpha, "op_alpha_pad": 0,
-            "op_scale_a": sa_ptr, "op_scale_a_stride": sa_stride, "op_scale_a_kind": 0,
-            "op_scale_b": sb_ptr, "op_scale_b_stride": sb_stride, "op_scale_b_kind": 0,
-            "op_bias": bias_ptr, "op_bias_stride": 1, "op_bias_kind": bias_kind}
 
 
 def _kernel_for(dev: int, spec: GemmA8Kernel):
@@ -316,10 +151,6 @@ def launch_gemm_a8(a: torch.Tensor, b_data: torch.Tensor, p: dict, out: torch.Te
                      p["values"], pointers)
     plan.run(a.data_ptr(), b_data.data_ptr(), out.data_ptr(), *(() if saved is None else (saved.data_ptr(),)))
     return plan
-
-
-def _ptr(t) -> int:
-    return t.data_ptr() if isinstance(t, torch.Tensor) else 0
 
 
 def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = None, *, scale_a=None, scale_b=None,

@@ -20,7 +20,7 @@ import torch
 LAYOUT_16x16 = "aiter-16x16"
 _BLOCK_N = 16
 _CHUNK_BYTES = 16
-# What gemm_a8 reads (gemm_a8._in_kind); anything else is refused here rather than at the first call.
+# What gemm_a8 reads (checks._in_kind); anything else is refused here rather than at the first call.
 WEIGHT_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.int8)
 
 

@@ -84,9 +84,7 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
         raise ValueError(f"gemm_a8: B has layout {b.layout!r}, expected {LAYOUT_16x16!r}")
     if isinstance(epilogue, _epi.Node):
         uses_bias, act = None, None
-        if bias is not None or scale_a is not None or scale_b is not None:
-            raise ValueError("gemm_a8: with an epilogue expression, pass every operand (bias, scales) by name in "
-                             "operands={...}; bias, scale_a and scale_b must be None")
+        check_no_preset_operands(bias, scale_a, scale_b)
     else:
         try:
             uses_bias, act = parse_epilogue(epilogue)
@@ -172,6 +170,13 @@ def preset_values(bias_ptr: int, bias_kind: int, sa_ptr: int, sa_stride: int, sb
             "op_scale_a": sa_ptr, "op_scale_a_stride": sa_stride, "op_scale_a_kind": 0,
             "op_scale_b": sb_ptr, "op_scale_b_stride": sb_stride, "op_scale_b_kind": 0,
             "op_bias": bias_ptr, "op_bias_stride": 1, "op_bias_kind": bias_kind}
+
+
+def check_no_preset_operands(bias, scale_a, scale_b) -> None:
+    """An epilogue expression takes every operand by name: the preset arguments must be None."""
+    if bias is not None or scale_a is not None or scale_b is not None:
+        raise ValueError("gemm_a8: with an epilogue expression, pass every operand (bias, scales) by name in "
+                         "operands={...}; bias, scale_a and scale_b must be None")
 
 
 def _ptr(t) -> int:

@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 
 from . import epilogue as _epi
-from .checks import FP8_DTYPE_FOR_ARCH, OUT_DTYPES, check_gemm_a8_args, preset_values  # noqa: F401
+from .checks import (FP8_DTYPE_FOR_ARCH, OUT_DTYPES, check_gemm_a8_args, check_no_preset_operands,  # noqa: F401
+                     preset_values)
 from .preshuffle import PreshuffledWeight
 from . import plan as _plan
 from .plan import choose_config as _choose_config, forced_config, plan_for, plans, sm_count as _sm_count  # noqa: F401
@@ -197,7 +198,7 @@ def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = N
         except (AttributeError, TypeError):
             key = plan = None
     if plan is not None and _plan.forced() is None:
-        call_plan, dtype, out_align = plan
+        call_plan, dtype, out_align, _saved_dtype, _aligns = plan  # a preset saves nothing
         a_ptr, b_ptr = a.data_ptr(), b.data.data_ptr()
         bias_ptr = 0 if bias is None else bias.data_ptr()
         sa_ptr = 0 if scale_a is None or scale_a.__class__ is float else scale_a.data_ptr()
@@ -222,23 +223,19 @@ def _gemm_a8_checked(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, ope
     saved = None
     if p["saved_dtype"] is not None:
         saved = torch.empty((p["m"], p["n"]), dtype=p["saved_dtype"], device=a.device)
+    outputs = [out] if saved is None else [out, saved]
+    # The Params fields each call fills (the fast paths pass them in this order) and their alignments.
+    if isinstance(epilogue, _epi.Node):
+        pointers, aligns = _expression_pointers(epilogue, operands, saved is not None)
+    else:
+        pointers, aligns = PRESET_POINTERS, ()
     with device_guard(a.device):
-        if isinstance(epilogue, _epi.Node):
-            pointers, aligns = _expression_pointers(epilogue, operands, saved is not None)
-            plan = _CallPlan(a.device.index, p["arch"], p["in_kind"], p["m"], p["n"], p["k"], out_dtype, p["epi"],
-                             p["values"], pointers)
-            v = p["values"]
-            plan.run(a.data_ptr(), b.data.data_ptr(), out.data_ptr(),
-                     *([] if saved is None else [saved.data_ptr()]), *(v[f] for f in pointers[1 + (saved is not None):]))
-            if key is not None:
-                _remember(b, key, (plan, out_dtype, 2 * out.element_size(), p["saved_dtype"], aligns))
-        else:  # a preset: the plan takes the per-call addresses of the fast path
-            plan = _CallPlan(a.device.index, p["arch"], p["in_kind"], p["m"], p["n"], p["k"], out_dtype, p["epi"],
-                             p["values"], PRESET_POINTERS, 1 if bias is None else bias.element_size())
-            v = p["values"]
-            plan.run(a.data_ptr(), b.data.data_ptr(), out.data_ptr(), v["op_bias"], v["op_scale_a"], v["op_scale_b"])
-            if key is not None:
-                _remember(b, key, (plan, out_dtype, 2 * out.element_size()))
+        plan = _CallPlan(a.device.index, p["arch"], p["in_kind"], p["m"], p["n"], p["k"], out_dtype, p["epi"],
+                         p["values"], pointers, 1 if bias is None else bias.element_size())
+        plan.run(a.data_ptr(), b.data.data_ptr(), *(o.data_ptr() for o in outputs),
+                 *(p["values"][f] for f in pointers[len(outputs):]))
+    if key is not None:
+        _remember(b, key, (plan, out_dtype, 2 * out.element_size(), p["saved_dtype"], aligns))
     return out if saved is None else (out, saved)
 
 
@@ -308,9 +305,7 @@ def _gemm_a8_traced(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, oper
     if out_dtype is None:
         out_dtype = out.dtype if isinstance(out, torch.Tensor) else torch.bfloat16
     if isinstance(epilogue, _epi.Node):  # operands go by name: tensors and Python scalars apart
-        if bias is not None or scale_a is not None or scale_b is not None:
-            raise ValueError("gemm_a8: with an epilogue expression, pass every operand (bias, scales) by name in "
-                             "operands={...}; bias, scale_a and scale_b must be None")
+        check_no_preset_operands(bias, scale_a, scale_b)  # the op takes none: say so here, not never
         ops = dict(operands or {})
         tensors = {k: v for k, v in ops.items() if isinstance(v, torch.Tensor)}
         scalars = {k: float(v) for k, v in ops.items() if not isinstance(v, torch.Tensor)}

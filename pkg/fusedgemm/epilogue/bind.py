@@ -12,7 +12,7 @@ import dataclasses
 import torch
 
 from . import ir
-from .codegen import DYN_KINDS, EpilogueSpec
+from .codegen import EpilogueSpec
 from .evaluate import TORCH_DTYPES
 from ..runtime.device import is_fake as _is_fake
 
@@ -32,8 +32,8 @@ def _check_on(t: torch.Tensor, what: str, device, op: str):
         raise ValueError(f"{op}: {what} is on {t.device}, expected {device} (the device of A)")
 
 
-def vec_operand(t, what: str, length: int, axis: str, device, op: str, dyn: bool = False):
-    """-> (ptr, stride, kind, dtype name) of a vector operand: [length] with any stride, or one value."""
+def vec_operand(t, what: str, length: int, axis: str, device, op: str):
+    """-> (ptr, stride, dtype name) of a vector operand: [length] with any stride, or one value."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{op}: {what} must be a tensor, got {type(t).__name__}")
     if t.dtype not in VEC_TORCH:
@@ -48,7 +48,7 @@ def vec_operand(t, what: str, length: int, axis: str, device, op: str, dyn: bool
     if not _is_fake(t) and t.data_ptr() % t.element_size():
         raise ValueError(f"{op}: {what} is not aligned to its element size ({t.element_size()} bytes)")
     name = VEC_TORCH[t.dtype]
-    return t.data_ptr() if not _is_fake(t) else 0, stride, DYN_KINDS[name] if dyn else 0, name
+    return t.data_ptr() if not _is_fake(t) else 0, stride, name
 
 
 def bind(expr: ir.Node, operands: dict | None, m: int, n: int, device, op: str = "gemm_a8") -> Binding:
@@ -112,7 +112,7 @@ def bind(expr: ir.Node, operands: dict | None, m: int, n: int, device, op: str =
                 values.update({f: 0, f + "_stride": 0, f + "_kind": 0})
                 dtypes[name] = "f32"
                 continue
-            ptr, stride, _kind, dt = vec_operand(v, what, length, axis, device, op)
+            ptr, stride, dt = vec_operand(v, what, length, axis, device, op)
             values.update({f: ptr, f + "_stride": stride, f + "_kind": 0})
             dtypes[name] = dt
             tensors.append(v)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..epilogue import codegen
-from ..epilogue.presets import ACTIVATIONS, spec_for_activation, struct_name
+from ..epilogue.presets import ACTIVATIONS, spec_for_activation
 from . import kernels
 
 # Output types by torch dtype name; the fp8 variant an arch writes is its input variant (FP8 on the arch).
@@ -38,12 +38,7 @@ class GemmA8Kernel:
     @property
     def preset(self) -> str | None:
         """The activation of the preset kernel that serves this spec ahead of time, or None (generated)."""
-        if self.out not in ("bf16", "fp16"):
-            return None
-        for act in ACTIVATIONS:
-            if spec_for_activation(act) == self.epilogue:
-                return act
-        return None
+        return _preset_of(self.epilogue) if self.out in ("bf16", "fp16") else None
 
     @property
     def unit(self) -> str:
@@ -97,6 +92,16 @@ class GemmA8Kernel:
                 f"{codegen.render_functor(self.epilogue)}\n}}  // namespace fg\n\n{entry}{guard[1]}")
 
 
+_PRESETS: dict = {}
+
+
+def _preset_of(epi: codegen.EpilogueSpec) -> str | None:
+    """The activation whose preset expression `epi` is (the table is built once), or None."""
+    if not _PRESETS:
+        _PRESETS.update({spec_for_activation(act): act for act in ACTIVATIONS})
+    return _PRESETS.get(epi)
+
+
 def config_fits(config: str, epi: codegen.EpilogueSpec) -> bool:
     """Whether `config` can run epilogue `epi`: the persistent config stages kBlockM + 2 kBlockN floats of the
     tile's hoisted row and column values (gemm_a8_sm90.hpp, kStagedFloats); every other config runs anything."""
@@ -110,4 +115,4 @@ def preset_kernel(arch: str, config: str, in_kind: str, out: str, act: str) -> G
     return GemmA8Kernel(arch, config, in_kind, out, spec_for_activation(act))
 
 
-__all__ = ["GemmA8Kernel", "OUT_CODEGEN", "preset_kernel", "struct_name"]
+__all__ = ["GemmA8Kernel", "OUT_CODEGEN", "config_fits", "preset_kernel"]

@@ -172,3 +172,13 @@ def test_bind_accepts_strided_vectors_and_device_scalars():
     b = bind(expr, {"sa": sa, "q": torch.tensor([2.0])}, 4, 16, torch.device("cpu"))
     assert b.values["op_sa_stride"] == 2 and b.values["op_b"] == 0 and b.values["op_q_ptr"] != 0
     assert dict(b.spec.operand_dtypes) == {"sa": "f32", "b": "f32"}
+
+
+def test_presets_header_is_generated_and_fresh():
+    """hip_src/include/fusedgemm/epilogue_presets.hpp is what codegen makes of the presets (regenerate with
+    `python -m fusedgemm.epilogue.presets`); the ahead-of-time units are built from it."""
+    from pathlib import Path
+
+    from fusedgemm.epilogue.presets import PRESETS_HEADER, render_presets_header
+
+    assert (Path(__file__).resolve().parents[1] / PRESETS_HEADER).read_text() == render_presets_header()

@@ -83,11 +83,6 @@ FG_DEVICE float load_bf16(const void* p, i64 i) {
   return bits_to_float(static_cast<u32>(static_cast<const u16*>(p)[i]) << 16);
 }
 FG_DEVICE float load_f16(const void* p, i64 i) { return arch::half_bits_to_float(static_cast<const u16*>(p)[i]); }
-FG_DEVICE float load_dyn(const void* p, int kind, i64 i) {
-  if (kind == kElemF32) return load_f32(p, i);
-  if (kind == kElemBf16) return load_bf16(p, i);
-  return load_f16(p, i);
-}
 // Vector and scalar operands (read-only for the kernel's lifetime: they must not alias an output) go through
 // the read-only data path where the arch has one; [M, N] aux operands may be the output itself (in place) and
 // use plain loads.

@@ -144,13 +144,11 @@ def _float(v: float) -> str:
 class _Emitter:
     """Straight-line C++ for a set of roots, one const temp per distinct subtree (structural CSE)."""
 
-    def __init__(self, spec: EpilogueSpec, index_of: dict | None, index_expr: str | None, hoisted: dict,
-                 prefix: str = "t"):
+    def __init__(self, spec: EpilogueSpec, hoisted: dict, prefix: str = "t"):
         self.spec = spec
         self.prefix = prefix  # temps are <prefix>0, <prefix>1, ...: distinct prefixes never shadow each other
         self.lines: list[str] = []
         self.names: dict[ir.Node, str] = {}
-        self.index_expr = index_expr  # "m" in load_row, "n" in load_col
         self.hoisted = hoisted  # node -> C++ expression of an already-hoisted value (r[i] / c[i])
         self.ops = ir.operands(spec.expr)
 
@@ -167,26 +165,14 @@ class _Emitter:
         self.lines.append(f"const float {name} = {expr};")
         return name
 
-    def _vec_load(self, name: str, idx: str) -> str:
-        op = self.ops[name]
-        dt = self.spec.dtype(name)
-        f = f"p.op_{name}"
-        # 32-bit index arithmetic (M, N < 2^31): 64-bit products of run-time strides cost registers that the
-        # persistent kernel's epilogue warps do not have (spills).
-        load = (f"fg::epi::load_dyn({f}, {f}_kind, {idx} * {f}_stride)" if dt == "dyn" else
-                f"fg::epi::load_{dt}_ro({f}, {idx} * {f}_stride)")
-        return load if op.default is None else f"({f} ? {load} : {_float(op.default)})"
-
     def _expr(self, node: ir.Node) -> str:
         op = node.op
         if op == "acc":
             return "acc"
         if op == "const":
             return _float(node.attrs[0])
-        if op == "m_vec":
-            return self._vec_load(node.attrs[0], "m")
-        if op == "n_vec":
-            return self._vec_load(node.attrs[0], "n")
+        if op in ("m_vec", "n_vec"):  # always inside a hoisted root: load_rows / load_cols read them in batches
+            raise AssertionError(f"{node} reached per-element code")
         if op == "scalar":
             f = f"p.op_{node.attrs[0]}"
             return f"({f}_ptr ? fg::epi::load_f32_ro({f}_ptr, 0) : {f})"
@@ -258,6 +244,8 @@ def _batched_body(spec: EpilogueSpec, roots: list[ir.Node], axis: str) -> list[s
         o, dt, f, arr = ops[name], spec.dtype(name), f"p.op_{name}", f"v_{name}"
         lines.append(f"float {arr}[kCount];")
 
+        # 32-bit index arithmetic (M, N < 2^31): 64-bit products of run-time strides cost registers that the
+        # persistent kernel's epilogue warps do not have (spills).
         def loads(load_fn: str) -> list[str]:
             return fill(arr, f"in[i] ? fg::epi::{load_fn}({f}, idx[i] * {f}_stride) : 0.f")
 
@@ -274,11 +262,11 @@ def _batched_body(spec: EpilogueSpec, roots: list[ir.Node], axis: str) -> list[s
             lines += [f"{'if' if i == 0 else '} else if'} ({cond}) {{", *code]
         lines += (["} else {", *last, "}"] if branches else last)
         hoisted[leaf] = f"{arr}[i]"
-    em = _Emitter(spec, None, axis, {}, prefix="u")
+    em = _Emitter(spec, {}, prefix="u")
     for s in scalars:
         hoisted[s] = em.value(s)
     lines += em.lines
-    body = _Emitter(spec, None, axis, hoisted)
+    body = _Emitter(spec, hoisted)
     outs = [f"out[i][{k}] = {body.value(r)};" for k, r in enumerate(roots)]
     if roots:
         lines += ["#pragma unroll", "for (int i = 0; i < kCount; ++i) {"] + ["  " + x for x in body.lines + outs] + ["}"]
@@ -304,7 +292,7 @@ def render_functor(spec: EpilogueSpec, name: str | None = None) -> str:
     cols_lines = _batched_body(spec, cols, "n")
     hoisted = {r: f"r[{i}]" for i, r in enumerate(rows)}
     hoisted.update({c: f"c[{i}]" for i, c in enumerate(cols)})
-    em = _Emitter(spec, None, None, hoisted)
+    em = _Emitter(spec, hoisted)
     result = em.value(expr)
     value_lines = em.lines
 

@@ -138,8 +138,7 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
     common = dict(in_kind=in_kind, m=m, n=n, k=k, arch=arch, out_dtype=out_dtype)
     if uses_bias is None:  # an epilogue expression
         binding = _bind_epilogue(epilogue, operands, m, n, device)
-        return dict(common, epi=binding.spec, values=binding.values, saved_dtype=binding.saved_dtype,
-                    keep=binding.tensors)
+        return dict(common, epi=binding.spec, values=binding.values, saved_dtype=binding.saved_dtype)
 
     if uses_bias and bias is None:
         raise ValueError(f"gemm_a8: epilogue {epilogue!r} adds a bias, but bias is None")
@@ -158,7 +157,7 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
     sa, sa_stride, alpha_a = _scale_args(scale_a, "scale_a", m, device, check_ptr)
     sb, sb_stride, alpha_b = _scale_args(scale_b, "scale_b", n, device, check_ptr)
     bias_kind = 0 if bias is None else DYN_KINDS[VEC_TORCH[bias.dtype]]
-    return dict(common, epi=spec_for_activation(act), saved_dtype=None, keep=[],
+    return dict(common, epi=spec_for_activation(act), saved_dtype=None,
                 values=preset_values(_ptr(bias), bias_kind, _ptr(sa), sa_stride, _ptr(sb), sb_stride,
                                      alpha_a * alpha_b))
 

@@ -24,7 +24,6 @@ class Binding:
     spec: EpilogueSpec
     values: dict
     saved_dtype: torch.dtype | None
-    tensors: list  # the operand tensors (kept alive by the caller for the launch)
 
 
 def _check_on(t: torch.Tensor, what: str, device, op: str):
@@ -62,7 +61,7 @@ def bind(expr: ir.Node, operands: dict | None, m: int, n: int, device, op: str =
     if extra:
         raise ValueError(f"{op}: operands {extra} are not used by the epilogue {expr}; it uses "
                          f"{', '.join(ir._leaf_text(o) for o in used.values()) or 'none'}")
-    values, dtypes, tensors = {}, {}, []
+    values, dtypes = {}, {}
     for name, o in used.items():
         f = f"op_{name}"
         v = operands.get(name)
@@ -77,7 +76,6 @@ def bind(expr: ir.Node, operands: dict | None, m: int, n: int, device, op: str =
                                     f"{v.dtype} of shape {tuple(v.shape)}")
                 _check_on(v, what, device, op)
                 values.update({f + "_ptr": 0 if _is_fake(v) else v.data_ptr(), f: 0.0})
-                tensors.append(v)
             elif isinstance(v, (int, float)) and not isinstance(v, bool):
                 values.update({f + "_ptr": 0, f: float(v)})
             else:
@@ -102,7 +100,6 @@ def bind(expr: ir.Node, operands: dict | None, m: int, n: int, device, op: str =
                                  f"row stride {ld}")
             values.update({f: 0 if _is_fake(v) else v.data_ptr(), f + "_ld": ld})
             dtypes[name] = VEC_TORCH[v.dtype]
-            tensors.append(v)
         else:
             length, axis = (m, "M") if o.kind == "m_vec" else (n, "N")
             if v is None:
@@ -115,7 +112,6 @@ def bind(expr: ir.Node, operands: dict | None, m: int, n: int, device, op: str =
             ptr, stride, dt = vec_operand(v, what, length, axis, device, op)
             values.update({f: ptr, f + "_stride": stride, f + "_kind": 0})
             dtypes[name] = dt
-            tensors.append(v)
     save = ir.saved_node(expr)
     return Binding(EpilogueSpec.of(expr, dtypes), values,
-                   None if save is None else TORCH_DTYPES[save.attrs[0]], tensors)
+                   None if save is None else TORCH_DTYPES[save.attrs[0]])

@@ -14,6 +14,16 @@ _PARAM_BANK_BASE = 0x210  # where CUDA places kernel parameters in constant bank
 _CTYPES = {"ptr": ("Q", 8, 8), "i64": ("q", 8, 8), "i32": ("i", 4, 4), "f32": ("f", 4, 4), "tmap": ("128s", 128, 64)}
 
 
+def _pack_format(items) -> tuple[str, int]:
+    """struct-module format of (format, size, offset) items laid out at their offsets, padded between; -> (format,
+    end of the last item)."""
+    fmt, pos = "", 0
+    for item_fmt, size, off in items:
+        fmt += "x" * (off - pos) + item_fmt
+        pos = off + size
+    return fmt, pos
+
+
 @dataclasses.dataclass(frozen=True)
 class StructType:
     """A struct passed by value as one kernel parameter (an epilogue's Params): its fields at the offsets the
@@ -25,11 +35,8 @@ class StructType:
 
     @property
     def format(self) -> str:
-        fmt, pos = "", 0
-        for (_name, ctype), off in zip(self.fields, self.offsets):
-            fmt += "x" * (off - pos) + _CTYPES[ctype][0]
-            pos = off + _CTYPES[ctype][1]
-        return fmt + "x" * (self.size - pos)
+        fmt, end = _pack_format((*_CTYPES[ctype][:2], off) for (_name, ctype), off in zip(self.fields, self.offsets))
+        return fmt + "x" * (self.size - end)
 
 
 def _ctype_info(ctype) -> tuple[str, int, int]:
@@ -60,12 +67,8 @@ class Signature:
 
     @property
     def struct(self) -> struct.Struct:
-        fmt, pos = "<", 0
-        for (_name, ctype), off in zip(self.params, self.offsets):
-            info = _ctype_info(ctype)
-            fmt += "x" * (off - pos) + info[0]
-            pos = off + info[1]
-        return struct.Struct(fmt)
+        items = ((*_ctype_info(ctype)[:2], off) for (_name, ctype), off in zip(self.params, self.offsets))
+        return struct.Struct("<" + _pack_format(items)[0])
 
     @property
     def flat_names(self) -> tuple[str, ...]:

@@ -19,7 +19,7 @@ def bench(*args):
 def test_help_lists_every_subcommand(args):
     r = bench(*args)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("usage: python -m fusedgemm.bench {gemm_a8,bmm_tiny}")
+    assert r.stdout.startswith("usage: python -m fusedgemm.bench {gemm_a8,bmm_tiny,matmul_fused}")
     for name, what in bench_main.SUBCOMMANDS.items():
         line = next(x for x in r.stdout.splitlines() if x.strip().startswith(name + " "))
         assert what in line and len(what) > 40  # a line on what it measures
@@ -31,10 +31,10 @@ def test_unknown_subcommand_exits_2_with_the_list(args):
     r = bench(*args)
     assert r.returncode == 2
     assert f"unknown subcommand {args[0]!r}" in r.stderr
-    assert "gemm_a8" in r.stderr and "bmm_tiny" in r.stderr and "Traceback" not in r.stderr
+    assert all(name in r.stderr for name in bench_main.SUBCOMMANDS) and "Traceback" not in r.stderr
 
 
-@pytest.mark.parametrize("sub", ["gemm_a8", "bmm_tiny"])
+@pytest.mark.parametrize("sub", ["gemm_a8", "bmm_tiny", "matmul_fused"])
 @pytest.mark.parametrize("flag", ["--help", "-h"])
 def test_subcommand_help_works_without_a_gpu(sub, flag):
     r = bench(sub, flag)
@@ -42,13 +42,17 @@ def test_subcommand_help_works_without_a_gpu(sub, flag):
     assert r.stdout.startswith(f"usage: python -m fusedgemm.bench {sub}") and "--json" in r.stdout
 
 
-def test_bad_option_is_argparse_exit_2():
-    r = bench("gemm_a8", "--dtype", "fp16")
-    assert r.returncode == 2 and "invalid choice: 'fp16'" in r.stderr and "Traceback" not in r.stderr
+@pytest.mark.parametrize("args, bad", [(("gemm_a8", "--dtype", "fp16"), "fp16"),
+                                       (("matmul_fused", "--activation", "swish"), "swish"),
+                                       (("matmul_fused", "--dtype", "fp8"), "fp8")])
+def test_bad_option_is_argparse_exit_2(args, bad):
+    r = bench(*args)
+    assert r.returncode == 2 and f"invalid choice: '{bad}'" in r.stderr and "Traceback" not in r.stderr
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the message on a machine without a GPU")
-@pytest.mark.parametrize("args", [("gemm_a8",), ("bmm_tiny",), ("gemm_a8", "--dtype", "int8", "--M", "16")])
+@pytest.mark.parametrize("args", [("gemm_a8",), ("bmm_tiny",), ("gemm_a8", "--dtype", "int8", "--M", "16"),
+                                  ("matmul_fused",), ("matmul_fused", "--dtype", "tf32", "--square", "--beta")])
 def test_bench_without_a_gpu_prints_one_line(args):
     r = bench(*args)
     assert r.returncode == 1
@@ -58,7 +62,7 @@ def test_bench_without_a_gpu_prints_one_line(args):
     assert lines[0].startswith(f"fusedgemm.bench {args[0]}: needs a CUDA or ROCm GPU; torch sees none")
 
 
-@pytest.mark.parametrize("sub", ["gemm_a8", "bmm_tiny"])
+@pytest.mark.parametrize("sub", ["gemm_a8", "bmm_tiny", "matmul_fused"])
 def test_bench_on_a_gpu_without_a_code_object_prints_one_line(sub, monkeypatch, capsys):
     """A GPU torch sees but fusedgemm has no code object for: the arch error as one line, exit 1 (in process,
     with the GPU faked)."""
@@ -75,3 +79,40 @@ def test_bench_on_a_gpu_without_a_code_object_prints_one_line(sub, monkeypatch, 
     out, err = capsys.readouterr()
     assert out == "" and err == (f"fusedgemm.bench {sub}: fusedgemm has no code object for Fake GPU (arch sm_75); "
                                  "supported arches: sm_90a, gfx942, gfx950\n")
+
+
+def test_matmul_fused_bench_pieces():
+    """The parts of bench/matmul_fused.py that need no GPU: peaks by GPU name, the checked expression, the row
+    sample, tolerances, band summaries and the targets' verdicts."""
+    import math
+
+    from fusedgemm.bench import matmul_fused as mf
+
+    assert mf.peak_tflops("NVIDIA H100 80GB HBM3", "bf16") == 989.0
+    assert mf.peak_tflops("NVIDIA H100 80GB HBM3", "tf32") == 494.0
+    assert mf.peak_tflops("NVIDIA H100 PCIe", "fp16") == 756.0  # not the SXM number
+    assert mf.peak_tflops("NVIDIA H200", "bf16") == 989.0 and mf.peak_tflops("Some GPU", "bf16") is None
+    assert str(mf.reference_expr("silu", None)) == "silu(acc + n_vec(bias))"
+    assert str(mf.reference_expr("none", 0.5)) == "acc + aux(c) * 0.5 + n_vec(bias)"
+    idx = mf.check_rows(1000).tolist()
+    assert idx[0] == 0 and idx[-1] == 999 and len(idx) == mf.CHECK_ROWS and mf.check_rows(3).tolist() == [0, 1, 2]
+    assert mf.within(1e-3, mf.TOLERANCE["bf16"]) and not mf.within(float("nan"), 1.0)
+    assert mf.TOLERANCE["tf32"] < mf.TOLERANCE["bf16"]
+
+    def row(m, fg_us, a_us, b_us, floor_us):
+        r = dict(M=m, fg_us=fg_us, x_a=a_us / fg_us, x_b=b_us / fg_us, tflops=800.0, floor_ratio=fg_us / floor_us)
+        return r | {f"x_{p}": None for p in "cdef"}
+
+    summary = mf.summarize([row(16, 10.0, 11.0, 13.0, 9.0), row(16, 10.0, 9.0, 12.0, 9.0),
+                            row(8192, 100.0, 100.0, 120.0, 90.0)])
+    assert set(summary) == {"M<=64", "M>=4096"} and summary["M<=64"]["rows"] == 2
+    assert math.isclose(summary["M<=64"]["x_a"], math.sqrt(1.1 * 0.9)) and summary["M<=64"]["x_c"] is None
+    verdicts = {(t["target"][:20], t["band"]): t["status"] for t in mf.evaluate_targets(summary, "bf16")}
+    assert verdicts[("ours >= 1.00x torch.", "M<=64")] == "missed"  # geomean 0.995
+    assert verdicts[("ours >= 1.00x torch.", "M>=4096")] == "met"
+    assert verdicts[("ours >= 1.15x F.line", "M<=64")] == "met"
+    assert verdicts[("ours >= 1.15x F.line", "M=256..1024")] == "n/a"  # no row in the band
+    assert verdicts[("ours >= 780 TFLOP/s ", "M>=4096")] == "met"
+    assert verdicts[("ours <= 1.25x floor ", "M<=64")] == "met"
+    tf32 = {t["target"][:20]: t["status"] for t in mf.evaluate_targets(summary, "tf32")}
+    assert tf32["ours >= 780 TFLOP/s "] == "n/a"  # a bf16 target

@@ -1,4 +1,5 @@
 """python -m fusedgemm.bench SUBCOMMAND [options] (see USAGE below; --help works without a GPU)."""
+import importlib
 import sys
 
 # Subcommand -> what it measures (the modules import torch, so they load only when a subcommand runs).
@@ -6,6 +7,8 @@ SUBCOMMANDS = {
     "gemm_a8": "fused fp8/int8 GEMM + epilogue on LLM shapes vs torch._scaled_mm/_int_mm + epilogue, "
                "torch.compile of that, and the memory/compute floor",
     "bmm_tiny": "tiny batched GEMM (m, n, k <= 64) vs torch.bmm, the memory floor and a same-bytes device copy",
+    "matmul_fused": "bf16/fp16/tf32 GEMM + bias + activation (+ residual) in one kernel on LLM and square shapes "
+                    "vs torch.mm alone, F.linear + act, addmm, cuBLASLt GELU, torch.compile, quack and the floor",
 }
 
 USAGE = "usage: python -m fusedgemm.bench {" + ",".join(SUBCOMMANDS) + "} [options]"
@@ -30,11 +33,8 @@ def main(argv=None) -> int:
     if argv[0] not in SUBCOMMANDS:
         print(f"fusedgemm.bench: unknown subcommand {argv[0]!r}\n\n{_help()}", file=sys.stderr)
         return 2
-    if argv[0] == "gemm_a8":
-        from .gemm_a8 import run
-    else:
-        from .bmm_tiny import run
-    return run(argv[1:])
+    # Each subcommand is the module of its name, with run(argv) -> exit code.
+    return importlib.import_module(f".{argv[0]}", __package__).run(argv[1:])
 
 
 if __name__ == "__main__":

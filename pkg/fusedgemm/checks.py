@@ -180,3 +180,189 @@ def check_no_preset_operands(bias, scale_a, scale_b) -> None:
 
 def _ptr(t) -> int:
     return t.data_ptr() if isinstance(t, torch.Tensor) else 0
+
+
+# ---- matmul_fused ----------------------------------------------------------------------------------------------
+MATMUL_DTYPES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "tf32"}
+MATMUL_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
+# activation= names: the IR's one-argument unary ops (gelu = tanh approximation, gelu_erf = exact erf).
+MATMUL_ACTIVATIONS = ("none", *_epi.ir.UNARY)
+PRECISIONS = ("tf32", "ieee")
+
+
+def fp32_precision(precision) -> str:
+    """fp32 inputs: 'tf32' or 'ieee'; None follows torch.get_float32_matmul_precision() ('highest': ieee)."""
+    if precision is None:
+        return "ieee" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+    if precision not in PRECISIONS:
+        raise ValueError(f"matmul_fused: precision must be 'tf32', 'ieee' or None (torch's float32 matmul "
+                         f"precision), got {precision!r}")
+    return precision
+
+
+def matmul_expression(activation: str, c_kind: str | None, has_bias: bool, save_pre: str | None = None):
+    """The epilogue of matmul_fused's keyword form: act(alpha * acc + beta * c + bias), each term present only
+    when given; c_kind: 'aux' ([M, N]), 'n_vec' ([N]), 'm_vec' ([M, 1]) or None. save_pre: also write the
+    pre-activation (the autograd forward keeps it for the backward) in this IR dtype."""
+    y = _epi.acc * _epi.scalar("alpha")
+    if c_kind is not None:
+        y = y + getattr(_epi, c_kind)("c") * _epi.scalar("beta")
+    if has_bias:
+        y = y + _epi.n_vec("bias")
+    if save_pre is not None:
+        y = _epi.save(y, save_pre)
+    return y if activation == "none" else _epi.unary(activation, y)
+
+
+def _number_or_scalar_tensor(v, name: str, device):
+    if isinstance(v, torch.Tensor):
+        if v.numel() != 1 or v.dtype != torch.float32:
+            raise TypeError(f"matmul_fused: {name} must be a number or a 1-element float32 tensor, got {v.dtype} of "
+                            f"shape {tuple(v.shape)}")
+        if v.device != device:
+            raise ValueError(f"matmul_fused: {name} is on {v.device}, expected {device} (the device of A)")
+        return v
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"matmul_fused: {name} must be a number or a 1-element float32 tensor, got "
+                        f"{type(v).__name__}")
+    return float(v)
+
+
+def _c_form(c, m: int, n: int, lead: tuple, dtypes) -> tuple[str, torch.Tensor]:
+    """-> (IR leaf kind, 2-D/1-D tensor) of c: [M, N] (or a's leading dims + [N]) -> aux; [N] / [1, N] -> n_vec;
+    [M, 1] -> m_vec."""
+    if not isinstance(c, torch.Tensor):
+        raise TypeError(f"matmul_fused: c must be a tensor or None, got {type(c).__name__}")
+    if c.dtype not in dtypes:
+        raise TypeError(f"matmul_fused: c must be {' or '.join(map(str, dtypes))} (the input, output or float32 "
+                        f"type), got {c.dtype}")
+    shape = tuple(c.shape)
+    if shape in ((m, n), (*lead, n)) and c.dim() >= 2:
+        c2 = c.reshape(m, n)
+        if m > 1 and n > 1 and c2.data_ptr() != c.data_ptr():
+            raise ValueError("matmul_fused: c cannot be viewed as [M, N] without a copy")
+        return "aux", c2
+    if shape in ((n,), (1, n)):
+        return "n_vec", c.reshape(n)
+    if shape == (m, 1):
+        return "m_vec", c.reshape(m)
+    raise ValueError(f"matmul_fused: c must be [M={m}, N={n}] (or A's leading dims + [N]), [N] / [1, N] or "
+                     f"[M, 1], got shape {list(shape)}")
+
+
+def check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, operands, layout, out_dtype, out,
+                            precision, *, save_pre: bool = False, arch: str | None = None):
+    """Validate a matmul_fused call; return what the launch needs: in_kind, m, n, k, arch, out_dtype, epi,
+    values, saved_dtype, a2 ([M, K] view of A), b_nk ([N, K] view of B, or None for layout 'kn': the caller
+    transposes it), lead (A's leading dims), precision ('tf32' / 'ieee' for fp32)."""
+    op = "matmul_fused"
+    for t, name in ((a, "A"), (b, "B")):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dtype not in MATMUL_DTYPES:
+            raise TypeError(f"{op}: {name} must be bfloat16, float16 or float32, got {t.dtype}"
+                            + (" (8-bit inputs: fusedgemm.gemm_a8)" if t.dtype in (*_FP8_DTYPES, torch.int8) else ""))
+    if a.dtype != b.dtype:
+        raise TypeError(f"{op}: A and B must have the same dtype, got A {a.dtype} and B {b.dtype} (mixed input "
+                        "types are not promoted: convert one)")
+    if layout not in ("nk", "kn"):
+        raise ValueError(f"{op}: layout must be 'nk' (B is [N, K], an nn.Linear weight) or 'kn' (B is [K, N]), "
+                         f"got {layout!r}")
+    if b.dim() != 2:
+        raise ValueError(f"{op}: B must be 2-D, got shape {tuple(b.shape)}")
+    if a.dim() < 1:
+        raise ValueError(f"{op}: A must be [..., K], got a 0-d tensor")
+    n, kb = b.shape if layout == "nk" else (b.shape[1], b.shape[0])
+    k = a.shape[-1]
+    lead = tuple(a.shape[:-1])
+    if kb != k:
+        raise ValueError(f"{op}: A is [..., K={k}] but B ({layout}) is {list(b.shape)} with K={kb}; K must agree")
+    device = a.device
+    if b.device != device:
+        raise ValueError(f"{op}: B is on {b.device}, expected {device} (the device of A)")
+    if arch is None:
+        if device.type != "cuda":
+            raise ValueError(f"{op}: tensors must be on a GPU (cuda/ROCm device), A is on {device}")
+        arch = device_arch(device.index if device.index is not None else torch.cuda.current_device())
+    in_kind = MATMUL_DTYPES[a.dtype]
+    prec = fp32_precision(precision) if in_kind == "tf32" else None
+    nbytes = a.element_size()
+    if k == 0 or (k * nbytes) % 16:
+        raise ValueError(f"{op}: K must be a positive multiple of {16 // nbytes} for {a.dtype} (rows of 16-byte "
+                         f"vectors), got K={k}")
+    if n % 8:
+        raise ValueError(f"{op}: N must be a multiple of 8, got N={n}")
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"{op}: out must be a tensor or None, got {type(out).__name__}")
+        if out_dtype is None:
+            out_dtype = out.dtype
+        elif out.dtype != out_dtype:
+            raise ValueError(f"{op}: out is {out.dtype} but out_dtype is {out_dtype}; give one of them")
+    if out_dtype is None:
+        out_dtype = a.dtype
+    if out_dtype not in MATMUL_OUT_DTYPES:
+        raise TypeError(f"{op}: out_dtype must be bfloat16, float16 or float32, got {out_dtype}")
+    m = 1
+    for d in lead:
+        m *= d
+    a2 = a.reshape(m, k)
+    b_nk = b if layout == "nk" else None
+    operand_dtypes = tuple(dict.fromkeys((a.dtype, out_dtype, torch.float32)))
+    if isinstance(epilogue, _epi.Node):
+        if bias is not None or c is not None or activation != "none" or not _is_default(alpha, 1.0) \
+                or not _is_default(beta, 0.0):
+            raise ValueError(f"{op}: with epilogue=<expression>, pass every operand by name in operands={{...}} "
+                             "(acc is A @ B); bias, c, alpha, beta and activation must keep their defaults")
+        expr, ops = epilogue, dict(operands or {})
+    elif epilogue is not None:
+        raise TypeError(f"{op}: epilogue must be a fusedgemm.epilogue expression or None, got "
+                        f"{type(epilogue).__name__} (for a named activation use activation=...)")
+    else:
+        if operands:
+            raise ValueError(f"{op}: operands are for epilogue expressions (epilogue=...)")
+        if activation not in MATMUL_ACTIVATIONS:
+            raise ValueError(f"{op}: unknown activation {activation!r}; expected one of "
+                             f"{', '.join(MATMUL_ACTIVATIONS)} (or epilogue=<expression>)")
+        ops = {"alpha": _number_or_scalar_tensor(alpha, "alpha", device)}
+        beta = _number_or_scalar_tensor(beta, "beta", device)
+        c_kind = None
+        if c is not None:
+            if c.device != device:
+                raise ValueError(f"{op}: c is on {c.device}, expected {device} (the device of A)")
+            c_kind, c2 = _c_form(c, m, n, lead, operand_dtypes)
+            if isinstance(beta, float) and beta == 0.0:
+                c_kind = None  # as torch.addmm: beta = 0 ignores c (NaN in c does not propagate)
+            else:
+                ops.update(c=c2, beta=beta)
+        elif not _is_default(beta, 0.0):
+            raise ValueError(f"{op}: beta is given but c is None")
+        if bias is not None:
+            if not isinstance(bias, torch.Tensor):
+                raise TypeError(f"{op}: bias must be a tensor or None, got {type(bias).__name__}")
+            if bias.dtype not in operand_dtypes:
+                raise TypeError(f"{op}: bias must be {' or '.join(map(str, operand_dtypes))}, got {bias.dtype}")
+            if tuple(bias.shape) not in ((n,), (1, n)):
+                raise ValueError(f"{op}: bias must have shape [N={n}], got {list(bias.shape)}")
+            if bias.device != device:
+                raise ValueError(f"{op}: bias is on {bias.device}, expected {device} (the device of A)")
+            ops["bias"] = bias.reshape(n)
+        save_dtype = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[a.dtype]
+        expr = matmul_expression(activation, c_kind, bias is not None,
+                                 save_dtype if save_pre and activation != "none" else None)
+    if out is not None:
+        if tuple(out.shape) not in ((m, n), (*lead, n)):
+            raise ValueError(f"{op}: out must be [{m}, {n}] (or A's leading dims + [N]), got {list(out.shape)}")
+        if out.device != device:
+            raise ValueError(f"{op}: out is on {out.device}, expected {device} (the device of A)")
+        if not out.is_contiguous():
+            raise ValueError(f"{op}: out must be contiguous, got strides {tuple(out.stride())}")
+    binding = _bind_epilogue(expr, ops, m, n, device, op=op)
+    return dict(in_kind=in_kind, m=m, n=n, k=k, arch=arch, out_dtype=out_dtype, epi=binding.spec,
+                values=binding.values, saved_dtype=binding.saved_dtype, a2=a2, b_nk=b_nk, lead=lead,
+                precision=prec, expr=expr, operands=ops)
+
+
+def _is_default(v, default: float) -> bool:
+    return not isinstance(v, torch.Tensor) and not isinstance(v, bool) and isinstance(v, numbers.Real) \
+        and float(v) == default

@@ -95,3 +95,120 @@ def _bmm_tiny_backward(ctx, grad):
 
 
 bmm_tiny_op.register_autograd(_bmm_tiny_backward, setup_context=_bmm_tiny_setup)
+
+
+# ---- matmul_fused: one op for autograd and torch.compile ----------------------------------------------------------
+@torch.library.custom_op("fusedgemm::matmul_fused", mutates_args=())
+def matmul_fused_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], c: Optional[torch.Tensor],
+                    alpha: float, beta: float, alpha_t: Optional[torch.Tensor], beta_t: Optional[torch.Tensor],
+                    activation: str, layout: str, out_dtype: torch.dtype, precision: str,
+                    save_pre: bool) -> list[torch.Tensor]:
+    """matmul_fused's keyword form; alpha_t / beta_t (1-element float32 tensors) replace alpha / beta when given.
+    Returns [y] or, with save_pre and an activation, [y, pre-activation] (what the backward needs)."""
+    from .matmul import matmul_fused_forward
+
+    ys = matmul_fused_forward(a, b, bias, layout, alpha if alpha_t is None else alpha_t,
+                              beta if beta_t is None else beta_t, c, activation, None, None, out_dtype, None,
+                              precision or None, save_pre=save_pre)
+    return list(ys) if isinstance(ys, tuple) else [ys]
+
+
+@matmul_fused_op.register_fake
+def _matmul_fused_fake(a, b, bias, c, alpha, beta, alpha_t, beta_t, activation, layout, out_dtype, precision,
+                       save_pre):
+    n, kb = b.shape if layout == "nk" else (b.shape[1], b.shape[0])
+    if b.dim() != 2 or a.shape[-1] != kb:
+        raise ValueError(f"matmul_fused: A [..., K] and B ({layout}) must agree in K, got {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}")
+    y = a.new_empty((*a.shape[:-1], n), dtype=out_dtype)
+    return [y, a.new_empty(y.shape, dtype=a.dtype)] if save_pre and activation != "none" else [y]
+
+
+def _matmul_fused_setup(ctx, inputs, output):
+    a, b, bias, c, alpha, beta, alpha_t, beta_t, activation, layout, _out_dtype, _precision, _save = inputs
+    ctx.activation, ctx.layout, ctx.alpha, ctx.beta = activation, layout, alpha, beta
+    ctx.c_shape = None if c is None else tuple(c.shape)
+    ctx.c_dtype = None if c is None else c.dtype
+    ctx.bias_dtype = None if bias is None else bias.dtype
+    ctx.bias_shape = None if bias is None else tuple(bias.shape)
+    pre = output[1] if len(output) > 1 else None
+    ctx.save_for_backward(a, b, pre, alpha_t, beta_t)
+
+
+def _matmul_fused_backward(ctx, grads):
+    from .autograd import matmul_fused_grads
+
+    a, b, pre, alpha_t, beta_t = ctx.saved_tensors
+    alpha = ctx.alpha if alpha_t is None else alpha_t
+    beta = ctx.beta if beta_t is None else beta_t
+    da, db, dbias, dc = matmul_fused_grads(ctx, a, b, pre, alpha, beta, grads[0])
+    return da, db, dbias, dc, None, None, None, None, None, None, None, None, None
+
+
+matmul_fused_op.register_autograd(_matmul_fused_backward, setup_context=_matmul_fused_setup)
+
+
+@torch.library.custom_op("fusedgemm::matmul_fused_expr", mutates_args=())
+def matmul_fused_expr_op(a: torch.Tensor, b: torch.Tensor, epilogue: str, tensor_names: str,
+                         tensors: list[torch.Tensor], scalar_names: str, scalar_values: list[float], layout: str,
+                         out_dtype: torch.dtype, precision: str) -> list[torch.Tensor]:
+    """matmul_fused with an epilogue expression (canonical text; operands as in gemm_a8_expr). Not differentiable."""
+    from .epilogue import parse
+    from .matmul import matmul_fused_forward
+
+    operands = dict(zip(_names(tensor_names), tensors))
+    operands.update(zip(_names(scalar_names), scalar_values))
+    ys = matmul_fused_forward(a, b, None, layout, 1.0, 0.0, None, "none", parse(epilogue), operands, out_dtype, None,
+                              precision or None)
+    return list(ys) if isinstance(ys, tuple) else [ys]
+
+
+@matmul_fused_expr_op.register_fake
+def _matmul_fused_expr_fake(a, b, epilogue, tensor_names, tensors, scalar_names, scalar_values, layout, out_dtype,
+                            precision):
+    from .epilogue import TORCH_DTYPES, parse, saved_node
+
+    n = b.shape[0] if layout == "nk" else b.shape[1]
+    save = saved_node(parse(epilogue))
+    out = a.new_empty((*a.shape[:-1], n), dtype=out_dtype)
+    return [out] if save is None else [out, a.new_empty(out.shape, dtype=TORCH_DTYPES[save.attrs[0]])]
+
+
+def matmul_fused_via_op(a, b, bias, layout, alpha, beta, c, activation, epilogue, operands, out_dtype, out,
+                        precision):
+    """matmul_fused through the registered ops: under torch.compile, and eagerly when a gradient is needed."""
+    from . import epilogue as _epi
+
+    if out_dtype is None:
+        out_dtype = out.dtype if isinstance(out, torch.Tensor) else a.dtype
+    if isinstance(epilogue, _epi.Node):
+        if any(isinstance(t, torch.Tensor) and t.requires_grad for t in (a, b, *(operands or {}).values())) \
+                and torch.is_grad_enabled():
+            raise NotImplementedError("matmul_fused: epilogue expressions are not differentiable yet; use the "
+                                      "keyword form (bias, c, alpha, beta, activation) or torch.no_grad()")
+        ops = dict(operands or {})
+        tensors = {k: v for k, v in ops.items() if isinstance(v, torch.Tensor)}
+        scalars = {k: float(v) for k, v in ops.items() if not isinstance(v, torch.Tensor)}
+        ys = torch.ops.fusedgemm.matmul_fused_expr(a, b, str(epilogue), ",".join(tensors), list(tensors.values()),
+                                                   ",".join(scalars), list(scalars.values()), layout, out_dtype,
+                                                   precision or "")
+    else:
+        if epilogue is not None:
+            raise TypeError(f"matmul_fused: epilogue must be a fusedgemm.epilogue expression or None, got "
+                            f"{type(epilogue).__name__}")
+        for v, name in ((alpha, "alpha"), (beta, "beta")):
+            if isinstance(v, torch.Tensor) and v.requires_grad and torch.is_grad_enabled():
+                raise NotImplementedError(f"matmul_fused: {name} is not differentiable (a, b, bias and c are)")
+        alpha_t = alpha if isinstance(alpha, torch.Tensor) else None
+        beta_t = beta if isinstance(beta, torch.Tensor) else None
+        save_pre = torch.is_grad_enabled() and activation != "none" and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in (a, b, bias, c))
+        ys = torch.ops.fusedgemm.matmul_fused(a, b, bias, c, 1.0 if alpha_t is not None else float(alpha),
+                                              0.0 if beta_t is not None else float(beta), alpha_t, beta_t,
+                                              activation, layout, out_dtype, precision or "", save_pre)
+    if out is not None:
+        out.copy_(ys[0])
+        ys = [out, *ys[1:]]
+    if isinstance(epilogue, _epi.Node):
+        return ys[0] if len(ys) == 1 else (ys[0], ys[1])
+    return ys[0]

@@ -109,7 +109,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
     num_n = (N + Cfg::kBlockN - 1) / Cfg::kBlockN;
     num_m = (M + Cfg::kBlockM - 1) / Cfg::kBlockM;
     num_tiles = num_n * num_m;
-    kb_count = (K + Cfg::kBlockK - 1) / Cfg::kBlockK;
+    kb_count = k_block_count<In, Cfg>(K);
   };
 
   if (warp >= kConsumerWarps) {
@@ -129,7 +129,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
         sm90::prefetch_tma_desc(&b_map);
         for (int t = blockIdx.x, g = 0; t < num_tiles; t += gridDim.x) {
           int m_block, n_block;
-          tile_of(t, num_n, num_m, N, K, m_block, n_block);
+          tile_of(t, num_n, num_m, N, K * InTraits<In>::kBytes, m_block, n_block);
           for (int i = 0; i < kb_count; ++i, ++g) {
             const int s = g % Cfg::kStages;
             sm90::mbar_wait(&empty[s], ((g / Cfg::kStages) & 1) ^ 1);
@@ -137,11 +137,8 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
               sm90::mbar_arrive(&full[s]);
               continue;
             }
-            sm90::mbar_arrive_expect_tx(&full[s], a_rows * Cfg::kBlockK + Cfg::kStageBytesB);
-            sm90::tma_load_2d(stage_a + s * Cfg::kStageBytesA, &a_map, &full[s], i * Cfg::kBlockK,
-                              m_block * Cfg::kBlockM);
-            sm90::tma_load_3d(stage_b + s * Cfg::kStageBytesB, &b_map, &full[s], 0, n_block * (Cfg::kBlockN / 16),
-                              i * (Cfg::kBlockK / 16));
+            copy_k_block<In, Cfg, kProbe>(stage_a + s * Cfg::kStageBytesA, stage_b + s * Cfg::kStageBytesB, a_map,
+                                          b_map, &full[s], a_rows, i, m_block * Cfg::kBlockM, n_block * Cfg::kBlockN);
           }
         }
       }
@@ -150,7 +147,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
     const int e = 32 * w + lane;  // epilogue thread 0..95
     for (int t = blockIdx.x, it = 0; t < num_tiles; t += sm90::grid_ctas_x(), ++it) {
       int m_block, n_block;
-      tile_of(t, num_n, num_m, N, K, m_block, n_block);
+      tile_of(t, num_n, num_m, N, K * InTraits<In>::kBytes, m_block, n_block);
       const int m0 = m_block * Cfg::kBlockM;
       const int col = n_block * Cfg::kBlockN + 4 * lane;
       const int n0 = n_block * Cfg::kBlockN;

@@ -88,8 +88,35 @@ FG_DEVICE u16 float_to_bf16_bits_rne(float f) {
   return static_cast<u16>(u >> 16);
 }
 
-// Element types of the 8-bit GEMM. The tag only selects the MMA atom; bytes are moved untyped.
+// Input element types. The tag only selects the MMA atom (and, through InTraits, the element size and the
+// layout B comes in); bytes are moved untyped.
 struct Fp8E4M3 {};   // e4m3fn on sm_90 and gfx950 (OCP), e4m3fnuz on gfx942 (the arch header decides)
 struct Int8 {};
+struct Bf16 {};
+struct Fp16 {};
+struct Tf32 {};      // fp32 in memory; the tensor core reads 19 bits of each value (TF32 / xf32)
+
+// kBytes: one element in memory. kPreshuffledB: B comes as the (16,16) preshuffled weight (the 8-bit
+// gemm_a8 family) rather than a plain row-major [N, K] matrix (the 16/32-bit matmul_fused family).
+template <class In>
+struct InTraits {
+  static constexpr int kBytes = 1;
+  static constexpr bool kPreshuffledB = true;
+};
+template <>
+struct InTraits<Bf16> {
+  static constexpr int kBytes = 2;
+  static constexpr bool kPreshuffledB = false;
+};
+template <>
+struct InTraits<Fp16> {
+  static constexpr int kBytes = 2;
+  static constexpr bool kPreshuffledB = false;
+};
+template <>
+struct InTraits<Tf32> {
+  static constexpr int kBytes = 4;
+  static constexpr bool kPreshuffledB = false;
+};
 
 }  // namespace fg

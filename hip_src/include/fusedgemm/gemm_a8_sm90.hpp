@@ -80,12 +80,12 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   const int warp = tid >> 5;
   const int lane = tid & 31;
   int m_block, n_block;
-  tile_of_block(N, K, m_block, n_block);
+  tile_of_block(N, K * InTraits<In>::kBytes, m_block, n_block);
   const int m0 = m_block * Cfg::kBlockM;
   const int n0 = n_block * Cfg::kBlockN;
   const int splits = static_cast<int>(sm90::cluster_size());
   const int rank = static_cast<int>(sm90::cluster_rank());
-  const int k_blocks = (K + Cfg::kBlockK - 1) / Cfg::kBlockK;
+  const int k_blocks = k_block_count<In, Cfg>(K);
   const int kb_begin = rank * k_blocks / splits;
   const int kb_count = (rank + 1) * k_blocks / splits - kb_begin;
 
@@ -112,17 +112,8 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
           sm90::mbar_arrive(&full[s]);
           continue;
         }
-        sm90::mbar_arrive_expect_tx(&full[s], a_rows * Cfg::kBlockK + Cfg::kStageBytesB);
-        const int kb = kb_begin + i;
-        sm90::tma_load_2d(stage_a + s * Cfg::kStageBytesA, &a_map, &full[s], kb * Cfg::kBlockK, m0);
-        u8* b_dst = stage_b + s * Cfg::kStageBytesB;
-        if constexpr (kProbe == kProbePlainB) {
-          sm90::tma_load_2d(b_dst, &b_map, &full[s], kb * Cfg::kBlockK, n0);
-          continue;
-        }
-        // One copy gathers K chunks kb*8 .. kb*8+7 of the tile's BN/16 row blocks; the map's dimensions are
-        // ordered (256 B, row block, K chunk), so the box lands as [K chunk][row block][256 B].
-        sm90::tma_load_3d(b_dst, &b_map, &full[s], 0, n0 / 16, kb * (Cfg::kBlockK / 16));
+        copy_k_block<In, Cfg, kProbe>(stage_a + s * Cfg::kStageBytesA, stage_b + s * Cfg::kStageBytesB, a_map, b_map,
+                                      &full[s], a_rows, kb_begin + i, m0, n0);
       }
     }
     if (splits > 1) {  // the cluster barriers of the split-K reduction count every thread

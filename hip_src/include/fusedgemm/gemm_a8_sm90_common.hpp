@@ -104,9 +104,9 @@ using ConfigV16N128 = WgmmaConfig<16, 4, 3, 128, true>;  // M <= 16, swapped: 4 
 // measured 2-6% slower on the H200, so they keep row-major order.)
 constexpr int kTileGroupRows = 8;
 constexpr i64 kGroupTilesAboveWeightBytes = i64(48) << 20;
-// Tile t (0 <= t < num_n * num_m, in the order CTAs take them) -> its row and column block.
-FG_DEVICE void tile_of(int t, int num_n, int num_m, int N, int K, int& m_block, int& n_block) {
-  if (static_cast<i64>(N) * K <= kGroupTilesAboveWeightBytes) {
+// Tile t (0 <= t < num_n * num_m, in the order CTAs take them) -> its row and column block. k_bytes: B's bytes per row.
+FG_DEVICE void tile_of(int t, int num_n, int num_m, int N, int k_bytes, int& m_block, int& n_block) {
+  if (static_cast<i64>(N) * k_bytes <= kGroupTilesAboveWeightBytes) {
     m_block = t / num_n;
     n_block = t - m_block * num_n;
     return;
@@ -118,9 +118,9 @@ FG_DEVICE void tile_of(int t, int num_n, int num_m, int N, int K, int& m_block, 
   n_block = local / rows;
 }
 // A CTA-per-tile grid: the block's linear index is its tile.
-FG_DEVICE void tile_of_block(int N, int K, int& m_block, int& n_block) {
+FG_DEVICE void tile_of_block(int N, int k_bytes, int& m_block, int& n_block) {
   const int num_n = static_cast<int>(gridDim.x), num_m = static_cast<int>(gridDim.y);
-  tile_of(static_cast<int>(blockIdx.y) * num_n + static_cast<int>(blockIdx.x), num_n, num_m, N, K, m_block,
+  tile_of(static_cast<int>(blockIdx.y) * num_n + static_cast<int>(blockIdx.x), num_n, num_m, N, k_bytes, m_block,
           n_block);
 }
 
@@ -256,6 +256,14 @@ FG_DEVICE void store_swapped(const typename Epi::Params& ep, int M, int N, int m
   sm90::cluster_sync();  // keep this CTA's partial tile alive until every CTA has read it
 }
 
+// K blocks of a K-element problem: a stage holds kBlockK bytes of K per row (128 fp8 / int8, 64 bf16 / fp16,
+// 32 tf32 values). TMA zero-fills a ragged last block past K.
+template <class In, class Cfg>
+FG_DEVICE int k_block_count(int K) {
+  constexpr int kValues = Cfg::kBlockK / InTraits<In>::kBytes;
+  return (K + kValues - 1) / kValues;
+}
+
 // Timing probes for performance work (ci/probe_sm90.py builds them; the package never does): which part of
 // the pipeline bounds the kernel. kProbe 1: no MMAs (copies only); 2: no copies (MMAs on whatever is in
 // shared memory); 3: B is a plain row-major [N, K] weight read through a 2-D 128-byte-swizzled map; 4: no
@@ -263,6 +271,28 @@ FG_DEVICE void store_swapped(const typename Epi::Params& ep, int M, int N, int m
 enum ProbeMode : int { kProbeNone = 0, kProbeNoMma = 1, kProbeNoCopy = 2, kProbePlainB = 3, kProbeNoCopyPlainB = 4 };
 __host__ __device__ constexpr bool probe_no_copy(int probe) { return probe == kProbeNoCopy || probe == kProbeNoCopyPlainB; }
 __host__ __device__ constexpr bool probe_plain_b(int probe) { return probe == kProbePlainB || probe == kProbeNoCopyPlainB; }
+
+// Whether B reaches shared memory as a plain K-major [N, K] tile (matmul_fused's weights, and the plain-B
+// probes) rather than gathered from the preshuffled layout: 128-byte rows, 128-byte swizzle, like A.
+template <class In, int kProbe>
+constexpr bool kPlainB = !InTraits<In>::kPreshuffledB || probe_plain_b(kProbe);
+
+// The producer's copies of K block kb of the tile at (m0, n0) into stage buffers a_dst / b_dst, counted on `bar`.
+// a_rows: rows of A one copy brings (a_box_rows). Coordinates are in elements, innermost first.
+template <class In, class Cfg, int kProbe>
+FG_DEVICE void copy_k_block(u8* a_dst, u8* b_dst, const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map,
+                            sm90::u64* bar, int a_rows, int kb, int m0, int n0) {
+  constexpr int kValues = Cfg::kBlockK / InTraits<In>::kBytes;  // values of K per stage row
+  sm90::mbar_arrive_expect_tx(bar, a_rows * Cfg::kBlockK + Cfg::kStageBytesB);
+  sm90::tma_load_2d(a_dst, &a_map, bar, kb * kValues, m0);
+  if constexpr (kPlainB<In, kProbe>) {
+    sm90::tma_load_2d(b_dst, &b_map, bar, kb * kValues, n0);
+  } else {
+    // One copy gathers K chunks kb*8 .. kb*8+7 of the tile's BN/16 row blocks; the map's dimensions are
+    // ordered (256 B, row block, K chunk), so the box lands as [K chunk][row block][256 B].
+    sm90::tma_load_3d(b_dst, &b_map, bar, 0, n0 / 16, kb * (Cfg::kBlockK / 16));
+  }
+}
 
 // The consumer warpgroups' main loop: K blocks i = 0 .. kb_count - 1 of the tile into acc (zeroed by the
 // caller). Block i is the CTA's g0 + i-th: the ring's stage and phase follow that count, so a persistent CTA's
@@ -290,13 +320,16 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
         // its B: D[h] = B_h . A^T.
 #pragma unroll
         for (int h = 0; h < Cfg::kMmasPerStep; ++h) {
-          const sm90::u64 dw = sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16 + h * 8 * 128,
-                                               Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
+          const sm90::u64 dw =
+              kPlainB<In, kProbe>
+                  ? sm90::smem_desc(b_base + 32 * kk + h * 64 * Cfg::kBlockK, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B)
+                  : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16 + h * 8 * 128, Cfg::kBlockN * 16, 128,
+                                    sm90::kNoSwizzle);
           Mma::mma(*reinterpret_cast<Acc(*)[kAccPerMma]>(&d[h * kAccPerMma]), dw, da, accumulate || kk > 0);
         }
       } else {
         const sm90::u64 db =
-            probe_plain_b(kProbe)
+            kPlainB<In, kProbe>
                 ? sm90::smem_desc(b_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B)
                 : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16, Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
         Mma::mma(d, da, db, accumulate || kk > 0);
@@ -310,9 +343,9 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
     if (lane == 0) sm90::mbar_arrive(&empty[(g0 + i) % Cfg::kStages]);
   };
   if constexpr (Mma::kExactAccumulator) {
-    // int8: the tensor core's int32 sums are exact, so every K block accumulates straight into an int32
-    // tile and the MMAs of consecutive blocks queue back to back; only the stage release waits, one block
-    // behind. Two chains: odd blocks go to acc2, added to acc at the end.
+    // int8 (int32 sums are exact) and the 16/32-bit kinds (the tensor core keeps fp32 sums): every K block
+    // accumulates straight into the result tile and the MMAs of consecutive blocks queue back to back; only
+    // the stage release waits, one block behind. Two chains: odd blocks go to acc2, added to acc at the end.
     Acc acc2[kAcc];  // the second chain (unused with one chain)
     for (int i = 0; i < kb_count; ++i) {
       bool second = false;

@@ -152,8 +152,8 @@ FG_DEVICE void fence_regs(T (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+r"(*reinterpret_cast<u32*>(&r[i]))::"memory");
 }
 
-// One m64nNk32 warpgroup MMA, N = 16, 128 or 192: D[64 x N] (+)= A[64 x 32] . B[N x 32]^T, both K-major in
-// shared memory. Thread t of the warpgroup holds D rows 16 (t / 32) + (t % 32) / 4 + 8 ((j / 2) % 2), columns
+// One m64nNkK warpgroup MMA over 32 bytes of K (K = 32 8-bit, 16 16-bit or 8 tf32 values), N = 16, 128 or 192:
+// D[64 x N] (+)= A[64 x K] . B[N x K]^T, both K-major in shared memory. Thread t of the warpgroup holds D rows 16 (t / 32) + (t % 32) / 4 + 8 ((j / 2) % 2), columns
 // 8 (j / 4) + 2 (t % 4) + j % 2, for j = 0..N/2-1. accumulate = 0 overwrites D.
 template <class In, int N>
 struct Wgmma;
@@ -220,6 +220,27 @@ FG_WGMMA_SPECIALISE(Fp8E4M3, 16, float, false, "m64n16k32.f32.e4m3.e4m3", FG_RW_
                     FG_WGMMA_REGS8, 8, 9, 10, ", 1, 1")
 FG_WGMMA_SPECIALISE(Int8, 16, int, true, "m64n16k32.s32.s8.s8", FG_RW_INT, FG_WGMMA_D8, FG_WGMMA_REGS8, 8, 9,
                     10, "")
+// bf16 / fp16 (k16) and tf32 (k8): 32 bytes of K per MMA like the 8-bit kinds, so one stage's descriptors are
+// the same; the tensor core sums in fp32 (no promotion). The 16-bit kinds take the transpose immediates (0:
+// both operands K-major).
+FG_WGMMA_SPECIALISE(Bf16, 128, float, true, "m64n128k16.f32.bf16.bf16", FG_RW_FLOAT, FG_WGMMA_D64,
+                    FG_WGMMA_REGS64, 64, 65, 66, ", 1, 1, 0, 0")
+FG_WGMMA_SPECIALISE(Bf16, 192, float, true, "m64n192k16.f32.bf16.bf16", FG_RW_FLOAT, FG_WGMMA_D96,
+                    FG_WGMMA_REGS96, 96, 97, 98, ", 1, 1, 0, 0")
+FG_WGMMA_SPECIALISE(Bf16, 16, float, true, "m64n16k16.f32.bf16.bf16", FG_RW_FLOAT, FG_WGMMA_D8, FG_WGMMA_REGS8,
+                    8, 9, 10, ", 1, 1, 0, 0")
+FG_WGMMA_SPECIALISE(Fp16, 128, float, true, "m64n128k16.f32.f16.f16", FG_RW_FLOAT, FG_WGMMA_D64,
+                    FG_WGMMA_REGS64, 64, 65, 66, ", 1, 1, 0, 0")
+FG_WGMMA_SPECIALISE(Fp16, 192, float, true, "m64n192k16.f32.f16.f16", FG_RW_FLOAT, FG_WGMMA_D96,
+                    FG_WGMMA_REGS96, 96, 97, 98, ", 1, 1, 0, 0")
+FG_WGMMA_SPECIALISE(Fp16, 16, float, true, "m64n16k16.f32.f16.f16", FG_RW_FLOAT, FG_WGMMA_D8, FG_WGMMA_REGS8,
+                    8, 9, 10, ", 1, 1, 0, 0")
+FG_WGMMA_SPECIALISE(Tf32, 128, float, true, "m64n128k8.f32.tf32.tf32", FG_RW_FLOAT, FG_WGMMA_D64,
+                    FG_WGMMA_REGS64, 64, 65, 66, ", 1, 1")
+FG_WGMMA_SPECIALISE(Tf32, 192, float, true, "m64n192k8.f32.tf32.tf32", FG_RW_FLOAT, FG_WGMMA_D96,
+                    FG_WGMMA_REGS96, 96, 97, 98, ", 1, 1")
+FG_WGMMA_SPECIALISE(Tf32, 16, float, true, "m64n16k8.f32.tf32.tf32", FG_RW_FLOAT, FG_WGMMA_D8, FG_WGMMA_REGS8,
+                    8, 9, 10, ", 1, 1")
 
 #undef FG_WGMMA_SPECIALISE
 #undef FG_WGMMA_D96

@@ -1,0 +1,61 @@
+"""The backward of matmul_fused (keyword form): y = act(pre), pre = alpha * (A @ B) + beta * c + bias.
+
+    d pre  = dy * act'(pre)                 the forward saved pre (the epilogue's second output) when a gradient
+                                            was needed, so no GEMM is recomputed
+    dA     = alpha * d pre @ B^T            dB = alpha * A^T @ d pre (in B's layout)
+    dbias  = sum over rows of d pre         dc = beta * d pre, summed down to c's broadcast shape
+
+Today the two GEMMs run as torch.mm (the package has no MN-major A / B kernel yet: dA reads B transposed and dB
+reads A transposed) and act' as torch elementwise ops in fp32; docs/perf-notes.md has the plan to fuse them.
+"""
+from __future__ import annotations
+
+import torch
+
+from .epilogue.evaluate import _UNARY
+
+
+def activation_grad(activation: str, pre: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
+    """dy * act'(pre) in fp32, through torch's autograd of the activation's float definition (the same
+    formulas as the float64 oracle, so every IR activation has its exact derivative)."""
+    if activation == "none":
+        return dy.float()
+    with torch.enable_grad():
+        p = pre.detach().float().requires_grad_(True)
+        (g,) = torch.autograd.grad(_UNARY[activation](p), p, dy.float())
+    return g
+
+
+def matmul_fused_grads(ctx, a, b, pre, alpha, beta, dy):
+    """-> (dA, dB, dbias, dc), None where no gradient is needed. ctx: activation, layout, c_shape/dtype,
+    bias_shape/dtype, needs_input_grad."""
+    need_a, need_b, need_bias, need_c = ctx.needs_input_grad[:4]
+    n = dy.shape[-1]
+    dy2 = dy.reshape(-1, n)
+    if ctx.activation != "none":
+        dpre = activation_grad(ctx.activation, pre.reshape(-1, n), dy2)
+    else:
+        dpre = dy2.float()
+    a2 = a.reshape(-1, a.shape[-1])
+    da = db = dbias = dc = None
+    if need_a or need_b:
+        g = (dpre * alpha).to(a.dtype)  # the GEMM inputs in the input type, as torch's own backward does
+        b_nk = b if ctx.layout == "nk" else b.t()
+        if need_a:
+            da = (g @ b_nk).reshape(a.shape)
+        if need_b:
+            db_nk = g.t() @ a2
+            db = db_nk if ctx.layout == "nk" else db_nk.t()
+    if need_bias:
+        dbias = dpre.sum(0).to(ctx.bias_dtype).reshape(ctx.bias_shape)
+    if need_c:
+        gc = dpre * beta
+        m, shape = gc.shape[0], ctx.c_shape
+        if len(shape) >= 2 and shape in ((m, n), (*dy.shape[:-1], n)):  # the forms checks._c_form tells apart
+            pass
+        elif shape in ((n,), (1, n)):
+            gc = gc.sum(0)
+        else:  # [M, 1]
+            gc = gc.sum(1, keepdim=True)
+        dc = gc.to(ctx.c_dtype).reshape(shape)
+    return da, db, dbias, dc

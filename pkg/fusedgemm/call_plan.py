@@ -1,0 +1,170 @@
+"""The launch plan of one checked call signature, shared by gemm_a8 and matmul_fused: the kernel (by spec), grid,
+packed arguments and -- on sm_90a -- the operands' TMA tensor maps, worked out once and reused by the eager fast
+paths, which then re-check only addresses and the current device.
+"""
+from __future__ import annotations
+
+import torch
+
+from .epilogue.ir import operands as _epi_operands
+from .plan import plan_for, sm_count
+from .runtime.device import current_raw_stream
+from .runtime.gemm_a8_spec import MATMUL_IN, OUT_CODEGEN, GemmA8Kernel, config_fits
+
+_MAX_GRID_Y = 65535
+_KERNELS: dict[tuple, object] = {}  # (device, GemmA8Kernel) -> loaded kernel
+IN_BYTES = {"fp8": 1, "int8": 1, "bf16": 2, "fp16": 2, "tf32": 4}
+
+# ---- TMA tensor maps (sm_90a) ---------------------------------------------------------------------------------
+# Encoded by the driver on the host, cached by (address, shape): the same key always encodes the same bytes,
+# so a hit is exact even if the memory was freed and reused. Weights hit every call; activations often do.
+_TMAP_UINT8, _TMAP_SWIZZLE_NONE, _TMAP_SWIZZLE_128B, _TMAP_L2_128B, _TMAP_L2_256B = 0, 0, 3, 2, 3
+# CUtensorMapDataType of each input kind. tf32: the copy engine rounds each fp32 value to TF32 (nearest) as it
+# lands in shared memory, where the tensor core would otherwise drop the low 13 bits.
+TMAP_DTYPE = {"fp8": 0, "int8": 0, "bf16": 9, "fp16": 6, "tf32": 11}
+# L2 promotion of the copies: 256 B, except on the swapped decode tiles (v16n128), where 128 B measured 2-4%
+# faster on every decode row (H200, M = 1 and 16: qkv 11.0 against 11.3 us, gate_up 31.1 / 32.5; no promotion
+# measured like 128 B). The larger tiles were not re-measured and keep 256 B.
+_TMAP_L2_DECODE = _TMAP_L2_128B
+_TMAP_CACHE: dict[tuple, bytes] = {}
+_TMAP_CACHE_MAX = 512
+
+
+def _tensor_map(key: tuple, *encode_args) -> bytes:
+    tmap = _TMAP_CACHE.get(key)
+    if tmap is None:
+        from .runtime.launch import encode_tensor_map_tiled
+
+        if len(_TMAP_CACHE) >= _TMAP_CACHE_MAX:
+            _TMAP_CACHE.pop(next(iter(_TMAP_CACHE)))
+        tmap = _TMAP_CACHE[key] = encode_tensor_map_tiled(*encode_args)
+    return tmap
+
+
+def _tensor_map_a(ptr: int, m: int, k: int, block_m: int, l2: int = _TMAP_L2_256B, kind: str = "fp8",
+                  ld: int | None = None) -> bytes:
+    """A [M, K] row-major (row stride `ld` elements, default K); box 128 B x rows, 128-byte swizzle (what the
+    wgmma A descriptor reads). Rows: the tile's, or M rounded up to 8 when M fits in one tile (a_box_rows in
+    gemm_a8_sm90_common.hpp)."""
+    rows = block_m if m >= block_m else (m + 7) // 8 * 8
+    nbytes = IN_BYTES[kind]
+    ld = k if ld is None else ld
+    return _tensor_map(("a", ptr, m, k, ld, rows, l2, kind), TMAP_DTYPE[kind], 2, ptr, (k, m), (ld * nbytes,),
+                       (128 // nbytes, rows), (1, 1), 0, _TMAP_SWIZZLE_128B, l2, 0)
+
+
+def _tensor_map_b(ptr: int, n: int, k: int, block_n: int, l2: int = _TMAP_L2_256B) -> bytes:
+    """Preshuffled B as a 3-D map ordered (256 B, row block of 16, K chunk of 16 B): strides 16 K, 256. One copy
+    (box 256 x block_n/16 x 8) gathers a 128-byte K step of the tile's row blocks, landing [K chunk][row][16 B]:
+    the K-major core-matrix layout the wgmma B descriptor reads (gemm_a8_sm90.hpp)."""
+    return _tensor_map(("b", ptr, n, k, block_n, l2), _TMAP_UINT8, 3, ptr, (256, n // 16, k // 16),
+                       (16 * k, 256), (256, block_n // 16, 8), (1, 1, 1), 0, _TMAP_SWIZZLE_NONE, l2, 0)
+
+
+def _tensor_map_b_plain(ptr: int, n: int, k: int, block_n: int, l2: int, kind: str, ld: int) -> bytes:
+    """A plain K-major B [N, K] (an nn.Linear weight, row stride `ld`): box 128 B x block_n rows, 128-byte swizzle,
+    like A (copy_k_block in gemm_a8_sm90_common.hpp)."""
+    nbytes = IN_BYTES[kind]
+    return _tensor_map(("bp", ptr, n, k, ld, block_n, l2, kind), TMAP_DTYPE[kind], 2, ptr, (k, n), (ld * nbytes,),
+                       (128 // nbytes, block_n), (1, 1), 0, _TMAP_SWIZZLE_128B, l2, 0)
+
+
+def kernel_for(dev: int, spec: GemmA8Kernel):
+    kernel = _KERNELS.get((dev, spec))
+    if kernel is None:
+        from .runtime.launch import module_for
+
+        kernel = module_for(spec.unit, dev, spec.source()).kernel(spec.kernel_name, spec.signature)
+        if spec.cfg.smem:
+            kernel.set_max_dynamic_smem(spec.cfg.smem)
+        _KERNELS[(dev, spec)] = kernel
+    return kernel
+
+
+class CallPlan:
+    """How to launch one checked call signature: kernel, grid and the argument values, worked out once.
+    `run` takes the addresses of a call whose metadata matched the signature (same shapes, strides, dtypes,
+    devices) -- A, B, then the Params fields named by `pointers` -- and re-checks nothing else.
+
+    in_kind: fp8 / int8 (gemm_a8: B preshuffled) or bf16 / fp16 / tf32 (matmul_fused: B a plain [N, K] matrix
+    with row stride ldb; A's row stride lda). op: the name errors carry."""
+
+    __slots__ = ("dev", "m", "n", "k", "launch", "tma", "block_m", "block_n", "template", "slots", "a_map",
+                 "b_map", "l2", "bias_align", "kind", "lda", "ldb")
+
+    def __init__(self, dev: int, arch: str, in_kind: str, m: int, n: int, k: int, out_dtype: torch.dtype, epi,
+                 values: dict, pointers: tuple[str, ...], bias_align: int = 1, lda: int | None = None,
+                 ldb: int | None = None, op: str = "gemm_a8"):
+        self.dev, self.m, self.n, self.k, self.kind = dev, m, n, k, in_kind
+        self.lda, self.ldb = k if lda is None else lda, k if ldb is None else ldb
+        self.bias_align = bias_align  # as check_gemm_a8_args asks (the preset fast path re-checks it)
+        self.launch = None  # nothing to launch for an empty output
+        self.tma = False
+        self.a_map = self.b_map = (None, None)  # (address, encoded tensor map): the last one used
+        if m == 0 or n == 0:
+            return
+        # The plan heuristics count K in bytes (a stage holds 128 bytes of K whatever the element type).
+        cfg, splits = plan_for(m, n, k * IN_BYTES[in_kind], dev, persistent_ok=config_fits("p128n128", epi))
+        if in_kind in MATMUL_IN and arch == "sm_90a" and cfg.unit != "gemm_a8_sm90":  # only a forced config
+            raise ValueError(f"{op}: config {cfg.name} (mma.sync) has no {in_kind} kernel on sm_90a; the wgmma "
+                             "configs serve it")
+        if not config_fits(cfg.name, epi):  # only a forced config gets here
+            raise ValueError(f"{op}: config {cfg.name} cannot run the epilogue {epi.expr}: it hoists more row and "
+                             "column values than the persistent kernel stages (at most 3)")
+        grid = (-(-n // cfg.block_n), -(-m // cfg.block_m), splits)
+        if cfg.persistent:  # one wave of CTAs, each looping over tiles
+            grid = (min(grid[0] * grid[1], sm_count(dev) * cfg.min_blocks_per_sm), 1, 1)
+        if grid[1] > _MAX_GRID_Y:
+            raise ValueError(f"{op}: M={m} is too large for one launch (at most {_MAX_GRID_Y * cfg.block_m} rows)")
+        spec = GemmA8Kernel(arch, cfg.name, in_kind, OUT_CODEGEN[str(out_dtype).split(".")[-1]], epi)
+        kernel = kernel_for(dev, spec)
+        # The packed values after A and B: M, N, K, then the Params fields; `slots` says where each per-call
+        # address goes.
+        names = [f.split(".", 1)[-1] for f in kernel.signature.flat_names[2:]]  # after A and B
+        self.template = kernel.signature.values_in_order(
+            dict(values, M=m, N=n, K=k, ld_out=n, ld_saved=n, **{p: 0 for p in pointers}), skip=2)
+        self.slots = tuple(names.index(p) for p in pointers)
+        self.tma = cfg.unit == "gemm_a8_sm90"
+        self.block_m, self.block_n = cfg.block_m, cfg.block_n
+        self.l2 = _TMAP_L2_DECODE if cfg.swap_ab else _TMAP_L2_256B
+        warp = 32 if torch.version.hip is None else 64
+        self.launch = kernel.bind(grid, (1, 1, splits), cfg.warps * (32 if self.tma else warp), cfg.smem)
+
+    def run(self, a_ptr: int, b_ptr: int, *pointers: int) -> None:
+        """Launch on the current stream of the plan's device (the caller made it current). 0: no tensor."""
+        if self.launch is None:
+            return
+        stream = current_raw_stream(self.dev)
+        args = self.template.copy()
+        for slot, ptr in zip(self.slots, pointers):
+            args[slot] = ptr
+        if not self.tma:
+            self.launch(stream, a_ptr, b_ptr, *args)
+            return
+        # Tensor maps hold the address: memoise the last one per operand (a weight's never changes), then the
+        # module-wide cache.
+        a_last, a_map = self.a_map
+        if a_last != a_ptr:
+            a_map = _tensor_map_a(a_ptr, self.m, self.k, self.block_m, self.l2, self.kind, self.lda)
+            self.a_map = (a_ptr, a_map)
+        b_last, b_map = self.b_map
+        if b_last != b_ptr:
+            if self.kind in MATMUL_IN:
+                b_map = _tensor_map_b_plain(b_ptr, self.n, self.k, self.block_n, self.l2, self.kind, self.ldb)
+            else:
+                b_map = _tensor_map_b(b_ptr, self.n, self.k, self.block_n, self.l2)
+            self.b_map = (b_ptr, b_map)
+        self.launch(stream, a_map, b_map, *args)
+
+
+def expression_pointers(epilogue, operands: dict | None, saves: bool) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """The Params fields a call of an epilogue expression fills per call -- the outputs, then each tensor
+    operand's address in the order of `operands` (the fast path passes them in that order) -- and the
+    alignment each operand address needs (bind's rules: a vector its element, an aux two elements)."""
+    kinds = {name: o.kind for name, o in _epi_operands(epilogue).items()}
+    fields, aligns = ["out", "saved"] if saves else ["out"], []
+    for name, v in (operands or {}).items():
+        if isinstance(v, torch.Tensor):
+            fields.append(f"op_{name}_ptr" if kinds[name] == "scalar" else f"op_{name}")
+            aligns.append(2 * v.element_size() if kinds[name] == "aux" else v.element_size())
+    return tuple(fields), tuple(aligns)

@@ -1,0 +1,224 @@
+"""matmul_fused: y = act(alpha * (A @ B) + beta * c + bias) -- or any epilogue expression -- in one kernel, for
+bf16 / fp16 / fp32 (TF32) inputs.
+
+    y = fg.matmul_fused(x, w, bias=b, activation="silu")                  # w: nn.Linear weight [N, K]
+    y = fg.matmul_fused(a, b_kn, layout="kn", alpha=2.0, beta=0.5, c=c, activation="gelu")
+    y = fg.matmul_fused(x, w, epilogue=E.parse("relu(acc) + aux(r)"), operands={"r": r})
+
+API (this file) -> checks.check_matmul_fused_args -> plan (per arch) -> runtime/gemm_a8_spec (the same kernel
+family as gemm_a8: wgmma + TMA on sm_90a, MFMA on gfx942 / gfx950) -> code object (JIT) -> call_plan launch.
+Differentiable in A, B, bias and c (autograd through the torch.library op, ops.py); torch.compile traces the op.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from . import epilogue as _epi
+from . import plan as _plan
+from .call_plan import CallPlan, expression_pointers
+from .checks import check_matmul_fused_args
+from .runtime.device import current_device_index, device_guard
+
+_WARNED: set[str] = set()
+_PLANS: dict[tuple, tuple] = {}  # call signature -> (CallPlan, out dtype, out shape, operand order, aligns)
+_PLANS_MAX = 256
+
+
+def warn_once(key: str, message: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, stacklevel=3)
+
+
+def _tensor_meta(t):
+    return None if t is None else (t.dtype, t.shape, t.stride(), t.get_device()) if t.__class__ is torch.Tensor \
+        else t
+
+
+def matmul_fused(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *, layout: str = "nk",
+                 alpha=1.0, beta=0.0, c: torch.Tensor | None = None, activation: str = "none", epilogue=None,
+                 operands: dict | None = None, out_dtype: torch.dtype | None = None, out: torch.Tensor | None = None,
+                 precision: str | None = None):
+    """y = act(alpha * (a @ B) + beta * c + bias), one kernel, fp32 inside, rounded once to out_dtype.
+
+    a: [..., K] bf16 / fp16 / fp32 on the GPU (leading dims flattened like F.linear; any strides a TMA
+       descriptor can express: unit stride along K, 16-byte aligned rows -- others are copied once, with a
+       warning).
+    b: [N, K] (layout="nk", an nn.Linear weight) or [K, N] (layout="kn"), a's dtype. N % 8 == 0; K * element
+       size % 16 == 0.
+    bias: [N] (bf16 / fp16 / fp32). c: [M, N] (or a's leading dims + [N]), [N] / [1, N] or [M, 1], may be `out`
+       itself (in place: y = act(alpha AB + beta y)). alpha, beta: numbers or 1-element float32 device tensors
+       (graph replays may change them). beta = 0 (a number) ignores c, as torch.addmm does.
+    activation: none, relu, silu, sigmoid, gelu (tanh approximation), gelu_erf (exact), tanh, exp, neg, abs,
+       square, sqrt, rsqrt. epilogue: any fusedgemm.epilogue expression instead (acc = a @ B; operands by name;
+       bias / c / alpha / beta / activation then keep their defaults); an expression with save(x, dtype)
+       returns (out, saved).
+    out_dtype: bf16 / fp16 / fp32, default out's dtype, else a's. precision (fp32 inputs): 'tf32' or 'ieee';
+       None follows torch.get_float32_matmul_precision() ('highest' = ieee, which today runs torch.mm plus a
+       separate epilogue, with a warning: there is no exact-fp32 fused kernel yet).
+    Runs on torch.cuda.current_stream(); no host sync; CUDA-graph capturable. Kernels compile on first use
+    (cached on disk).
+    """
+    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and _needs_grad(a, b, bias, c)):
+        from .ops import matmul_fused_via_op
+
+        return matmul_fused_via_op(a, b, bias, layout, alpha, beta, c, activation, epilogue, operands, out_dtype,
+                                   out, precision)
+    # Fast path: a repeat of a checked call signature re-checks addresses and the device, then launches.
+    try:
+        key = ("kw", a.dtype, a.shape, a.stride(), a.get_device(), b.dtype, b.shape, b.stride(), layout,
+               _tensor_meta(bias), _tensor_meta(c), _tensor_meta(alpha), _tensor_meta(beta), activation,
+               out_dtype, _tensor_meta(out), precision,
+               torch.get_float32_matmul_precision() if a.dtype == torch.float32 else None) \
+            if epilogue is None and operands is None else None
+        hit = _PLANS.get(key) if key is not None else None
+    except (AttributeError, TypeError):
+        key = hit = None
+    if hit is not None and _plan.forced() is None:
+        plan, dtype, shape, order, aligns = hit
+        a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
+        args = (alpha, c, beta, bias)
+        ptrs = [args[i].data_ptr() for i in order]
+        if (not (a_ptr & 15 or b_ptr & 15) and all(p % al == 0 for p, al in zip(ptrs, aligns))
+                and (out is None or out.data_ptr() & 15 == 0) and current_device_index() == plan.dev):
+            if out is None:
+                out = torch.empty(shape, dtype=dtype, device=a.device)
+            plan.run(a_ptr, b_ptr, out.data_ptr(), *ptrs)
+            return out
+    return matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogue, operands, out_dtype, out,
+                                precision, key=key)
+
+
+def _needs_grad(*ts) -> bool:
+    return any(t.__class__ is torch.Tensor and t.requires_grad for t in ts)
+
+
+def matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogue, operands, out_dtype, out,
+                         precision, save_pre: bool = False, key=None):
+    """Every check, then the launch. Returns out, or (out, saved) when the epilogue saves (save_pre: the
+    pre-activation, for the backward). Records the plan under `key` for the fast path."""
+    p = check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, operands, layout, out_dtype, out,
+                                precision, save_pre=save_pre)
+    m, n, k, lead = p["m"], p["n"], p["k"], p["lead"]
+    shape = (*lead, n)
+    out_dtype = p["out_dtype"]
+    if out is None:
+        out = torch.empty(shape, dtype=out_dtype, device=a.device)
+    saved = None if p["saved_dtype"] is None else torch.empty(shape, dtype=p["saved_dtype"], device=a.device)
+    if p["precision"] == "ieee":
+        warn_once("ieee", "matmul_fused: float32 inputs at precision 'ieee' (torch's 'highest') run torch.mm in fp32 "
+                          "and the epilogue as separate torch ops: there is no exact-fp32 fused kernel yet. Pass "
+                          "precision='tf32' (or torch.set_float32_matmul_precision('high')) for the fused TF32 kernel.")
+        _run_unfused_fp32(p, a, b, layout, out, saved)
+        return out if saved is None else (out, saved)
+    a2 = _operand_2d(p["a2"], "A", p["arch"])
+    b_nk = p["b_nk"]
+    if b_nk is None:  # layout 'kn'
+        warn_once("kn", "matmul_fused: layout='kn' copies B to [N, K] on every call (no MN-major B kernel yet); "
+                        "pass the weight as [N, K] (layout='nk') to avoid the copy")
+        b_nk = b.t().contiguous()
+    b_nk = _operand_2d(b_nk, "B", p["arch"])
+    outputs = [out] if saved is None else [out, saved]
+    pointers, aligns = expression_pointers(p["expr"], p["operands"], saved is not None)
+    with device_guard(a.device):
+        plan = CallPlan(a.device.index, p["arch"], p["in_kind"], m, n, k, out_dtype, p["epi"], p["values"], pointers,
+                        lda=a2.stride(0) if m > 1 else k, ldb=b_nk.stride(0) if n > 1 else k, op="matmul_fused")
+        plan.run(a2.data_ptr(), b_nk.data_ptr(), *(o.data_ptr() for o in outputs),
+                 *(p["values"][f] for f in pointers[len(outputs):]))
+    if (key is not None and saved is None and a2.data_ptr() == a.data_ptr() and b_nk.data_ptr() == b.data_ptr()
+            and _plan.forced() is None):
+        if len(_PLANS) >= _PLANS_MAX:
+            _PLANS.pop(next(iter(_PLANS)))
+        # The tensor operands in the order `pointers` lists them, as indices into (alpha, c, beta, bias).
+        order = tuple(("alpha", "c", "beta", "bias").index(name) for name, v in p["operands"].items()
+                      if isinstance(v, torch.Tensor))
+        _PLANS[key] = (plan, out_dtype, shape, order, aligns)
+    return out if saved is None else (out, saved)
+
+
+def _operand_2d(t: torch.Tensor, what: str, arch: str) -> torch.Tensor:
+    """t itself when its strides and address suit the kernel (unit stride along K; on sm_90a any 16-byte multiple
+    row stride, on AMD dense rows), else a contiguous copy with a one-time warning."""
+    rows, k = t.shape
+    ok = (t.stride(1) == 1 or k == 1) and t.data_ptr() % 16 == 0
+    if arch == "sm_90a":
+        ok = ok and (rows <= 1 or (t.stride(0) * t.element_size()) % 16 == 0)
+    else:
+        ok = ok and (rows <= 1 or t.stride(0) == k)
+    if ok:
+        return t
+    warn_once(f"copy-{what}", f"matmul_fused: {what} with strides {tuple(t.stride())} (address offset "
+                              f"{t.data_ptr() % 16} mod 16) is copied to a contiguous tensor first: the kernel reads "
+                              "rows of 16-byte vectors (unit stride along K, 16-byte aligned rows)")
+    return t.contiguous()
+
+
+def _run_unfused_fp32(p: dict, a, b, layout, out, saved) -> None:
+    """precision 'ieee': torch.mm in exact fp32, then the epilogue as torch ops in fp32."""
+    from .epilogue.evaluate import evaluate_outputs  # noqa: F401  (semantics reference; the ops below mirror it)
+
+    prev = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        bt = b.t() if layout == "nk" else b
+        acc = p["a2"].float() @ bt.float()
+    finally:
+        torch.set_float32_matmul_precision(prev)
+    y, pre = epilogue_torch(p["expr"], acc, p["operands"])
+    out.view(-1, p["n"]).copy_(y)
+    if saved is not None:
+        saved.view(-1, p["n"]).copy_(pre)
+
+
+def epilogue_torch(expr, acc: torch.Tensor, operands: dict):
+    """An epilogue expression on a device tensor with torch ops in fp32 -> (value, saved value or None)."""
+    from .epilogue.evaluate import _BINARY, _UNARY
+
+    m, n = acc.shape
+    saved = []
+
+    def leaf(node):
+        name = node.attrs[0]
+        v = operands.get(name)
+        if v is None:
+            return torch.tensor(node.attrs[1], dtype=torch.float32, device=acc.device)
+        if not isinstance(v, torch.Tensor):
+            return torch.tensor(float(v), dtype=torch.float32, device=acc.device)
+        v = v.float()
+        if node.op == "m_vec":
+            return v.reshape(-1, 1) if v.numel() > 1 else v.reshape(())
+        if node.op == "n_vec":
+            return v.reshape(1, -1) if v.numel() > 1 else v.reshape(())
+        return v.reshape(m, n) if node.op == "aux" else v.reshape(())
+
+    def ev(node):
+        op = node.op
+        if op == "acc":
+            return acc
+        if op == "const":
+            return torch.tensor(node.attrs[0], dtype=torch.float32, device=acc.device)
+        if op in ("m_vec", "n_vec", "scalar", "aux"):
+            return leaf(node)
+        if op in _UNARY:
+            return _UNARY[op](ev(node.args[0]))
+        if op == "leaky_relu":
+            x = ev(node.args[0])
+            return torch.where(x < 0, x * node.attrs[0], x)
+        if op == "clamp":
+            return ev(node.args[0]).clamp(*node.attrs)
+        if op in _BINARY:
+            return _BINARY[op](ev(node.args[0]), ev(node.args[1]))
+        x = ev(node.args[0])  # cast / save
+        r = x.to(_epi.TORCH_DTYPES[node.attrs[0]])
+        if op == "save":
+            saved.append(r.expand(m, n))
+            return x
+        return r.float()
+
+    y = ev(expr).expand(m, n)
+    return y, (saved[0] if saved else None)
+
+
+__all__ = ["matmul_fused", "matmul_fused_forward", "epilogue_torch"]

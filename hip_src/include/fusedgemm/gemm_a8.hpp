@@ -1,16 +1,27 @@
-// gemm_a8: C[M, N] = epilogue(A[M, K] . B[N, K]^T) for 8-bit A and a preshuffled 8-bit B.
+// gemm_a8_tile: C[M, N] = epilogue(A[M, K] . B[N, K]^T), the one portable MMA kernel template of two ops:
+//   gemm_a8       8-bit A (fp8 / int8) and a PRESHUFFLED 8-bit B
+//   matmul_fused  bf16 / fp16 / tf32 A and a plain row-major B [N, K] (an nn.Linear weight)
+// InTraits<In> (platform.hpp) tells them apart: kBytes (element size) and kPreshuffledB. K counts elements.
 //
-// Layers: this template (tiling, mainloop, epilogue) is arch-neutral. What an arch contributes is its
-// MmaAtom (arch/*.hpp): the lane -> (row, K chunk) map of one 16x16 tile and the MMA instruction.
+// Layers: this template (tiling, mainloop, masking, epilogue slot calls) is arch-neutral. What an arch
+// contributes is its MmaAtom (arch/*.hpp): the lane -> (row, 16-byte K chunk) map of one 16x16 tile and the
+// MMA instructions that consume a lane's chunks. Everything moves as 16-byte vectors (Vec16): a chunk holds
+// 16 / kBytes elements of K, and the atoms reinterpret the bytes (A and B alike), so the template never
+// looks at element types.
 //
-// Preshuffled B (the aiter / hipBLASLt (16,16) layout, 1-byte elements so Kp = 16):
-//     off(n, k) = (n / 16) * 16K + (k / 16) * 256 + (n % 16) * 16 + (k % 16)
-// so the 16-byte vector (row n, K chunk c) of a 16-row block sits at block_base + c * 256 + (n % 16) * 16.
-// A is plain row-major [M, K]; the lane reads the same (row, chunk) vector of it.
+// A is plain row-major [M, K] (K * kBytes bytes a row): the lane reads vector (row m, chunk c) at
+// a + m * K * kBytes + 16 * c. B, by kind:
+//   preshuffled (the aiter / hipBLASLt (16,16) layout, 1-byte elements so Kp = 16):
+//       off(n, k) = (n / 16) * 16K + (k / 16) * 256 + (n % 16) * 16 + (k % 16)
+//     so the vector (row n, chunk c) of a 16-row block sits at block_base + c * 256 + (n % 16) * 16;
+//   plain: vector (row n, chunk c) at b + n * K * kBytes + 16 * c, addressed exactly as A.
 //
-// Ragged tiles are masked: rows >= M and 16-row blocks >= N load zeros and store nothing; K chunks past
-// K / 16 load zeros. Requirements (checked on the host): N % 16 == 0, K % 16 == 0, A / B 16-byte aligned;
-// the epilogue (Epi, epilogue.hpp) owns the output and its operands.
+// Ragged tiles are masked: rows >= M load zeros and store nothing; K chunks past K * kBytes / 16 load zeros.
+// Preshuffled B: 16-row blocks >= N load zeros and store nothing. Plain B: each row >= N loads zeros (a
+// 16-row block may straddle N) and columns >= N are never stored or passed to the epilogue.
+// Requirements (checked on the host): A / B 16-byte aligned; gemm_a8: N % 16 == 0, K % 16 == 0;
+// matmul_fused: N % 8 == 0, K * kBytes % 16 == 0. The epilogue (Epi, epilogue.hpp) owns the output and its
+// operands.
 #pragma once
 #include "arch/select.hpp"
 #include "epilogue.hpp"
@@ -52,17 +63,20 @@ using ConfigM128N128 = GemmA8Config<2, 4, 1, 4, 2>;  // prefill: 128 x 128, 8 wa
 template <class Epi>
 struct GemmA8Args {
   const u8* a;  // [M, K] row-major
-  const u8* b;  // [N, K] preshuffled (16,16)
+  const u8* b;  // [N, K]: preshuffled (16,16) for the 8-bit kinds, row-major for bf16 / fp16 / tf32
   int M, N, K;
   typename Epi::Params ep;
 };
 
 template <class In, class Epi, class Cfg>
 FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,  // [M, K] row-major
-                            const u8* __restrict__ b,  // [N, K] preshuffled (16,16)
-                            int M, int N, int K,
+                            const u8* __restrict__ b,  // [N, K] preshuffled (16,16) or row-major (kPreshuffledB)
+                            int M, int N, int K,       // K in elements of In
                             const typename Epi::Params& ep) {  // the epilogue's operands and outputs
   using Atom = arch::MmaAtom<In>;
+  constexpr bool kPreshuffledB = InTraits<In>::kPreshuffledB;
+  // A run of kStoreVec columns starts at a multiple of kStoreVec: with N % 8 == 0 it is all in or all out.
+  static_assert(kPreshuffledB || 8 % Atom::kStoreVec == 0, "plain B masks columns by runs of kStoreVec");
   using Frag = typename Atom::Frag;
   using Acc = typename Atom::Acc;
   constexpr int kVecsPerFrag = Atom::kRowsPerLane * Atom::kChunksPerLane;
@@ -74,7 +88,8 @@ FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,  // [M, K] row-major
   const int n_warp = static_cast<int>(blockIdx.x) * Cfg::kBlockN + (warp % Cfg::kWarpsN) * Cfg::kWarpTileN;
   if (m_warp >= M || n_warp >= N) return;  // no barriers in this kernel: an idle warp may leave
 
-  const int num_chunks = K / 16;
+  const int row_bytes = K * InTraits<In>::kBytes;  // one row of A or of plain B; a multiple of 16
+  const int num_chunks = row_bytes / 16;
 
   // Per-lane base pointers and validity, hoisted out of the K loop.
   const u8* a_ptr[Cfg::kTilesM][Atom::kRowsPerLane];
@@ -85,17 +100,27 @@ FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,  // [M, K] row-major
     for (int i = 0; i < Atom::kRowsPerLane; ++i) {
       const int row = m_warp + 16 * tm + Atom::lane_row(lane, i);
       a_ok[tm][i] = row < M;
-      a_ptr[tm][i] = a + static_cast<i64>(a_ok[tm][i] ? row : 0) * K;
+      a_ptr[tm][i] = a + static_cast<i64>(a_ok[tm][i] ? row : 0) * row_bytes;
     }
+  // n_ok[tn]: the 16-column tile holds a column < N (it is computed and stored). Preshuffled B is masked by
+  // whole 16-row blocks (N % 16 == 0); plain B row by row (b_row_ok), as A is.
   const u8* b_ptr[Cfg::kTilesN][Atom::kRowsPerLane];
-  bool b_ok[Cfg::kTilesN];
+  bool n_ok[Cfg::kTilesN];
+  bool b_row_ok[Cfg::kTilesN][Atom::kRowsPerLane];
 #pragma unroll
   for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
     const int n_block = n_warp / 16 + tn;
-    b_ok[tn] = 16 * n_block < N;
+    n_ok[tn] = 16 * n_block < N;
 #pragma unroll
-    for (int i = 0; i < Atom::kRowsPerLane; ++i)
-      b_ptr[tn][i] = b + static_cast<i64>(b_ok[tn] ? n_block : 0) * 16 * K + 16 * Atom::lane_row(lane, i);
+    for (int i = 0; i < Atom::kRowsPerLane; ++i) {
+      if constexpr (kPreshuffledB) {
+        b_ptr[tn][i] = b + static_cast<i64>(n_ok[tn] ? n_block : 0) * 16 * K + 16 * Atom::lane_row(lane, i);
+      } else {
+        const int row = 16 * n_block + Atom::lane_row(lane, i);
+        b_row_ok[tn][i] = row < N;
+        b_ptr[tn][i] = b + static_cast<i64>(b_row_ok[tn][i] ? row : 0) * row_bytes;
+      }
+    }
   }
 
   Acc acc[Cfg::kTilesM][Cfg::kTilesN];
@@ -121,8 +146,12 @@ FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,  // [M, K] row-major
           for (int tm = 0; tm < Cfg::kTilesM; ++tm)
             fa[s][tm].v[v] = (chunk_ok && a_ok[tm][i]) ? load_vec16(a_ptr[tm][i] + 16 * chunk) : zero_vec16();
 #pragma unroll
-          for (int tn = 0; tn < Cfg::kTilesN; ++tn)
-            fb[s][tn].v[v] = (chunk_ok && b_ok[tn]) ? load_vec16(b_ptr[tn][i] + 256 * chunk) : zero_vec16();
+          for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
+            if constexpr (kPreshuffledB)
+              fb[s][tn].v[v] = (chunk_ok && n_ok[tn]) ? load_vec16(b_ptr[tn][i] + 256 * chunk) : zero_vec16();
+            else
+              fb[s][tn].v[v] = (chunk_ok && b_row_ok[tn][i]) ? load_vec16(b_ptr[tn][i] + 16 * chunk) : zero_vec16();
+          }
         }
       }
     }
@@ -142,6 +171,9 @@ FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,  // [M, K] row-major
       const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
       if (row >= M) continue;
       const int col = n_warp + 16 * tn + Atom::acc_col(lane, e);
+      if constexpr (!kPreshuffledB) {
+        if (col >= N) continue;  // a tile straddling N (N % 16 == 8)
+      }
       float r[Epi::kRowValues];
       Epi::load_row(ep, row, r);
       float c[Atom::kStoreVec][Epi::kColValues];
@@ -160,7 +192,7 @@ FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,  // [M, K] row-major
     for (int tm = 0; tm < Cfg::kTilesM; ++tm)
 #pragma unroll
       for (int tn = 0; tn < Cfg::kTilesN; ++tn)
-        if (b_ok[tn]) store_tile(acc[tm][tn], tm, tn);
+        if (n_ok[tn]) store_tile(acc[tm][tn], tm, tn);
   } else {
     // Split-K: every warp parks its partial tiles in shared memory; tile t is then summed and stored by
     // warp t % kWarpsK (same lane layout in every warp, so lane l sums slot l of each warp).
@@ -174,7 +206,7 @@ FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,  // [M, K] row-major
     for (int tm = 0; tm < Cfg::kTilesM; ++tm)
 #pragma unroll
       for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
-        if ((tm * Cfg::kTilesN + tn) % Cfg::kWarpsK != warp_k || !b_ok[tn]) continue;
+        if ((tm * Cfg::kTilesN + tn) % Cfg::kWarpsK != warp_k || !n_ok[tn]) continue;
         Acc sum = partial[0][tm][tn][lane];
 #pragma unroll
         for (int w = 1; w < Cfg::kWarpsK; ++w) Atom::add(sum, partial[w][tm][tn][lane]);

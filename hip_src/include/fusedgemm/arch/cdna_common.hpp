@@ -1,9 +1,13 @@
-// AMD CDNA3 / CDNA4 (gfx942, gfx950): numeric helpers and the MFMA 16x16 accumulator layout they share.
+// AMD CDNA3 / CDNA4 (gfx942, gfx950): numeric helpers and the MFMA 16x16 layout shared by the MmaAtoms of
+// gemm_a8_tile (gemm_a8.hpp), the one portable kernel template of gemm_a8 (fp8 / int8) and matmul_fused
+// (bf16 / fp16 / tf32).
 //
 // MFMA 16x16 layouts (wave64): operand lane l holds row l % 16 of A (column l % 16 of B) and a run of K
 // values chosen by l / 16; the result lane l holds column l % 16, rows 4 * (l / 16) + 0..3. The A and B
 // operand layouts are mirror images, so loading both with the same lane -> (row, K chunk) map gives the
-// right dot products whatever order of k the hardware assigns inside a register.
+// right dot products whatever order of k the hardware assigns inside a register: register slot s of lane l
+// meets slot s of lane l's B. The atoms only reinterpret whole elements (1, 2 or 4 bytes) in place, so every
+// A element meets the B element of the same k.
 #pragma once
 #include "../platform.hpp"
 
@@ -13,6 +17,11 @@ namespace arch {
 typedef float f32x4 __attribute__((ext_vector_type(4)));
 typedef int i32x4 __attribute__((ext_vector_type(4)));
 typedef int i32x8 __attribute__((ext_vector_type(8)));
+typedef short i16x4 __attribute__((ext_vector_type(4)));  // bf16 bits (the gfx942 bf16 MFMA's operand type)
+typedef _Float16 f16x4 __attribute__((ext_vector_type(4)));
+typedef _Float16 f16x8 __attribute__((ext_vector_type(8)));
+typedef __bf16 bf16x8 __attribute__((ext_vector_type(8)));
+typedef float f32x2 __attribute__((ext_vector_type(2)));
 
 FG_DEVICE float fast_exp2(float x) { return __builtin_amdgcn_exp2f(x); }
 // 1 ulp reciprocal (v_rcp_f32): the epilogue's divisions, whose result is rounded to bf16/fp16 anyway.
@@ -33,6 +42,13 @@ FG_DEVICE u16 float_to_bf16_bits(float f) { return float_to_bf16_bits_rne(f); }
 FG_DEVICE long vec_half_as_long(const Vec16& v, int half) {
   return __builtin_bit_cast(long, (unsigned long long)v.w[2 * half] |
                                       ((unsigned long long)v.w[2 * half + 1] << 32));
+}
+
+// Bytes 8 * half .. 8 * half + 7 of a vector as an 8-byte MFMA operand (i16x4, f16x4, f32x2).
+template <class T>
+FG_DEVICE T vec_half_as(const Vec16& v, int half) {
+  static_assert(sizeof(T) == 8, "an 8-byte operand");
+  return __builtin_bit_cast(T, vec_half_as_long(v, half));
 }
 
 struct CdnaAtomBase {

@@ -16,13 +16,15 @@ from .epilogue.evaluate import _UNARY
 
 
 def activation_grad(activation: str, pre: torch.Tensor, dy: torch.Tensor) -> torch.Tensor:
-    """dy * act'(pre) in fp32, through torch's autograd of the activation's float definition (the same
-    formulas as the float64 oracle, so every IR activation has its exact derivative)."""
+    """dy * act'(pre) in fp32 (float64 for float64 tensors: the reference path), through torch's autograd of
+    the activation's float definition (the formulas of the float64 oracle: every IR activation has its exact
+    derivative)."""
+    dt = torch.promote_types(dy.dtype, torch.float32)
     if activation == "none":
-        return dy.float()
+        return dy.to(dt)
     with torch.enable_grad():
-        p = pre.detach().float().requires_grad_(True)
-        (g,) = torch.autograd.grad(_UNARY[activation](p), p, dy.float())
+        p = pre.detach().to(dt).requires_grad_(True)
+        (g,) = torch.autograd.grad(_UNARY[activation](p), p, dy.to(dt))
     return g
 
 
@@ -32,10 +34,7 @@ def matmul_fused_grads(ctx, a, b, pre, alpha, beta, dy):
     need_a, need_b, need_bias, need_c = ctx.needs_input_grad[:4]
     n = dy.shape[-1]
     dy2 = dy.reshape(-1, n)
-    if ctx.activation != "none":
-        dpre = activation_grad(ctx.activation, pre.reshape(-1, n), dy2)
-    else:
-        dpre = dy2.float()
+    dpre = activation_grad(ctx.activation, None if pre is None else pre.reshape(-1, n), dy2)
     a2 = a.reshape(-1, a.shape[-1])
     da = db = dbias = dc = None
     if need_a or need_b:

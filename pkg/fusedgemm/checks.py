@@ -285,7 +285,8 @@ def check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, op
             raise ValueError(f"{op}: tensors must be on a GPU (cuda/ROCm device), A is on {device}")
         arch = device_arch(device.index if device.index is not None else torch.cuda.current_device())
     in_kind = MATMUL_DTYPES[a.dtype]
-    prec = fp32_precision(precision) if in_kind == "tf32" else None
+    prec = fp32_precision(precision)  # validated for every dtype; it matters for fp32 only
+    prec = prec if in_kind == "tf32" else None
     nbytes = a.element_size()
     if k == 0 or (k * nbytes) % 16:
         raise ValueError(f"{op}: K must be a positive multiple of {16 // nbytes} for {a.dtype} (rows of 16-byte "

@@ -27,28 +27,37 @@ PERSISTENT_MAX_K = 8192
 TILE_RATE = {"w128n128": 1.0, "w128n192": 1.2, "w192n128": 1.27}
 
 
+# The 16/32-bit kinds of matmul_fused (a K block holds 64 bf16 / 32 tf32 values: twice / four times the MMA
+# issues per byte of fp8). H100, bf16 silu, every plan forced (ci/matmul_plans.py): w128n192 fastest at qkv M =
+# 1024 / 4096 (102 / 373 us against 108 / 391 persistent, 118 / 437 w128n128) and down M = 4096 (837 against
+# 877-894); the persistent kernel only at short K (moe_dn K = 2048, M = 8192: 459 against 481-567).
+PERSISTENT_MAX_K_WIDE = 4096  # bytes
+TILE_RATE_WIDE = {"w128n128": 1.0, "w128n192": 1.15, "w192n128": 1.1}
+
+
 def tile_count(cfg: kernels.TileConfig, m: int, n: int) -> int:
     return -(-n // cfg.block_n) * -(-m // cfg.block_m)
 
 
-def modelled_time(cfg: kernels.TileConfig, m: int, n: int, sms: int) -> float:
+def modelled_time(cfg: kernels.TileConfig, m: int, n: int, sms: int, rates: dict = TILE_RATE) -> float:
     """Relative time of an M > 64 GEMM on `cfg`: whole waves of tiles (a partial last wave costs a whole one)
     x the outputs each tile computes / the config's rate. Picks the small tile where the large ones need as
     many waves (o_proj M = 1024: w128n128), w128n192 where it saves a wave (qkv M = 1024: 66 us against 81 on
     w128n128 and 84 on w192n128), w192n128 at large M."""
     waves = -(-tile_count(cfg, m, n) // (sms * cfg.min_blocks_per_sm))
-    return waves * cfg.block_m * cfg.block_n / TILE_RATE[cfg.name]
+    return waves * cfg.block_m * cfg.block_n / rates[cfg.name]
 
 
-def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool) -> tuple[kernels.TileConfig, int]:
-    """-> (tile config, split-K factor) for an [M, K] x [N, K] problem on `sms` SMs."""
+def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_bytes: int = 1) -> tuple[kernels.TileConfig, int]:
+    """-> (tile config, split-K factor) for an [M, K] x [N, K] problem on `sms` SMs; k in bytes (K x in_bytes)."""
     configs = kernels.GEMM_A8_CONFIGS
+    max_k, rates = (PERSISTENT_MAX_K, TILE_RATE) if in_bytes == 1 else (PERSISTENT_MAX_K_WIDE, TILE_RATE_WIDE)
     if m <= 64:  # weight streaming; up to 16 rows the swapped tile wastes less of the tensor core
         cfg = configs["v16n128" if m <= 16 else "w64n128"]
-    elif persistent_ok and k <= PERSISTENT_MAX_K and tile_count(configs["p128n128"], m, n) >= sms:
+    elif persistent_ok and k <= max_k and tile_count(configs["p128n128"], m, n) >= sms:
         return configs["p128n128"], 1
     else:
-        cfg = min((configs[name] for name in TILE_RATE), key=lambda c: modelled_time(c, m, n, sms))
+        cfg = min((configs[name] for name in rates), key=lambda c: modelled_time(c, m, n, sms, rates))
     tiles = tile_count(cfg, m, n)
     k_blocks = -(-k // 128)
     slots = sms * cfg.min_blocks_per_sm

@@ -1,0 +1,183 @@
+"""matmul_fused without a GPU: every bad input's message, the keyword form's epilogue expression, specs and
+plans of the 16/32-bit kinds, the backward's formulas against torch autograd in float64, FusedLinear's CPU
+path, and (slow) the sm_90a kernels' build: wgmma of each kind in the SASS, no spills, kernarg layout."""
+import re
+import subprocess
+
+import pytest
+import torch
+
+import fusedgemm as fg
+from fusedgemm.autograd import matmul_fused_grads
+from fusedgemm.checks import check_matmul_fused_args, matmul_expression
+from fusedgemm.epilogue.codegen import EpilogueSpec
+from fusedgemm.epilogue.evaluate import _UNARY
+from fusedgemm.plan import choose_config
+from fusedgemm.runtime.gemm_a8_spec import GemmA8Kernel
+
+BF = torch.bfloat16
+
+
+def check(a, b, bias=None, c=None, alpha=1.0, beta=0.0, activation="none", epilogue=None, operands=None,
+          layout="nk", out_dtype=None, out=None, precision=None, **kw):
+    return check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, operands, layout, out_dtype,
+                                   out, precision, arch="sm_90a", **kw)
+
+
+def t(*shape, dtype=BF):
+    return torch.randn(*shape).to(dtype)
+
+
+BAD = [
+    (lambda: check(t(4, 64), t(32, 48)), ValueError, r"K=64.*K=48; K must agree"),
+    (lambda: check(t(4, 64), t(32, 64, dtype=torch.float16)), TypeError, r"same dtype.*bfloat16.*float16"),
+    (lambda: check(torch.ones(4, 64, dtype=torch.int32), torch.ones(32, 64, dtype=torch.int32)), TypeError,
+     r"A must be bfloat16, float16 or float32, got torch.int32"),
+    (lambda: check(t(4, 64, dtype=torch.float8_e4m3fn), t(32, 64, dtype=torch.float8_e4m3fn)), TypeError,
+     r"8-bit inputs: fusedgemm.gemm_a8"),
+    (lambda: check(t(4, 64, dtype=torch.float64), t(32, 64, dtype=torch.float64)), TypeError, r"got torch.float64"),
+    (lambda: check(t(4, 64), t(32, 64), c=t(5, 32), beta=1.0), ValueError, r"c must be \[M=4, N=32\]"),
+    (lambda: check(t(4, 64), t(32, 64), c=t(4, 32, dtype=torch.float64), beta=1.0), TypeError, r"c must be"),
+    (lambda: check(t(4, 64), t(32, 64), bias=t(31)), ValueError, r"bias must have shape \[N=32\]"),
+    (lambda: check(t(4, 64), t(32, 64), bias=torch.ones(32, dtype=torch.int64)), TypeError, r"bias must be"),
+    (lambda: check(t(4, 64), t(32, 64), activation="swish"), ValueError, r"unknown activation 'swish'"),
+    (lambda: check(t(4, 64), t(32, 64), alpha=torch.ones(1, dtype=torch.float64)), TypeError,
+     r"alpha must be a number or a 1-element float32 tensor"),
+    (lambda: check(t(4, 64), t(32, 64), alpha="2"), TypeError, r"alpha must be a number"),
+    (lambda: check(t(4, 64), t(32, 64), beta=0.5), ValueError, r"beta is given but c is None"),
+    (lambda: check(t(4, 64), t(32, 64), layout="tn"), ValueError, r"layout must be 'nk'.*or 'kn'"),
+    (lambda: check(t(4, 64), t(36, 64)), ValueError, r"N must be a multiple of 8, got N=36"),
+    (lambda: check(t(4, 60), t(32, 60)), ValueError, r"K must be a positive multiple of 8 for torch.bfloat16"),
+    (lambda: check(t(4, 62, dtype=torch.float32), t(32, 62, dtype=torch.float32), precision="tf32"), ValueError,
+     r"multiple of 4"),
+    (lambda: check(t(4, 64), t(32, 64), precision="fast"), ValueError, r"precision must be"),
+    (lambda: check(t(4, 64), t(32, 64), out=t(4, 33)), ValueError, r"out must be \[4, 32\]"),
+    (lambda: check(t(4, 64), t(32, 64), out_dtype=torch.int8), TypeError, r"out_dtype must be"),
+    (lambda: check(t(4, 64), t(32, 64), bias=t(32), epilogue=fg.epilogue.parse("relu(acc)")), ValueError,
+     r"with epilogue=<expression>, pass every operand by name"),
+    (lambda: check(t(4, 64), t(32, 64), epilogue="silu"), TypeError, r"for a named activation use activation="),
+    (lambda: check(t(4, 64), t(32, 64), epilogue=fg.epilogue.parse("acc + aux(r)")), ValueError,
+     r"aux\(r\) has no value"),
+    (lambda: fg.matmul_fused(t(4, 64), t(32, 64)), ValueError, r"must be on a GPU.*A is on cpu"),
+    (lambda: fg.matmul_fused([1.0], t(32, 64)), TypeError, r"A must be a torch.Tensor, got list"),
+]
+
+
+@pytest.mark.parametrize("i", range(len(BAD)))
+def test_bad_input_says_what_was_expected(i):
+    fn, exc, pattern = BAD[i]
+    with pytest.raises(exc, match=pattern):
+        fn()
+
+
+def test_keyword_form_expression():
+    assert str(matmul_expression("silu", "aux", True)) == "silu(acc * scalar(alpha) + aux(c) * scalar(beta) + n_vec(bias))"
+    assert str(matmul_expression("none", None, False)) == "acc * scalar(alpha)"
+    assert str(matmul_expression("gelu", "m_vec", False, "bf16")) == \
+        "gelu(save(acc * scalar(alpha) + m_vec(c) * scalar(beta), bf16))"
+    p = check(t(2, 3, 64), t(32, 64), c=t(2, 3, 32), beta=0.5, bias=t(32, dtype=torch.float32), activation="relu")
+    assert p["m"] == 6 and p["lead"] == (2, 3) and dict(p["epi"].operand_dtypes) == {"c": "bf16", "bias": "f32"}
+    p0 = check(t(4, 64), t(32, 64), c=t(32), beta=0.0)  # beta = 0 ignores c, as torch.addmm
+    assert "(c)" not in str(p0["expr"])
+    assert check(t(4, 64), t(32, 64), c=t(4, 1), beta=2.0)["expr"].args[0].args[1].args[0].op == "m_vec"
+    assert check(t(4, 64), t(64, 32), layout="kn")["b_nk"] is None  # the caller transposes (with a warning)
+
+
+def test_fp32_precision_follows_torch():
+    a, b = t(4, 64, dtype=torch.float32), t(32, 64, dtype=torch.float32)
+    prev = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("highest")
+        assert check(a, b)["precision"] == "ieee"
+        torch.set_float32_matmul_precision("high")
+        assert check(a, b)["precision"] == "tf32"
+        assert check(a, b, precision="ieee")["precision"] == "ieee"
+    finally:
+        torch.set_float32_matmul_precision(prev)
+
+
+def test_specs_and_plans_of_the_wide_kinds():
+    spec = EpilogueSpec.of(matmul_expression("silu", None, True), {"bias": "bf16"})
+    k = GemmA8Kernel("sm_90a", "w128n192", "bf16", "bf16", spec)
+    assert k.preset is None and k.unit.startswith("matmul_sm90_bf16_bf16_w128n192_e")
+    assert k.kernel_name.startswith("fg_matmul_bf16_bf16_e") and "gemm_a8_wgmma<fg::Bf16," in k.source()
+    # K counts bytes in the plan: bf16 qkv M = 4096 takes the 128 x 192 tile, short K the persistent one.
+    assert choose_config(4096, 6144, 4096 * 2, "sm_90a", 132, True, 2)[0].name == "w128n192"
+    assert choose_config(8192, 7168, 2048 * 2, "sm_90a", 132, True, 2)[0].name == "p128n128"
+    assert choose_config(1, 6144, 4096 * 2, "sm_90a", 132, True, 2)[0].name == "v16n128"
+
+
+class _Ctx:
+    def __init__(self, act, layout, c, bias, needs):
+        self.activation, self.layout = act, layout
+        self.c_shape = None if c is None else tuple(c.shape)
+        self.c_dtype = None if c is None else c.dtype
+        self.bias_shape = None if bias is None else tuple(bias.shape)
+        self.bias_dtype = None if bias is None else bias.dtype
+        self.needs_input_grad = needs
+
+
+@pytest.mark.parametrize("act", ["none", "relu", "silu", "gelu", "gelu_erf", "tanh", "sigmoid", "square"])
+@pytest.mark.parametrize("c_shape,layout", [((2, 3, 16), "nk"), ((16,), "kn"), ((6, 1), "nk"), (None, "nk")])
+def test_backward_formulas_match_torch_autograd_in_float64(act, c_shape, layout):
+    """The backward (autograd.matmul_fused_grads, what the op's autograd calls) against torch's autograd of the
+    same float64 expression: the reference path of the gradcheck."""
+    g = torch.Generator().manual_seed(7)
+    d = torch.float64
+    x = torch.randn(2, 3, 8, dtype=d, generator=g).requires_grad_()
+    w = torch.randn(*((16, 8) if layout == "nk" else (8, 16)), dtype=d, generator=g).requires_grad_()
+    bias = torch.randn(16, dtype=d, generator=g).requires_grad_()
+    c = None if c_shape is None else torch.randn(*c_shape, dtype=d, generator=g).requires_grad_()
+    alpha, beta = 1.25, -0.5
+    w_nk = w if layout == "nk" else w.t()
+    pre = alpha * torch.nn.functional.linear(x, w_nk) + bias
+    if c is not None:
+        cc = c if c.dim() != 2 or c.shape[1] != 1 else c.reshape(2, 3, 1)
+        pre = pre + beta * cc
+    y = _UNARY[act](pre) if act != "none" else pre
+    dy = torch.randn(y.shape, dtype=d, generator=g)
+    inputs = [x, w, bias] + ([c] if c is not None else [])
+    want = torch.autograd.grad(y, inputs, dy)
+    ctx = _Ctx(act, layout, c, bias, (True, True, True, c is not None))
+    got = matmul_fused_grads(ctx, x.detach(), w.detach(), pre.detach(), alpha, beta, dy)
+    for gw, gg, name in zip(want, got, ("x", "w", "bias", "c")):
+        assert gg.shape == gw.shape, name
+        torch.testing.assert_close(gg, gw, rtol=1e-10, atol=1e-10, msg=name)
+
+
+def test_fused_linear_on_cpu_matches_torch_and_keeps_state_dict():
+    lin = torch.nn.Linear(16, 8)
+    for act in ("none", "silu", "gelu_erf"):
+        f = fg.nn.FusedLinear.from_linear(lin, activation=act, alpha=0.5)
+        assert list(f.state_dict()) == list(lin.state_dict()) and f.weight is lin.weight
+        x, r = torch.randn(3, 16), torch.randn(3, 8)
+        y = 0.5 * torch.nn.functional.linear(x, lin.weight) + lin.bias + 2.0 * r
+        torch.testing.assert_close(f(x, residual=r, beta=2.0), _UNARY[act](y) if act != "none" else y)
+    with pytest.raises(ValueError, match="unknown activation"):
+        fg.nn.FusedLinear(4, 8, activation="swish")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind,config,mma", [
+    ("bf16", "w128n192", r"\bHGMMA\.64x192x16\.F32\.BF16\b"),
+    ("fp16", "p128n128", r"\bHGMMA\.64x128x16\.F32\b"),
+    ("tf32", "v16n128", r"\bHGMMA\.64x16x8\.F32\.TF32\b"),
+    ("bf16", "w128n128", r"\bHGMMA\.64x128x16\.F32\.BF16\b"),
+])
+def test_sm90_kernels_build_with_wgmma_no_spills_and_layout(kind, config, mma):
+    from fusedgemm.runtime.build import BuildSpec, code_object_dir, find_nvidia_tool
+    from fusedgemm.runtime.codeobject import cubin_params
+
+    spec = EpilogueSpec.of(matmul_expression("gelu", "aux", True, None), {"c": "f32", "bias": "bf16"})
+    k = GemmA8Kernel("sm_90a", config, kind, "bf16", spec)
+    build = BuildSpec(k.unit, "sm_90a", k.source())
+    d = code_object_dir(build)
+    path = d / build.file_name()
+    params = cubin_params(path.read_bytes())
+    assert [(p.offset, p.size) for p in params[k.kernel_name]] == list(zip(k.signature.offsets, k.signature.sizes))
+    sass = subprocess.run([find_nvidia_tool("cuobjdump"), "-sass", str(path)], check=True, capture_output=True,
+                          text=True).stdout
+    assert re.search(mma, sass), f"no {mma}"
+    assert not re.search(r"\b(LDL|STL)\b", sass), "local memory traffic"
+    log = (d / f"{k.unit}.log").read_text()
+    assert re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores", log) == [("0", "0")], log[-2000:]

@@ -79,7 +79,7 @@ def test_keyword_form_expression():
     assert p["m"] == 6 and p["lead"] == (2, 3) and dict(p["epi"].operand_dtypes) == {"c": "bf16", "bias": "f32"}
     p0 = check(t(4, 64), t(32, 64), c=t(32), beta=0.0)  # beta = 0 ignores c, as torch.addmm
     assert "(c)" not in str(p0["expr"])
-    assert check(t(4, 64), t(32, 64), c=t(4, 1), beta=2.0)["expr"].args[0].args[1].args[0].op == "m_vec"
+    assert check(t(4, 64), t(32, 64), c=t(4, 1), beta=2.0)["expr"].args[1].args[0].op == "m_vec"
     assert check(t(4, 64), t(64, 32), layout="kn")["b_nk"] is None  # the caller transposes (with a warning)
 
 

@@ -111,6 +111,27 @@ def test_every_config_ragged(dtype):
             check(out, a, w, bias=b, act="gelu")
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_kn_layout_every_config_reads_b_in_place(dtype, recwarn):
+    """B as [K, N] (N contiguous): the MN-major kernels on sm_90a, each plan, ragged shapes, no copy warning."""
+    from fusedgemm.runtime.kernels import GEMM_A8_CONFIGS
+
+    if arch() != "sm_90a":
+        pytest.skip("MN-major B kernels are sm_90a's")
+    for i, (name, splits) in enumerate(p for p in plans("sm_90a") if GEMM_A8_CONFIGS[p[0]].unit == "gemm_a8_sm90"):
+        for m, n, k in ((3, 136, 72), (70, 264, 520), (200, 392, 1032)):
+            a, w_kn, b = rand((m, k), dtype, 110 + i), rand((k, n), dtype, 120 + i, 1 / math.sqrt(k)), rand(n, dtype, 7)
+            out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+            with forced_config(name, splits):
+                fg.matmul_fused(a, w_kn, b, layout="kn", activation="silu", out=out)
+            check(out, a, w_kn, bias=b, act="silu", layout="kn")
+    big = rand((200, 400), dtype, 130)  # a [K, N] view with a padded row stride: still read in place
+    w_view = big[:, 8:8 + 264]
+    a = rand((33, 200), dtype, 131)
+    check(fg.matmul_fused(a, w_view, layout="kn"), a, w_view, layout="kn")
+    assert not [w for w in recwarn.list if "copies B" in str(w.message) or "copied" in str(w.message)]
+
+
 @pytest.mark.parametrize("m", [1, 16, 64, 256, 2048])
 def test_llm_like_shapes_bf16(m):
     n, k = 4096, 4096

@@ -69,6 +69,14 @@ def _tensor_map_b_plain(ptr: int, n: int, k: int, block_n: int, l2: int, kind: s
                        (128 // nbytes, block_n), (1, 1), 0, _TMAP_SWIZZLE_128B, l2, 0)
 
 
+def _tensor_map_b_mn(ptr: int, n: int, k: int, block_n: int, l2: int, kind: str, ld: int) -> bytes:
+    """An MN-major B [K, N] (row stride `ld`): box 64 values of N (128 B) x 128 B worth of K rows, 128-byte
+    swizzle; a stage takes block_n / 64 boxes (copy_k_block, MnMajorB in gemm_a8_sm90_common.hpp)."""
+    nbytes = IN_BYTES[kind]
+    return _tensor_map(("bmn", ptr, n, k, ld, l2, kind), TMAP_DTYPE[kind], 2, ptr, (n, k), (ld * nbytes,),
+                       (128 // nbytes, 128 // nbytes), (1, 1), 0, _TMAP_SWIZZLE_128B, l2, 0)
+
+
 def kernel_for(dev: int, spec: GemmA8Kernel):
     kernel = _KERNELS.get((dev, spec))
     if kernel is None:
@@ -87,15 +95,15 @@ class CallPlan:
     devices) -- A, B, then the Params fields named by `pointers` -- and re-checks nothing else.
 
     in_kind: fp8 / int8 (gemm_a8: B preshuffled) or bf16 / fp16 / tf32 (matmul_fused: B a plain [N, K] matrix
-    with row stride ldb; A's row stride lda). op: the name errors carry."""
+    with row stride ldb, or with b_layout 'kn' a [K, N] one; A's row stride lda). op: the name errors carry."""
 
     __slots__ = ("dev", "m", "n", "k", "launch", "tma", "block_m", "block_n", "template", "slots", "a_map",
-                 "b_map", "l2", "bias_align", "kind", "lda", "ldb")
+                 "b_map", "l2", "bias_align", "kind", "lda", "ldb", "b_layout")
 
     def __init__(self, dev: int, arch: str, in_kind: str, m: int, n: int, k: int, out_dtype: torch.dtype, epi,
                  values: dict, pointers: tuple[str, ...], bias_align: int = 1, lda: int | None = None,
-                 ldb: int | None = None, op: str = "gemm_a8"):
-        self.dev, self.m, self.n, self.k, self.kind = dev, m, n, k, in_kind
+                 ldb: int | None = None, op: str = "gemm_a8", b_layout: str = "nk"):
+        self.dev, self.m, self.n, self.k, self.kind, self.b_layout = dev, m, n, k, in_kind, b_layout
         self.lda, self.ldb = k if lda is None else lda, k if ldb is None else ldb
         self.bias_align = bias_align  # as check_gemm_a8_args asks (the preset fast path re-checks it)
         self.launch = None  # nothing to launch for an empty output
@@ -117,7 +125,7 @@ class CallPlan:
             grid = (min(grid[0] * grid[1], sm_count(dev) * cfg.min_blocks_per_sm), 1, 1)
         if grid[1] > _MAX_GRID_Y:
             raise ValueError(f"{op}: M={m} is too large for one launch (at most {_MAX_GRID_Y * cfg.block_m} rows)")
-        spec = GemmA8Kernel(arch, cfg.name, in_kind, OUT_CODEGEN[str(out_dtype).split(".")[-1]], epi)
+        spec = GemmA8Kernel(arch, cfg.name, in_kind, OUT_CODEGEN[str(out_dtype).split(".")[-1]], epi, b_layout)
         kernel = kernel_for(dev, spec)
         # The packed values after A and B: M, N, K, then the Params fields; `slots` says where each per-call
         # address goes.
@@ -150,7 +158,9 @@ class CallPlan:
             self.a_map = (a_ptr, a_map)
         b_last, b_map = self.b_map
         if b_last != b_ptr:
-            if self.kind in MATMUL_IN:
+            if self.b_layout == "kn":
+                b_map = _tensor_map_b_mn(b_ptr, self.n, self.k, self.block_n, self.l2, self.kind, self.ldb)
+            elif self.kind in MATMUL_IN:
                 b_map = _tensor_map_b_plain(b_ptr, self.n, self.k, self.block_n, self.l2, self.kind, self.ldb)
             else:
                 b_map = _tensor_map_b(b_ptr, self.n, self.k, self.block_n, self.l2)

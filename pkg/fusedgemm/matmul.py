@@ -33,7 +33,8 @@ def warn_once(key: str, message: str) -> None:
 
 
 def _tensor_meta(t):
-    return None if t is None else (t.dtype, t.shape, t.stride(), t.get_device()) if t.__class__ is torch.Tensor \
+    """A tensor's (dtype, shape, strides, device) -- parameters included -- else the value itself."""
+    return None if t is None else (t.dtype, t.shape, t.stride(), t.get_device()) if isinstance(t, torch.Tensor) \
         else t
 
 
@@ -92,7 +93,7 @@ def matmul_fused(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = N
 
 
 def _needs_grad(*ts) -> bool:
-    return any(t.__class__ is torch.Tensor and t.requires_grad for t in ts)
+    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in ts)  # nn.Parameter included
 
 
 def matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogue, operands, out_dtype, out,
@@ -114,17 +115,23 @@ def matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogu
         _run_unfused_fp32(p, a, b, layout, out, saved)
         return out if saved is None else (out, saved)
     a2 = _operand_2d(p["a2"], "A", p["arch"])
-    b_nk = p["b_nk"]
-    if b_nk is None:  # layout 'kn'
-        warn_once("kn", "matmul_fused: layout='kn' copies B to [N, K] on every call (no MN-major B kernel yet); "
-                        "pass the weight as [N, K] (layout='nk') to avoid the copy")
-        b_nk = b.t().contiguous()
-    b_nk = _operand_2d(b_nk, "B", p["arch"])
+    b_nk, b_layout = p["b_nk"], "nk"
+    if b_nk is None:  # layout 'kn': read in place where a kernel takes it (sm_90a, 16-bit), else transposed
+        if p["arch"] == "sm_90a" and p["in_kind"] in ("bf16", "fp16"):
+            b_nk, b_layout = _operand_2d(b.t(), "B", p["arch"], n_major=True), "kn"
+        else:
+            warn_once("kn", f"matmul_fused: layout='kn' copies B to [N, K] on every call for {a.dtype} on "
+                            f"{p['arch']} (the MN-major B kernels are sm_90a bf16 / fp16); pass the weight as [N, K] "
+                            "(layout='nk') to avoid the copy")
+            b_nk = b.t().contiguous()
+    if b_layout == "nk":
+        b_nk = _operand_2d(b_nk, "B", p["arch"])
     outputs = [out] if saved is None else [out, saved]
     pointers, aligns = expression_pointers(p["expr"], p["operands"], saved is not None)
     with device_guard(a.device):
+        ldb = (b_nk.stride(1) if k > 1 else n) if b_layout == "kn" else (b_nk.stride(0) if n > 1 else k)
         plan = CallPlan(a.device.index, p["arch"], p["in_kind"], m, n, k, out_dtype, p["epi"], p["values"], pointers,
-                        lda=a2.stride(0) if m > 1 else k, ldb=b_nk.stride(0) if n > 1 else k, op="matmul_fused")
+                        lda=a2.stride(0) if m > 1 else k, ldb=ldb, op="matmul_fused", b_layout=b_layout)
         plan.run(a2.data_ptr(), b_nk.data_ptr(), *(o.data_ptr() for o in outputs),
                  *(p["values"][f] for f in pointers[len(outputs):]))
     if (key is not None and saved is None and a2.data_ptr() == a.data_ptr() and b_nk.data_ptr() == b.data_ptr()
@@ -138,9 +145,18 @@ def matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogu
     return out if saved is None else (out, saved)
 
 
-def _operand_2d(t: torch.Tensor, what: str, arch: str) -> torch.Tensor:
-    """t itself when its strides and address suit the kernel (unit stride along K; on sm_90a any 16-byte multiple
-    row stride, on AMD dense rows), else a contiguous copy with a one-time warning."""
+def _operand_2d(t: torch.Tensor, what: str, arch: str, n_major: bool = False) -> torch.Tensor:
+    """t ([rows, K]) itself when its strides and address suit the kernel (unit stride along K; on sm_90a any
+    16-byte multiple row stride, on AMD dense rows), else a contiguous copy with a one-time warning. n_major: t is
+    the [N, K] view of a [K, N] B, read along N (unit stride along N, 16-byte multiple K stride)."""
+    if n_major:
+        kn = t.t()
+        if (kn.stride(1) == 1 or kn.shape[1] == 1) and kn.data_ptr() % 16 == 0 and \
+                (kn.shape[0] <= 1 or (kn.stride(0) * kn.element_size()) % 16 == 0):
+            return t
+        warn_once(f"copy-{what}", f"matmul_fused: {what} ([K, N]) with strides {tuple(kn.stride())} is copied to a "
+                                  "contiguous tensor first: the kernel reads rows of 16-byte vectors along N")
+        return kn.contiguous().t()
     rows, k = t.shape
     ok = (t.stride(1) == 1 or k == 1) and t.data_ptr() % 16 == 0
     if arch == "sm_90a":

@@ -62,7 +62,7 @@ template <class In, class Epi, class Cfg, int kProbe>
 FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-major, box 128 B x BM, swizzle 128
                                    const sm90::TmaDesc& b_map,  // B (16,16) preshuffled, see above
                                    int M, int N, int K, const typename Epi::Params& ep) {
-  using Mma = sm90::Wgmma<In, Cfg::kMmaN>;
+  using Mma = MmaOf<In, Cfg>;
   using Acc = typename Mma::Acc;
   constexpr int kAcc = Cfg::kAccPerThread;
   constexpr int kAccPerMma = Mma::kAccPerThread;

@@ -37,6 +37,7 @@ struct WgmmaConfig {
   static constexpr bool kSwapAB = kSwapAB_;
   static constexpr int kChains = kChains_;
   static constexpr bool kPersistent = kPersistent_;
+  static constexpr bool kBMnMajor = false;  // B [K, N] (N contiguous): MnMajorB<Config>
   static constexpr int kConsumerWarpgroups = kSwapAB ? 1 : kBlockM / 64;
   static constexpr int kMmaN = kSwapAB ? kBlockM : kBlockN;        // the wgmma's N
   static constexpr int kMmasPerStep = kSwapAB ? kBlockN / 64 : 1;  // per warpgroup and K step of 32
@@ -81,6 +82,19 @@ struct WgmmaConfig {
                 "persistent: the parked-tile layout and the epilogue warps' row mapping assume a 128 x 128 tile");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
 };
+
+// A config whose B comes MN-major: matmul_fused's [K, N] weights (16-bit kinds). A stage of B is then
+// [kBlockN / 64 column blocks][K rows of the stage][128 B] (one 128-byte-swizzled TMA box per column block),
+// read by the MMA with B (unswapped) or A (swapped tiles) transposed.
+template <class Cfg>
+struct MnMajorB : Cfg {
+  static constexpr bool kBMnMajor = true;
+};
+
+// The wgmma a config runs for input kind In: its N, and the transpose an MN-major B needs.
+template <class In, class Cfg>
+using MmaOf = sm90::Wgmma<In, Cfg::kMmaN,
+                          !Cfg::kBMnMajor ? sm90::kTransNone : Cfg::kSwapAB ? sm90::kTransA : sm90::kTransB>;
 
 // Names must match runtime/kernels.py GEMM_A8_CONFIGS.
 using ConfigW64N128 = WgmmaConfig<64, 4, 2>;    // M <= 64: two CTAs per SM, 4 x 24 KB in flight each
@@ -285,7 +299,12 @@ FG_DEVICE void copy_k_block(u8* a_dst, u8* b_dst, const sm90::TmaDesc& a_map, co
   constexpr int kValues = Cfg::kBlockK / InTraits<In>::kBytes;  // values of K per stage row
   sm90::mbar_arrive_expect_tx(bar, a_rows * Cfg::kBlockK + Cfg::kStageBytesB);
   sm90::tma_load_2d(a_dst, &a_map, bar, kb * kValues, m0);
-  if constexpr (kPlainB<In, kProbe>) {
+  if constexpr (Cfg::kBMnMajor) {
+    static_assert(!InTraits<In>::kPreshuffledB && InTraits<In>::kBytes == 2, "MN-major B: 16-bit kinds only");
+#pragma unroll
+    for (int j = 0; j < Cfg::kBlockN / 64; ++j)  // column block j: N n0 + 64 j .. + 63, all kValues K rows
+      sm90::tma_load_2d(b_dst + j * kValues * 128, &b_map, bar, n0 + 64 * j, kb * kValues);
+  } else if constexpr (kPlainB<In, kProbe>) {
     sm90::tma_load_2d(b_dst, &b_map, bar, kb * kValues, n0);
   } else {
     // One copy gathers K chunks kb*8 .. kb*8+7 of the tile's BN/16 row blocks; the map's dimensions are
@@ -300,8 +319,9 @@ FG_DEVICE void copy_k_block(u8* a_dst, u8* b_dst, const sm90::TmaDesc& a_map, co
 template <class In, class Cfg, int kProbe, class Acc, int kAcc>
 FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* stage_a, u8* stage_b,
                                  sm90::u64* full, sm90::u64* empty, int wg, int lane) {
-  using Mma = sm90::Wgmma<In, Cfg::kMmaN>;
+  using Mma = MmaOf<In, Cfg>;
   constexpr int kAccPerMma = Mma::kAccPerThread;
+  constexpr int kValues = Cfg::kBlockK / InTraits<In>::kBytes;  // K rows of an MN-major B stage
   // Issue K block i's MMAs into `d` (asynchronously; committed as one group). accumulate = false: the
   // block's first MMA overwrites d.
   auto issue = [&](int i, Acc(&d)[kAcc], bool accumulate) {
@@ -320,16 +340,23 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
         // its B: D[h] = B_h . A^T.
 #pragma unroll
         for (int h = 0; h < Cfg::kMmasPerStep; ++h) {
+          // MN-major: weight rows 64h.. are column block h; 16 K rows (2048 B) per MMA; core matrices 1024 B
+          // apart along K (stride offset; the transpose swaps the roles of the two offsets).
           const sm90::u64 dw =
-              kPlainB<In, kProbe>
+              Cfg::kBMnMajor
+                  ? sm90::smem_desc(b_base + h * kValues * 128 + kk * 2048, kValues * 128, 1024, sm90::kSwizzle128B)
+              : kPlainB<In, kProbe>
                   ? sm90::smem_desc(b_base + 32 * kk + h * 64 * Cfg::kBlockK, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B)
                   : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16 + h * 8 * 128, Cfg::kBlockN * 16, 128,
                                     sm90::kNoSwizzle);
           Mma::mma(*reinterpret_cast<Acc(*)[kAccPerMma]>(&d[h * kAccPerMma]), dw, da, accumulate || kk > 0);
         }
       } else {
+        // MN-major: 16 K rows (2048 B) per MMA; 64-column blocks kValues x 128 B apart (leading offset), 8-row K
+        // groups 1024 B apart (stride offset).
         const sm90::u64 db =
-            kPlainB<In, kProbe>
+            Cfg::kBMnMajor ? sm90::smem_desc(b_base + kk * 2048, kValues * 128, 1024, sm90::kSwizzle128B)
+            : kPlainB<In, kProbe>
                 ? sm90::smem_desc(b_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B)
                 : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16, Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
         Mma::mma(d, da, db, accumulate || kk > 0);

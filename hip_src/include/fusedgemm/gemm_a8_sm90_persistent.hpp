@@ -80,7 +80,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
                                         const typename Epi::Params& ep) {
   static_assert(Epi::kRowValues * Cfg::kBlockM + Epi::kColValues * Cfg::kBlockN <= Cfg::kStagedFloats,
                 "the epilogue hoists more row/column values than the persistent config stages");
-  using Mma = sm90::Wgmma<In, Cfg::kMmaN>;
+  using Mma = MmaOf<In, Cfg>;
   using Acc = typename Mma::Acc;
   constexpr int kAcc = Cfg::kAccPerThread;
   constexpr int kConsumerWarps = Cfg::kConsumerThreads / 32;

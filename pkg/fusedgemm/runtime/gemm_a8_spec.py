@@ -34,6 +34,7 @@ class GemmA8Kernel:
     in_kind: str  # fp8 | int8 (gemm_a8) | bf16 | fp16 | tf32 (matmul_fused)
     out: str  # codegen output type: bf16 fp16 fp32 fp8e4m3fn fp8e4m3fnuz
     epilogue: codegen.EpilogueSpec
+    b_layout: str = "nk"  # "kn": B [K, N], N contiguous (matmul_fused, 16-bit kinds on sm_90a: MnMajorB<Config>)
 
     @property
     def cfg(self) -> kernels.TileConfig:
@@ -52,7 +53,8 @@ class GemmA8Kernel:
         if self.preset is not None:
             return self.cfg.unit
         if self.in_kind in MATMUL_IN:  # "matmul_" + the template's unit suffix ("", "_sm90")
-            return f"matmul{self.cfg.unit[len('gemm_a8'):]}_{self.in_kind}_{_OUT_SHORT[self.out]}_{self.config}_e{self.epilogue.key}"
+            return (f"matmul{self.cfg.unit[len('gemm_a8'):]}_{self.in_kind}{self._kn}_{_OUT_SHORT[self.out]}_"
+                    f"{self.config}_e{self.epilogue.key}")
         return f"{self.cfg.unit}_{self.in_kind}_{_OUT_SHORT[self.out]}_{self.config}_e{self.epilogue.key}"
 
     @property
@@ -61,8 +63,12 @@ class GemmA8Kernel:
             return kernels.gemm_a8_kernel_name(self.in_kind, "bfloat16" if self.out == "bf16" else "float16",
                                                self.preset, self.config)
         if self.in_kind in MATMUL_IN:
-            return f"fg_matmul_{self.in_kind}_{_OUT_SHORT[self.out]}_e{self.epilogue.key}_{self.config}"
+            return f"fg_matmul_{self.in_kind}{self._kn}_{_OUT_SHORT[self.out]}_e{self.epilogue.key}_{self.config}"
         return f"fg_gemm_a8_{kernels.GEMM_A8_IN[self.in_kind]}_{_OUT_SHORT[self.out]}_e{self.epilogue.key}_{self.config}"
+
+    @property
+    def _kn(self) -> str:
+        return "_kn" if self.b_layout == "kn" else ""
 
     @property
     def signature(self) -> kernels.Signature:
@@ -76,6 +82,11 @@ class GemmA8Kernel:
         epi = f"fg::{self.epilogue.struct_name}<{out_type}>"
         cfg = _CONFIG_TYPE[self.config]
         sm90 = self.cfg.unit == "gemm_a8_sm90"
+        if self.b_layout == "kn":
+            if not (sm90 and self.in_kind in ("bf16", "fp16")):
+                raise ValueError(f"B as [K, N] runs on the sm_90a wgmma configs for bf16 / fp16 only, not {self.arch} "
+                                 f"{self.config} {self.in_kind}")
+            cfg = f"fg::MnMajorB<{cfg}>"
         args = f"fg::{'GemmA8Sm90Args' if sm90 else 'GemmA8Args'}<{epi}>"
         m_off, ep_off = kernels.gemm_a8_arg_offsets(self.cfg.unit, self.epilogue)
         # NVRTC's front end has no __builtin_offsetof: there the metadata check alone holds the layout.

@@ -146,16 +146,28 @@ FG_DEVICE void wgmma_wait() {
 }
 
 // Keep the compiler from moving accumulator reads/writes across the asynchronous MMA.
+// NOTE: float registers take "+f": through a "+r" view each one becomes a mov.b32 that ptxas may schedule
+// before the wgmma.wait_group it follows in the source -- a read of in-flight accumulators, for which ptxas
+// serialises every wgmma of the kernel (C7514; seen on the bf16 kernels, whose fp32 tile is fenced right after
+// wait_group 0).
 template <class T, int N>
 FG_DEVICE void fence_regs(T (&r)[N]) {
 #pragma unroll
-  for (int i = 0; i < N; ++i) asm volatile("" : "+r"(*reinterpret_cast<u32*>(&r[i]))::"memory");
+  for (int i = 0; i < N; ++i) {
+    if constexpr (sizeof(T) == 4 && static_cast<T>(0.5f) != T(0))
+      asm volatile("" : "+f"(r[i])::"memory");
+    else
+      asm volatile("" : "+r"(*reinterpret_cast<u32*>(&r[i]))::"memory");
+  }
 }
 
 // One m64nNkK warpgroup MMA over 32 bytes of K (K = 32 8-bit, 16 16-bit or 8 tf32 values), N = 16, 128 or 192:
 // D[64 x N] (+)= A[64 x K] . B[N x K]^T, both K-major in shared memory. Thread t of the warpgroup holds D rows 16 (t / 32) + (t % 32) / 4 + 8 ((j / 2) % 2), columns
 // 8 (j / 4) + 2 (t % 4) + j % 2, for j = 0..N/2-1. accumulate = 0 overwrites D.
-template <class In, int N>
+// kTrans: 0 both operands K-major; kTransA: A is M-major; kTransB: B is N-major (16-bit kinds only: the
+// instruction's transpose immediates; fp8, int8 and tf32 read K-major operands only).
+enum WgmmaTranspose : int { kTransNone = 0, kTransA = 1, kTransB = 2 };
+template <class In, int N, int kTrans = kTransNone>
 struct Wgmma;
 
 #define FG_RW_FLOAT(x) "+f"(x)
@@ -192,9 +204,9 @@ struct Wgmma;
 
 // IN_T, N, ACC, the PTX shape/type suffix, the constraint, the register list and the operand numbers of
 // desc_a (= N / 2), desc_b and the accumulate predicate; SCALE: fp8 takes the two input-negation immediates.
-#define FG_WGMMA_SPECIALISE(IN_T, N, ACC, EXACT, PTX, CONSTRAINT, D_LIST, REGS, A, B, P, SCALE)               \
+#define FG_WGMMA_SPECIALISE_T(IN_T, N, TRANS, ACC, EXACT, PTX, CONSTRAINT, D_LIST, REGS, A, B, P, SCALE)     \
   template <>                                                                                               \
-  struct Wgmma<IN_T, N> {                                                                                   \
+  struct Wgmma<IN_T, N, TRANS> {                                                                            \
     using Acc = ACC;                                                                                        \
     static constexpr int kAccPerThread = N / 2;                                                             \
     static constexpr bool kExactAccumulator = EXACT;                                                        \
@@ -205,6 +217,8 @@ struct Wgmma;
                    : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                            \
     }                                                                                                       \
   };
+#define FG_WGMMA_SPECIALISE(IN_T, N, ACC, EXACT, PTX, CONSTRAINT, D_LIST, REGS, A, B, P, SCALE) \
+  FG_WGMMA_SPECIALISE_T(IN_T, N, kTransNone, ACC, EXACT, PTX, CONSTRAINT, D_LIST, REGS, A, B, P, SCALE)
 
 // fp8 sums keep fewer mantissa bits (promote into fp32 every 128 K); int32 sums of int8 products are exact.
 FG_WGMMA_SPECIALISE(Fp8E4M3, 128, float, false, "m64n128k32.f32.e4m3.e4m3", FG_RW_FLOAT, FG_WGMMA_D64,
@@ -235,6 +249,18 @@ FG_WGMMA_SPECIALISE(Fp16, 192, float, true, "m64n192k16.f32.f16.f16", FG_RW_FLOA
                     FG_WGMMA_REGS96, 96, 97, 98, ", 1, 1, 0, 0")
 FG_WGMMA_SPECIALISE(Fp16, 16, float, true, "m64n16k16.f32.f16.f16", FG_RW_FLOAT, FG_WGMMA_D8, FG_WGMMA_REGS8,
                     8, 9, 10, ", 1, 1, 0, 0")
+// MN-major B (matmul_fused's [K, N] weights): trans-b on the unswapped tiles, trans-a on the swapped ones (the
+// weight is the MMA's A there).
+#define FG_WGMMA_16BIT_TRANSPOSED(IN_T, PTX_T)                                                                    \
+  FG_WGMMA_SPECIALISE_T(IN_T, 128, kTransB, float, true, "m64n128k16.f32." PTX_T, FG_RW_FLOAT, FG_WGMMA_D64,     \
+                        FG_WGMMA_REGS64, 64, 65, 66, ", 1, 1, 0, 1")                                              \
+  FG_WGMMA_SPECIALISE_T(IN_T, 192, kTransB, float, true, "m64n192k16.f32." PTX_T, FG_RW_FLOAT, FG_WGMMA_D96,     \
+                        FG_WGMMA_REGS96, 96, 97, 98, ", 1, 1, 0, 1")                                              \
+  FG_WGMMA_SPECIALISE_T(IN_T, 16, kTransA, float, true, "m64n16k16.f32." PTX_T, FG_RW_FLOAT, FG_WGMMA_D8,        \
+                        FG_WGMMA_REGS8, 8, 9, 10, ", 1, 1, 1, 0")
+FG_WGMMA_16BIT_TRANSPOSED(Bf16, "bf16.bf16")
+FG_WGMMA_16BIT_TRANSPOSED(Fp16, "f16.f16")
+#undef FG_WGMMA_16BIT_TRANSPOSED
 FG_WGMMA_SPECIALISE(Tf32, 128, float, true, "m64n128k8.f32.tf32.tf32", FG_RW_FLOAT, FG_WGMMA_D64,
                     FG_WGMMA_REGS64, 64, 65, 66, ", 1, 1")
 FG_WGMMA_SPECIALISE(Tf32, 192, float, true, "m64n192k8.f32.tf32.tf32", FG_RW_FLOAT, FG_WGMMA_D96,
@@ -243,6 +269,7 @@ FG_WGMMA_SPECIALISE(Tf32, 16, float, true, "m64n16k8.f32.tf32.tf32", FG_RW_FLOAT
                     8, 9, 10, ", 1, 1")
 
 #undef FG_WGMMA_SPECIALISE
+#undef FG_WGMMA_SPECIALISE_T
 #undef FG_WGMMA_D96
 #undef FG_WGMMA_REGS96
 #undef FG_WGMMA_D64

@@ -15,7 +15,6 @@ import warnings
 
 import torch
 
-from . import epilogue as _epi
 from . import plan as _plan
 from .call_plan import CallPlan, expression_pointers
 from .checks import check_matmul_fused_args
@@ -173,7 +172,7 @@ def _operand_2d(t: torch.Tensor, what: str, arch: str, n_major: bool = False) ->
 
 def _run_unfused_fp32(p: dict, a, b, layout, out, saved) -> None:
     """precision 'ieee': torch.mm in exact fp32, then the epilogue as torch ops in fp32."""
-    from .epilogue.evaluate import evaluate_outputs  # noqa: F401  (semantics reference; the ops below mirror it)
+    from .epilogue.evaluate import evaluate_outputs
 
     prev = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
@@ -182,59 +181,10 @@ def _run_unfused_fp32(p: dict, a, b, layout, out, saved) -> None:
         acc = p["a2"].float() @ bt.float()
     finally:
         torch.set_float32_matmul_precision(prev)
-    y, pre = epilogue_torch(p["expr"], acc, p["operands"])
+    y, pre = evaluate_outputs(p["expr"], acc, p["operands"], compute_dtype=torch.float32, device=acc.device)
     out.view(-1, p["n"]).copy_(y)
     if saved is not None:
         saved.view(-1, p["n"]).copy_(pre)
 
 
-def epilogue_torch(expr, acc: torch.Tensor, operands: dict):
-    """An epilogue expression on a device tensor with torch ops in fp32 -> (value, saved value or None)."""
-    from .epilogue.evaluate import _BINARY, _UNARY
-
-    m, n = acc.shape
-    saved = []
-
-    def leaf(node):
-        name = node.attrs[0]
-        v = operands.get(name)
-        if v is None:
-            return torch.tensor(node.attrs[1], dtype=torch.float32, device=acc.device)
-        if not isinstance(v, torch.Tensor):
-            return torch.tensor(float(v), dtype=torch.float32, device=acc.device)
-        v = v.float()
-        if node.op == "m_vec":
-            return v.reshape(-1, 1) if v.numel() > 1 else v.reshape(())
-        if node.op == "n_vec":
-            return v.reshape(1, -1) if v.numel() > 1 else v.reshape(())
-        return v.reshape(m, n) if node.op == "aux" else v.reshape(())
-
-    def ev(node):
-        op = node.op
-        if op == "acc":
-            return acc
-        if op == "const":
-            return torch.tensor(node.attrs[0], dtype=torch.float32, device=acc.device)
-        if op in ("m_vec", "n_vec", "scalar", "aux"):
-            return leaf(node)
-        if op in _UNARY:
-            return _UNARY[op](ev(node.args[0]))
-        if op == "leaky_relu":
-            x = ev(node.args[0])
-            return torch.where(x < 0, x * node.attrs[0], x)
-        if op == "clamp":
-            return ev(node.args[0]).clamp(*node.attrs)
-        if op in _BINARY:
-            return _BINARY[op](ev(node.args[0]), ev(node.args[1]))
-        x = ev(node.args[0])  # cast / save
-        r = x.to(_epi.TORCH_DTYPES[node.attrs[0]])
-        if op == "save":
-            saved.append(r.expand(m, n))
-            return x
-        return r.float()
-
-    y = ev(expr).expand(m, n)
-    return y, (saved[0] if saved else None)
-
-
-__all__ = ["matmul_fused", "matmul_fused_forward", "epilogue_torch"]
+__all__ = ["matmul_fused", "matmul_fused_forward"]

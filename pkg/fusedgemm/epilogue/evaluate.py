@@ -41,21 +41,21 @@ _BINARY = {"add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.di
            "minimum": torch.minimum}
 
 
-def _operand_value(op: ir.Operand, operands: dict, m: int, n: int) -> torch.Tensor:
-    """The operand as a float64 tensor broadcastable to [M, N]."""
+def _operand_value(op: ir.Operand, operands: dict, m: int, n: int, device=None) -> torch.Tensor:
+    """The operand as a float64 tensor broadcastable to [M, N] (on the CPU, or `device`)."""
     v = operands.get(op.name)
     if v is None:
         if op.default is None:
             raise ir.EpilogueError(f"{op.kind}({op.name}) has no value: pass operands[{op.name!r}]")
-        return torch.tensor(op.default, dtype=torch.float64)
+        return torch.tensor(op.default, dtype=torch.float64, device=device)
     if op.kind == "scalar":
         if isinstance(v, torch.Tensor):
             if v.numel() != 1:
                 raise ir.EpilogueError(f"scalar({op.name}) must be a number or a 1-element tensor, got shape "
                                        f"{tuple(v.shape)}")
-            return v.detach().cpu().to(torch.float64).reshape(())
-        return torch.tensor(float(v), dtype=torch.float64)
-    t = v.detach().cpu().to(torch.float64)
+            return v.detach().to(device or "cpu", torch.float64).reshape(())
+        return torch.tensor(float(v), dtype=torch.float64, device=device)
+    t = v.detach().to(device or "cpu", torch.float64)
     if op.kind == "aux":
         if tuple(t.shape) != (m, n):
             raise ir.EpilogueError(f"aux({op.name}) must be [M={m}, N={n}], got {tuple(t.shape)}")
@@ -70,11 +70,12 @@ def _operand_value(op: ir.Operand, operands: dict, m: int, n: int) -> torch.Tens
 
 
 def evaluate_outputs(expr: ir.Node, acc: torch.Tensor, operands: dict | None = None, *,
-                     compute_dtype: torch.dtype = torch.float64):
+                     compute_dtype: torch.dtype = torch.float64, device=None):
     """-> (value of expr [M, N], value of its save(...) node rounded to the save dtype, or None), as float64.
 
     compute_dtype=torch.float32 evaluates every op in fp32 instead (what torch's own fp32 arithmetic gives: the
-    tests measure a kernel's error against the float64 value relative to that)."""
+    tests measure a kernel's error against the float64 value relative to that). device: evaluate there instead
+    of on the CPU (matmul_fused's unfused fp32 path runs its epilogue this way)."""
     ir.validate(expr)
     operands = dict(operands or {})
     known = ir.operands(expr)
@@ -82,11 +83,11 @@ def evaluate_outputs(expr: ir.Node, acc: torch.Tensor, operands: dict | None = N
     if extra:
         raise ir.EpilogueError(f"operands {extra} are not used by the epilogue {expr}")
     cd = compute_dtype
-    a = acc.detach().cpu().to(torch.float64).to(cd)
+    a = acc.detach().to(device or "cpu", torch.float64).to(cd)
     if a.dim() != 2:
         raise ir.EpilogueError(f"acc must be [M, N], got {tuple(a.shape)}")
     m, n = a.shape
-    leaf = {name: _operand_value(op, operands, m, n).to(cd) for name, op in known.items()}
+    leaf = {name: _operand_value(op, operands, m, n, device).to(cd) for name, op in known.items()}
     saved = []
 
     def ev(node: ir.Node) -> torch.Tensor:
@@ -94,7 +95,7 @@ def evaluate_outputs(expr: ir.Node, acc: torch.Tensor, operands: dict | None = N
         if op == "acc":
             return a
         if op == "const":
-            return torch.tensor(node.attrs[0], dtype=torch.float64).to(cd)
+            return torch.tensor(node.attrs[0], dtype=torch.float64, device=a.device).to(cd)
         if op in ("m_vec", "n_vec", "scalar", "aux"):
             return leaf[node.attrs[0]]
         if op in _UNARY:
@@ -105,7 +106,8 @@ def evaluate_outputs(expr: ir.Node, acc: torch.Tensor, operands: dict | None = N
         if op == "clamp":
             x = ev(node.args[0])
             lo, hi = node.attrs
-            return torch.minimum(torch.maximum(x, torch.tensor(lo, dtype=cd)), torch.tensor(hi, dtype=cd))
+            return torch.minimum(torch.maximum(x, torch.tensor(lo, dtype=cd, device=a.device)),
+                                 torch.tensor(hi, dtype=cd, device=a.device))
         if op in _BINARY:
             return _BINARY[op](ev(node.args[0]), ev(node.args[1]))
         if op == "cast":

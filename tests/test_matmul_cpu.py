@@ -12,7 +12,8 @@ from fusedgemm.autograd import matmul_fused_grads
 from fusedgemm.checks import check_matmul_fused_args, matmul_expression
 from fusedgemm.epilogue.codegen import EpilogueSpec
 from fusedgemm.epilogue.evaluate import _UNARY
-from fusedgemm.plan import choose_config
+from fusedgemm.plan import choose_config, plans
+from fusedgemm.runtime import kernels
 from fusedgemm.runtime.gemm_a8_spec import GemmA8Kernel
 
 BF = torch.bfloat16
@@ -101,10 +102,41 @@ def test_specs_and_plans_of_the_wide_kinds():
     k = GemmA8Kernel("sm_90a", "w128n192", "bf16", "bf16", spec)
     assert k.preset is None and k.unit.startswith("matmul_sm90_bf16_bf16_w128n192_e")
     assert k.kernel_name.startswith("fg_matmul_bf16_bf16_e") and "gemm_a8_wgmma<fg::Bf16," in k.source()
-    # K counts bytes in the plan: bf16 qkv M = 4096 takes the 128 x 192 tile, short K the persistent one.
-    assert choose_config(4096, 6144, 4096 * 2, "sm_90a", 132, True, 2)[0].name == "w128n192"
+    # K counts bytes in the plan: bf16 qkv M = 1024 takes the 128 x 192 tile (two waves, like 128 x 256), M = 4096
+    # the 128 x 256 one (6 waves against 8; TILE_RATE_WIDE's w128n256 rate is provisional), short K the
+    # persistent one.
+    assert choose_config(1024, 6144, 4096 * 2, "sm_90a", 132, True, 2)[0].name == "w128n192"
+    assert choose_config(4096, 6144, 4096 * 2, "sm_90a", 132, True, 2)[0].name == "w128n256"
     assert choose_config(8192, 7168, 2048 * 2, "sm_90a", 132, True, 2)[0].name == "p128n128"
     assert choose_config(1, 6144, 4096 * 2, "sm_90a", 132, True, 2)[0].name == "v16n128"
+
+
+def test_the_256_wide_tile_serves_the_wide_kinds_only():
+    """w128n256 (ConfigW128N256: 4 x 48 KB stages, two consumer warpgroups + a producer warpgroup) runs bf16 / fp16 /
+    tf32 only: gemm_a8's plans, its heuristic and the ahead-of-time unit's kernel list never hold it."""
+    cfg = kernels.GEMM_A8_CONFIGS["w128n256"]
+    assert (cfg.block_m, cfg.block_n, cfg.warps, cfg.unit) == (128, 256, 12, "gemm_a8_sm90")
+    assert cfg.smem == 4 * (128 + 256) * 128 + 4 * 2 * 8 + 1024 <= 227 * 1024
+    assert cfg.in_kinds == ("bf16", "fp16", "tf32") and not cfg.serves("fp8") and not cfg.serves("int8")
+    for kind in ("fp8", "int8"):
+        assert all(name != "w128n256" for name, _s in plans("sm_90a", kind))
+    assert plans("sm_90a") == plans("sm_90a", "fp8") == plans("sm_90a", "int8")
+    assert not any("w128n256" in name for unit in ("gemm_a8", "gemm_a8_sm90")
+                   for name in kernels.gemm_a8_kernel_names(unit))
+    for kind in ("bf16", "fp16", "tf32"):
+        wide = plans("sm_90a", kind)
+        assert [("w128n256", s) for s in (1, 2, 4, 8)] == [p for p in wide if p[0] == "w128n256"]
+        assert all(kernels.GEMM_A8_CONFIGS[name].unit == "gemm_a8_sm90" for name, _s in wide)  # wgmma only there
+    assert "w128n256" not in {name for name, _s in plans("gfx942", "bf16")}
+    with pytest.raises(ValueError, match="in_kind must be one of"):
+        plans("sm_90a", "fp4")
+    # The heuristic of each family stays inside that family's plans (which the GPU tests run).
+    for in_bytes, kind in ((1, "fp8"), (2, "bf16"), (4, "tf32")):
+        allowed = set(plans("sm_90a", kind))
+        for m in (1, 16, 64, 65, 256, 1024, 4096, 8192):
+            for n, k in ((16, 16), (4096, 4096), (6144, 4096), (28672, 4096), (4096, 14336), (7168, 2048)):
+                got = choose_config(m, n, k * in_bytes, "sm_90a", 132, True, in_bytes)
+                assert (got[0].name, got[1]) in allowed, (kind, m, n, k, got[0].name, got[1])
 
 
 class _Ctx:
@@ -158,18 +190,21 @@ def test_fused_linear_on_cpu_matches_torch_and_keeps_state_dict():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kind,config,mma", [
-    ("bf16", "w128n192", r"\bHGMMA\.64x192x16\.F32\.BF16\b"),
-    ("fp16", "p128n128", r"\bHGMMA\.64x128x16\.F32\b"),
-    ("tf32", "v16n128", r"\bHGMMA\.64x16x8\.F32\.TF32\b"),
-    ("bf16", "w128n128", r"\bHGMMA\.64x128x16\.F32\.BF16\b"),
+@pytest.mark.parametrize("kind,config,mma,layout", [
+    ("bf16", "w128n192", r"\bHGMMA\.64x192x16\.F32\.BF16\b", "nk"),
+    ("fp16", "p128n128", r"\bHGMMA\.64x128x16\.F32\b", "nk"),
+    ("tf32", "v16n128", r"\bHGMMA\.64x16x8\.F32\.TF32\b", "nk"),
+    ("bf16", "w128n128", r"\bHGMMA\.64x128x16\.F32\.BF16\b", "nk"),
+    ("bf16", "w128n256", r"\bHGMMA\.64x256x16\.F32\.BF16\b", "nk"),
+    ("fp16", "w128n256", r"\bHGMMA\.64x256x16\.F32\b", "kn"),
+    ("tf32", "w128n256", r"\bHGMMA\.64x256x8\.F32\.TF32\b", "nk"),
 ])
-def test_sm90_kernels_build_with_wgmma_no_spills_and_layout(kind, config, mma):
+def test_sm90_kernels_build_with_wgmma_no_spills_and_layout(kind, config, mma, layout):
     from fusedgemm.runtime.build import BuildSpec, code_object_dir, find_nvidia_tool
     from fusedgemm.runtime.codeobject import cubin_params
 
     spec = EpilogueSpec.of(matmul_expression("gelu", "aux", True, None), {"c": "f32", "bias": "bf16"})
-    k = GemmA8Kernel("sm_90a", config, kind, "bf16", spec)
+    k = GemmA8Kernel("sm_90a", config, kind, "bf16", spec, layout)
     build = BuildSpec(k.unit, "sm_90a", k.source())
     d = code_object_dir(build)
     path = d / build.file_name()
@@ -181,3 +216,5 @@ def test_sm90_kernels_build_with_wgmma_no_spills_and_layout(kind, config, mma):
     assert not re.search(r"\b(LDL|STL)\b", sass), "local memory traffic"
     log = (d / f"{k.unit}.log").read_text()
     assert re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores", log) == [("0", "0")], log[-2000:]
+    # ptxas serialising the wgmma chain (fence_regs in sm90_async.hpp) says so in the log
+    assert not re.search(r"\bC75(14|17|19)\b", log), log[-2000:]

@@ -6,7 +6,8 @@
 //
 // Block = kConsumerWarpgroups x 128 consumer threads (warpgroup w owns rows 64w..64w+63 of the block tile)
 // plus a producer: one warp, or a whole warpgroup that hands its registers to the consumer warpgroups
-// (setmaxnreg) when they hold more accumulators (three warpgroups, 192-wide tiles, two accumulator chains). One producer lane streams K blocks of 128 bytes into a ring of kStages shared-memory
+// (setmaxnreg) when they hold more accumulators (three warpgroups, 192- or 256-wide tiles, two accumulator
+// chains). One producer lane streams K blocks of 128 bytes into a ring of kStages shared-memory
 // stages; "full" barriers count the copy engine's bytes, "empty" barriers count consumer warps done.
 //
 // Shared-memory layouts, both K-major as wgmma reads them:
@@ -144,12 +145,22 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
     float row_values[2][Epi::kRowValues];  // of rows row0 and row0 + 8
     load_row_pair<Epi>(ep, M, row0, row_values);
     if (splits == 1) {
-      ColumnValues<Epi, kAcc / 4> col_values;
-      col_values.load(ep, N, n0, ct);
+      // The groups' column values in column_rounds rounds (one, but for the 256-wide tiles): round r covers
+      // accumulators kRoundAcc r .. kRoundAcc (r + 1) - 1, i.e. the columns from n0 + 2 kRoundAcc r on.
+      constexpr int kRounds = column_rounds<Epi, kAcc>();
+      constexpr int kRoundAcc = kAcc / kRounds;
+      static_assert(kAcc % (4 * kRounds) == 0, "whole 8-column groups per round");
 #pragma unroll
-      for (int j = 0; j < kAcc; j += 4)
-        store_group<Epi>(ep, M, N, row_values, row0, n0 + acc_col(ct, j), col_values.v[j / 2],
-                         col_values.v[j / 2 + 1], acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+      for (int r = 0; r < kRounds; ++r) {
+        ColumnValues<Epi, kRoundAcc / 4> col_values;
+        col_values.load(ep, N, n0 + 2 * kRoundAcc * r, ct);
+#pragma unroll
+        for (int i = 0; i < kRoundAcc; i += 4) {
+          const int j = kRoundAcc * r + i;
+          store_group<Epi>(ep, M, N, row_values, row0, n0 + acc_col(ct, j), col_values.v[i / 2],
+                           col_values.v[i / 2 + 1], acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+        }
+      }
       FG_PROBE_STAMP(3, false);
       return;
     }
@@ -192,6 +203,9 @@ FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major,
                              const sm90::TmaDesc& b_map,  // B (16,16) preshuffled, see above
                              int M, int N, int K,
                              const typename Epi::Params& ep) {  // the epilogue's operands and outputs (epilogue.hpp)
+  static_assert(Cfg::kSwapAB || Cfg::kBlockN <= 192 || InTraits<In>::kBytes > 1,
+                "256-wide tiles (ConfigW128N256) are the 16/32-bit kinds' (matmul_fused) only: fp8 would hold a "
+                "second 128-register partial tile per consumer thread, and no 8-bit kernel is built on them");
   if constexpr (Cfg::kPersistent)
     gemm_a8_wgmma_persistent<In, Epi, Cfg, kProbe>(a_map, b_map, M, N, K, ep);
   else

@@ -30,7 +30,8 @@ template <int kBlockM_, int kStages_, int kMinBlocksPerSm_, int kBlockN_ = 128, 
           int kChains_ = 1, bool kPersistent_ = false>
 struct WgmmaConfig {
   static constexpr int kBlockM = kBlockM_;
-  static constexpr int kBlockN = kBlockN_;  // one m64nBNk32 wgmma per warpgroup per K step: 128 or 192
+  // One m64nBN wgmma per warpgroup per K step of 32 bytes: 128, 192 or 256 (256: the 16/32-bit kinds only).
+  static constexpr int kBlockN = kBlockN_;
   static constexpr int kBlockK = 128;  // bytes = fp8/int8 values of K per stage
   static constexpr int kStages = kStages_;
   static constexpr int kMinBlocksPerSm = kMinBlocksPerSm_;
@@ -45,8 +46,9 @@ struct WgmmaConfig {
   // Each SM sub-partition has 16384 registers for its warps: three consumer warpgroups plus a producer warp
   // would be capped at 128 registers per thread (spills). Then the producer is a whole warpgroup that gives
   // registers back (setmaxnreg) so the consumers can hold 160. Otherwise the producer is one warp.
-  // Likewise 192-wide tiles: 2 x 96 accumulators per thread do not fit the 168 registers that two consumer
-  // warpgroups and a producer warp get (one sub-partition holds 3 of the 9 warps).
+  // Likewise 192- and 256-wide tiles: 96 or 128 accumulators per thread (and fp8's partial tile as many again)
+  // do not fit the 168 registers that two consumer warpgroups and a producer warp get (one sub-partition holds
+  // 3 of the 9 warps).
   // Two chains of 64 columns likewise: fp8 holds acc + 2 partial tiles = 192 accumulators per thread.
   // A persistent kernel's epilogue warps are the producer warpgroup's.
   static constexpr bool kSetMaxNReg = kConsumerWarpgroups == 3 || kBlockN > 128 || kChains > 1 || kPersistent;
@@ -75,6 +77,9 @@ struct WgmmaConfig {
   static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8 + 1024;
   static_assert(kSwapAB ? kBlockM == 16 && kBlockN % 64 == 0 : kBlockM % 64 == 0 && kBlockM <= 192,
                 "one to three consumer warpgroups of 64 rows; swapped: 16 activation rows, 64-row weight MMAs");
+  static_assert(kSwapAB || kBlockN == 128 || kBlockN == 192 || (kBlockN == 256 && kConsumerWarpgroups <= 2),
+                "unswapped tiles are 128, 192 or 256 wide (one wgmma per warpgroup and K step); 256 wide: 128 "
+                "accumulators per thread, which fit two consumer warpgroups' 232 registers, not three's 160");
   static_assert(kReduceBytes <= kBarrierOffset, "the split-K partial tile reuses the stage buffers");
   static_assert(kChains == 1 || (kChains == 2 && !kSwapAB && kConsumerWarpgroups == 2 && kBlockN == 128),
                 "two chains: fp8 needs 3 x 64 accumulators per thread, which fits 2 consumer warpgroups of n128 only");
@@ -104,6 +109,12 @@ using ConfigW128N128 = WgmmaConfig<128, 6, 1, 128, false, 2>;
 // 192-wide tiles: each wgmma does 1.5x the work of an n128 one for the same A bytes and per-block overhead
 // (wait, promotion, barrier); 96 + 96 accumulator registers per consumer thread; 5 x 40 KB stages.
 using ConfigW128N192 = WgmmaConfig<128, 5, 1, 192>;
+// 256-wide tiles, the 16/32-bit kinds only (matmul_fused; no 8-bit kernel instantiates it: fp8's partial tile
+// would double the 128 accumulator registers per consumer thread). Per K step of 32 bytes a warpgroup's wgmma
+// reads 2 KB of A and N x 32 B of B: 0.625 shared-memory bytes per output element against 0.67 (n192) and 0.75
+// (n128), and the block's per-K-block overhead (wait, barrier) is shared by more MMA work. 4 x 48 KB stages (5
+// would need 241 KB).
+using ConfigW128N256 = WgmmaConfig<128, 4, 1, 256>;
 using ConfigW192N128 = WgmmaConfig<192, 5, 1>;  // large M: three consumer warpgroups keep the tensor core fed
                                                 // while one of them promotes; 5 x 40 KB stages
 // M > 64, many tiles: persistent, epilogue warps, 5 x 32 KB stages (the parked tile takes 64 KB).
@@ -147,7 +158,7 @@ FG_DEVICE int a_box_rows(int M) {
 }
 
 // Accumulator element j of consumer thread t (t counted within its warpgroup): row and column in the
-// warpgroup's 64 x 128 tile (the wgmma D fragment layout).
+// warpgroup's 64 x kBlockN tile (the wgmma D fragment layout).
 FG_DEVICE int acc_row(int t, int j) { return 16 * (t >> 5) + ((t & 31) >> 2) + 8 * ((j >> 1) & 1); }
 FG_DEVICE int acc_col(int t, int j) { return 8 * (j >> 2) + 2 * (t & 3) + (j & 1); }
 
@@ -173,6 +184,19 @@ struct ColumnValues {
     Epi::template load_cols<2 * kGroups>(ep, cols, in, v);
   }
 };
+
+// In how many rounds the unswapped epilogue loads the ColumnValues of kAcc accumulators (kAcc / 4 groups), each
+// round's loads after the previous round's stores: one, except for the 256-wide tiles, where 128 accumulators
+// and 64 columns x kColValues values do not fit the consumers' 232 registers (one bias operand: a 224-byte stack
+// frame, 228 bytes of spill stores). There each round holds at most 32 values, and the accumulators stored in
+// one round are dead in the next (two rounds for one column value: a second wait for loads per tile).
+template <class Epi, int kAcc>
+__host__ __device__ constexpr int column_rounds() {
+  if (kAcc <= 96) return 1;
+  int rounds = 1;
+  while (rounds < kAcc / 4 && (kAcc / 2) * Epi::kColValues / rounds > 32) rounds *= 2;
+  return rounds;
+}
 
 // The row values of rows row0 and row0 + 8 (zeros past M).
 template <class Epi>

@@ -36,14 +36,23 @@ def forced_config(name: str, splits: int = 1):
         _FORCED = saved
 
 
-def plans(arch: str) -> list[tuple[str, int]]:
-    """Every (config name, split-K factor) the heuristic may choose on `arch` (the GPU tests run each)."""
+def plans(arch: str, in_kind: str = "fp8") -> list[tuple[str, int]]:
+    """Every (config name, split-K factor) the heuristic may choose on `arch` for input kind `in_kind` (the GPU
+    tests run each): gemm_a8's for fp8 / int8 (the default), matmul_fused's for bf16 / fp16 / tf32. A config
+    that does not serve the kind (w128n256: the 16/32-bit kinds only) is left out."""
+    wide = in_kind in kernels.WIDE_IN
+    if in_kind not in kernels.ALL_IN:
+        raise ValueError(f"in_kind must be one of {', '.join(kernels.ALL_IN)}, got {in_kind!r}")
     out = []
     for name, cfg in kernels.GEMM_A8_CONFIGS.items():
+        if not cfg.serves(in_kind):
+            continue
         if cfg.unit == "gemm_a8_sm90":
             out += [(name, s) for s in (SPLITS[:1] if cfg.persistent else SPLITS)] if arch == "sm_90a" else []
-        elif arch != "sm_90a" or name == "m128n128":  # sm_90a keeps one mma.sync config reachable, tested
+        elif arch != "sm_90a":
             out.append((name, 1))
+        elif name == "m128n128" and not wide:  # sm_90a keeps one mma.sync config reachable for gemm_a8, tested;
+            out.append((name, 1))  # matmul_fused runs on the wgmma configs only there
     return out
 
 

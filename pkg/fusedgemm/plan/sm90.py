@@ -4,15 +4,16 @@ M <= 64 is weight streaming: M <= 16 on the swapped 16 x 128 tiles (the weight's
 activation's its N: a quarter of the tensor-core work of an m64 tile at M = 1; three CTAs per SM), else 64 x 128
 tiles (rows past M cost nothing, TMA zero-fills them), two CTAs per SM. M > 64: the persistent 128 x 128 kernel
 when there are at least as many tiles as SMs and K <= PERSISTENT_MAX_K (and the epilogue fits its staging),
-else 128 x 128, 128 x 192 or 192 x 128 tiles, whichever modelled_time says. When there are too few output
-tiles to fill the SMs, K is split over a cluster of 2 or 4 CTAs (2 for M > 64), while every CTA keeps >= 4 K
-blocks of 128.
+else 128 x 128, 128 x 192 or 192 x 128 tiles (matmul_fused's 16/32-bit kinds also 128 x 256), whichever
+modelled_time says. When there are too few output tiles to fill the SMs, K is split over a cluster of 2 or 4
+CTAs (2 for M > 64), while every CTA keeps >= 4 K blocks of 128.
 """
 from __future__ import annotations
 
 from ..runtime import kernels
 
-CONFIGS = ("v16n128", "w64n128", "w128n128", "w128n192", "w192n128", "p128n128")
+CONFIGS = ("v16n128", "w64n128", "w128n128", "w128n192", "w192n128", "p128n128")  # gemm_a8 (fp8 / int8)
+CONFIGS_WIDE = CONFIGS + ("w128n256",)  # matmul_fused (bf16 / fp16 / tf32): also the 256-wide tile
 
 # p128n128 (persistent CTAs, the epilogue on spare warps under the next tile's MMAs) where every SM gets a tile
 # and K is not long: the epilogue it hides is a fixed cost per tile, so its share shrinks with K while the
@@ -32,7 +33,9 @@ TILE_RATE = {"w128n128": 1.0, "w128n192": 1.2, "w192n128": 1.27}
 # 1024 / 4096 (102 / 373 us against 108 / 391 persistent, 118 / 437 w128n128) and down M = 4096 (837 against
 # 877-894); the persistent kernel only at short K (moe_dn K = 2048, M = 8192: 459 against 481-567).
 PERSISTENT_MAX_K_WIDE = 4096  # bytes
-TILE_RATE_WIDE = {"w128n128": 1.0, "w128n192": 1.15, "w192n128": 1.1}
+# w128n256 (two consumer warpgroups of m64n256: 0.625 shared-memory bytes per output element per K step against
+# 0.67 on w128n192): a PROVISIONAL rate, unmeasured (to be set from ci/matmul_plans.py on an H100).
+TILE_RATE_WIDE = {"w128n128": 1.0, "w128n192": 1.15, "w192n128": 1.1, "w128n256": 1.3}
 
 
 def tile_count(cfg: kernels.TileConfig, m: int, n: int) -> int:

@@ -360,6 +360,8 @@ def _epilogue_specs(args, parser) -> list[BuildSpec]:
             if not config_fits(name, epi):
                 continue  # the persistent config cannot stage this epilogue's hoisted values
             for kind in args.in_kind or ["fp8", "int8"]:
+                if not cfg.serves(kind):
+                    continue  # a 16/32-bit-only config (w128n256)
                 for out in outs:
                     if out.startswith("float8") and out != ("float8_e4m3fnuz" if arch == "gfx942" else "float8_e4m3fn"):
                         continue  # each arch writes its own fp8 variant

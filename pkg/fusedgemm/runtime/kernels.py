@@ -128,6 +128,9 @@ def gemm_a8_signature(unit: str, epi_spec) -> Signature:
 
 
 GEMM_A8_IN = {"fp8": "fp8", "int8": "i8"}
+# The input kinds of matmul_fused (always JIT-generated kernels on the same templates).
+WIDE_IN = ("bf16", "fp16", "tf32")
+ALL_IN = (*GEMM_A8_IN, *WIDE_IN)
 GEMM_A8_OUT = {"bfloat16": "bf16", "float16": "f16"}  # the preset (ahead-of-time) kernels' output types
 
 
@@ -142,26 +145,32 @@ class TileConfig:
     min_blocks_per_sm: int = 1
     swap_ab: bool = False  # wgmma tiles computing C^T = B . A^T (decode; WgmmaConfig::kSwapAB)
     persistent: bool = False  # one wave of CTAs looping over tiles, epilogue warps (WgmmaConfig::kPersistent)
+    # The input kinds with kernels on this config: the 8-bit gemm_a8 kinds (ahead-of-time presets and generated
+    # epilogues) and matmul_fused's 16/32-bit ones; a config without the 8-bit kinds has no preset kernels.
+    in_kinds: tuple[str, ...] = ALL_IN
 
+    def serves(self, in_kind: str) -> bool:
+        return in_kind in self.in_kinds
 
 
 def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n: int = 128,
-                  swap_ab: bool = False, chains: int = 1, persistent: bool = False) -> TileConfig:
-    """Mirror of WgmmaConfig in hip_src/include/fusedgemm/gemm_a8_sm90.hpp (K step 128 B)."""
+                  swap_ab: bool = False, chains: int = 1, persistent: bool = False,
+                  in_kinds: tuple[str, ...] = ALL_IN) -> TileConfig:
+    """Mirror of WgmmaConfig in hip_src/include/fusedgemm/gemm_a8_sm90_common.hpp (K step 128 B)."""
     # stages, then (persistent) the parked fp32 tile, its rows' scales, its columns' scales and biases, then the
     # barriers (+2 persistent)
     parked = (block_m * block_n * 4 + block_m * 4 + 2 * block_n * 4) if persistent else 0
     smem = stages * (block_m * 128 + block_n * 128) + parked + (2 * stages + 2 * persistent) * 8 + 1024
     consumer_warps = 4 if swap_ab else block_m // 16  # swapped: one warpgroup
-    # kSetMaxNReg (3 consumer warpgroups, 192-wide tiles, two accumulator chains or persistent): the producer
-    # is a warpgroup, else one warp
+    # kSetMaxNReg (3 consumer warpgroups, 192- or 256-wide tiles, two accumulator chains or persistent): the
+    # producer is a warpgroup, else one warp
     producer_warps = 4 if consumer_warps == 12 or block_n > 128 or chains > 1 or persistent else 1
     return TileConfig(name, block_m, block_n, consumer_warps + producer_warps, "gemm_a8_sm90", smem, min_blocks,
-                      swap_ab, persistent)
+                      swap_ab, persistent, in_kinds)
 
 
-# Must match the Config* aliases in hip_src/include/fusedgemm/gemm_a8.hpp / gemm_a8_sm90.hpp and the
-# FG_GEMM_A8_INSTANCES lines of hip_src/gemm_a8.hip / gemm_a8_sm90.hip.
+# Must match the Config* aliases in hip_src/include/fusedgemm/gemm_a8.hpp / gemm_a8_sm90_common.hpp and (the
+# configs that serve the 8-bit kinds) the FG_GEMM_A8_INSTANCES lines of hip_src/gemm_a8.hip / gemm_a8_sm90.hip.
 GEMM_A8_CONFIGS = {
     "m16n16k8": TileConfig("m16n16k8", 16, 16, 8),
     "m64n16k8": TileConfig("m64n16k8", 64, 16, 8),
@@ -169,6 +178,8 @@ GEMM_A8_CONFIGS = {
     "w64n128": _wgmma_config("w64n128", 64, 4, 2),
     "w128n128": _wgmma_config("w128n128", 128, 6, 1, chains=2),
     "w128n192": _wgmma_config("w128n192", 128, 5, 1, block_n=192),
+    # matmul_fused only (ConfigW128N256: no 8-bit wgmma of N = 256 is built; not in FG_GEMM_A8_INSTANCES)
+    "w128n256": _wgmma_config("w128n256", 128, 4, 1, block_n=256, in_kinds=WIDE_IN),
     "w192n128": _wgmma_config("w192n128", 192, 5, 1),
     "p128n128": _wgmma_config("p128n128", 128, 5, 1, persistent=True),
     "v16n128": _wgmma_config("v16n128", 16, 4, 3, swap_ab=True),
@@ -184,7 +195,7 @@ def gemm_a8_kernel_names(unit: str = "gemm_a8") -> list[str]:
     from ..epilogue.presets import ACTIVATIONS
 
     return [gemm_a8_kernel_name(i, o, a, c) for c, cfg in GEMM_A8_CONFIGS.items() if cfg.unit == unit
-            for i in GEMM_A8_IN for o in GEMM_A8_OUT for a in ACTIVATIONS]
+            for i in GEMM_A8_IN if cfg.serves(i) for o in GEMM_A8_OUT for a in ACTIVATIONS]
 
 
 BMM_TINY = Signature((

@@ -162,14 +162,22 @@ FG_DEVICE void fence_regs(T (&r)[N]) {
   }
 }
 
-// One m64nNkK warpgroup MMA over 32 bytes of K (K = 32 8-bit, 16 16-bit or 8 tf32 values), N = 16, 128 or 192:
-// D[64 x N] (+)= A[64 x K] . B[N x K]^T, both K-major in shared memory. Thread t of the warpgroup holds D rows 16 (t / 32) + (t % 32) / 4 + 8 ((j / 2) % 2), columns
+// One m64nNkK warpgroup MMA over 32 bytes of K (K = 32 8-bit, 16 16-bit or 8 tf32 values), N = 16, 128 or 192
+// (every kind) or 256 (bf16, fp16, tf32 only): D[64 x N] (+)= A[64 x K] . B[N x K]^T, both K-major in shared
+// memory. Thread t of the warpgroup holds D rows 16 (t / 32) + (t % 32) / 4 + 8 ((j / 2) % 2), columns
 // 8 (j / 4) + 2 (t % 4) + j % 2, for j = 0..N/2-1. accumulate = 0 overwrites D.
 // kTrans: 0 both operands K-major; kTransA: A is M-major; kTransB: B is N-major (16-bit kinds only: the
 // instruction's transpose immediates; fp8, int8 and tf32 read K-major operands only).
 enum WgmmaTranspose : int { kTransNone = 0, kTransA = 1, kTransB = 2 };
+template <class In, int N, int kTrans>
+constexpr bool kNoWgmma = false;
+// The specialisations below are the MMAs that exist; any other (kind, N, transpose) stops the build here.
 template <class In, int N, int kTrans = kTransNone>
-struct Wgmma;
+struct Wgmma {
+  static_assert(kNoWgmma<In, N, kTrans>,
+                "no wgmma for this input kind, N and transpose: N = 16, 128, 192 for every kind, N = 256 for "
+                "bf16 / fp16 / tf32 only (the 8-bit kinds have no 256-wide tile config)");
+};
 
 #define FG_RW_FLOAT(x) "+f"(x)
 #define FG_RW_INT(x) "+r"(x)
@@ -188,6 +196,11 @@ struct Wgmma;
   C(D[74]), C(D[75]), C(D[76]), C(D[77]), C(D[78]), C(D[79]), C(D[80]), C(D[81]), C(D[82]), C(D[83]),  \
   C(D[84]), C(D[85]), C(D[86]), C(D[87]), C(D[88]), C(D[89]), C(D[90]), C(D[91]), C(D[92]), C(D[93]),  \
   C(D[94]), C(D[95])
+#define FG_WGMMA_D128(C, D) FG_WGMMA_D96(C, D), \
+  C(D[96]), C(D[97]), C(D[98]), C(D[99]), C(D[100]), C(D[101]), C(D[102]), C(D[103]),  \
+  C(D[104]), C(D[105]), C(D[106]), C(D[107]), C(D[108]), C(D[109]), C(D[110]), C(D[111]),  \
+  C(D[112]), C(D[113]), C(D[114]), C(D[115]), C(D[116]), C(D[117]), C(D[118]), C(D[119]),  \
+  C(D[120]), C(D[121]), C(D[122]), C(D[123]), C(D[124]), C(D[125]), C(D[126]), C(D[127])
 
 #define FG_WGMMA_D8(C, D) C(D[0]), C(D[1]), C(D[2]), C(D[3]), C(D[4]), C(D[5]), C(D[6]), C(D[7])
 #define FG_WGMMA_REGS8 "{%0, %1, %2, %3, %4, %5, %6, %7}"
@@ -202,6 +215,15 @@ struct Wgmma;
   "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58,  "  \
   "%59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77,  "  \
   "%78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95}"
+#define FG_WGMMA_REGS128 \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20,  "  \
+  "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39,  "  \
+  "%40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58,  "  \
+  "%59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77,  "  \
+  "%78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95,  "  \
+  "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109,  "  \
+  "%110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123,  "  \
+  "%124, %125, %126, %127}"
 
 // IN_T, N, ACC, the PTX shape/type suffix, the constraint, the register list and the operand numbers of
 // desc_a (= N / 2), desc_b and the accumulate predicate; SCALE: fp8 takes the two input-negation immediates.
@@ -242,12 +264,16 @@ FG_WGMMA_SPECIALISE(Bf16, 128, float, true, "m64n128k16.f32.bf16.bf16", FG_RW_FL
                     FG_WGMMA_REGS64, 64, 65, 66, ", 1, 1, 0, 0")
 FG_WGMMA_SPECIALISE(Bf16, 192, float, true, "m64n192k16.f32.bf16.bf16", FG_RW_FLOAT, FG_WGMMA_D96,
                     FG_WGMMA_REGS96, 96, 97, 98, ", 1, 1, 0, 0")
+FG_WGMMA_SPECIALISE(Bf16, 256, float, true, "m64n256k16.f32.bf16.bf16", FG_RW_FLOAT, FG_WGMMA_D128,
+                    FG_WGMMA_REGS128, 128, 129, 130, ", 1, 1, 0, 0")
 FG_WGMMA_SPECIALISE(Bf16, 16, float, true, "m64n16k16.f32.bf16.bf16", FG_RW_FLOAT, FG_WGMMA_D8, FG_WGMMA_REGS8,
                     8, 9, 10, ", 1, 1, 0, 0")
 FG_WGMMA_SPECIALISE(Fp16, 128, float, true, "m64n128k16.f32.f16.f16", FG_RW_FLOAT, FG_WGMMA_D64,
                     FG_WGMMA_REGS64, 64, 65, 66, ", 1, 1, 0, 0")
 FG_WGMMA_SPECIALISE(Fp16, 192, float, true, "m64n192k16.f32.f16.f16", FG_RW_FLOAT, FG_WGMMA_D96,
                     FG_WGMMA_REGS96, 96, 97, 98, ", 1, 1, 0, 0")
+FG_WGMMA_SPECIALISE(Fp16, 256, float, true, "m64n256k16.f32.f16.f16", FG_RW_FLOAT, FG_WGMMA_D128,
+                    FG_WGMMA_REGS128, 128, 129, 130, ", 1, 1, 0, 0")
 FG_WGMMA_SPECIALISE(Fp16, 16, float, true, "m64n16k16.f32.f16.f16", FG_RW_FLOAT, FG_WGMMA_D8, FG_WGMMA_REGS8,
                     8, 9, 10, ", 1, 1, 0, 0")
 // MN-major B (matmul_fused's [K, N] weights): trans-b on the unswapped tiles, trans-a on the swapped ones (the
@@ -257,6 +283,8 @@ FG_WGMMA_SPECIALISE(Fp16, 16, float, true, "m64n16k16.f32.f16.f16", FG_RW_FLOAT,
                         FG_WGMMA_REGS64, 64, 65, 66, ", 1, 1, 0, 1")                                              \
   FG_WGMMA_SPECIALISE_T(IN_T, 192, kTransB, float, true, "m64n192k16.f32." PTX_T, FG_RW_FLOAT, FG_WGMMA_D96,     \
                         FG_WGMMA_REGS96, 96, 97, 98, ", 1, 1, 0, 1")                                              \
+  FG_WGMMA_SPECIALISE_T(IN_T, 256, kTransB, float, true, "m64n256k16.f32." PTX_T, FG_RW_FLOAT, FG_WGMMA_D128,    \
+                        FG_WGMMA_REGS128, 128, 129, 130, ", 1, 1, 0, 1")                                          \
   FG_WGMMA_SPECIALISE_T(IN_T, 16, kTransA, float, true, "m64n16k16.f32." PTX_T, FG_RW_FLOAT, FG_WGMMA_D8,        \
                         FG_WGMMA_REGS8, 8, 9, 10, ", 1, 1, 1, 0")
 FG_WGMMA_16BIT_TRANSPOSED(Bf16, "bf16.bf16")
@@ -266,11 +294,15 @@ FG_WGMMA_SPECIALISE(Tf32, 128, float, true, "m64n128k8.f32.tf32.tf32", FG_RW_FLO
                     FG_WGMMA_REGS64, 64, 65, 66, ", 1, 1")
 FG_WGMMA_SPECIALISE(Tf32, 192, float, true, "m64n192k8.f32.tf32.tf32", FG_RW_FLOAT, FG_WGMMA_D96,
                     FG_WGMMA_REGS96, 96, 97, 98, ", 1, 1")
+FG_WGMMA_SPECIALISE(Tf32, 256, float, true, "m64n256k8.f32.tf32.tf32", FG_RW_FLOAT, FG_WGMMA_D128,
+                    FG_WGMMA_REGS128, 128, 129, 130, ", 1, 1")
 FG_WGMMA_SPECIALISE(Tf32, 16, float, true, "m64n16k8.f32.tf32.tf32", FG_RW_FLOAT, FG_WGMMA_D8, FG_WGMMA_REGS8,
                     8, 9, 10, ", 1, 1")
 
 #undef FG_WGMMA_SPECIALISE
 #undef FG_WGMMA_SPECIALISE_T
+#undef FG_WGMMA_D128
+#undef FG_WGMMA_REGS128
 #undef FG_WGMMA_D96
 #undef FG_WGMMA_REGS96
 #undef FG_WGMMA_D64

@@ -13,6 +13,7 @@ from fusedgemm.plan import forced_config, plans
 pytestmark = pytest.mark.gpu
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+KIND = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "tf32"}
 # |act'| bound: how far an error before the activation can move its result.
 LIPSCHITZ = {"none": 1.0, "relu": 1.0, "silu": 1.1, "gelu": 1.13, "gelu_erf": 1.13, "sigmoid": 0.25, "tanh": 1.0}
 ULP = {torch.bfloat16: 2.0 ** -8, torch.float16: 2.0 ** -11, torch.float32: 2.0 ** -23}
@@ -96,11 +97,7 @@ def test_alpha_beta_c(dtype, c_form, tensor_scalars):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_every_config_ragged(dtype):
     """Each (tile config, split-K) the arch's plan may choose, on ragged M, N, K."""
-    from fusedgemm.runtime.kernels import GEMM_A8_CONFIGS
-
-    wgmma_only = arch() == "sm_90a"  # matmul_fused runs on the wgmma configs there
-    for i, (name, splits) in enumerate(p for p in plans(arch())
-                                       if not wgmma_only or GEMM_A8_CONFIGS[p[0]].unit == "gemm_a8_sm90"):
+    for i, (name, splits) in enumerate(plans(arch(), KIND[dtype])):
         for m, n, k in ((1, 8, 8 if dtype != torch.float32 else 4), (17, 200, 520), (130, 392, 1000)):
             if k * torch.empty((), dtype=dtype).element_size() % 16:
                 k += 8
@@ -114,11 +111,9 @@ def test_every_config_ragged(dtype):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_kn_layout_every_config_reads_b_in_place(dtype, recwarn):
     """B as [K, N] (N contiguous): the MN-major kernels on sm_90a, each plan, ragged shapes, no copy warning."""
-    from fusedgemm.runtime.kernels import GEMM_A8_CONFIGS
-
     if arch() != "sm_90a":
         pytest.skip("MN-major B kernels are sm_90a's")
-    for i, (name, splits) in enumerate(p for p in plans("sm_90a") if GEMM_A8_CONFIGS[p[0]].unit == "gemm_a8_sm90"):
+    for i, (name, splits) in enumerate(plans("sm_90a", KIND[dtype])):
         for m, n, k in ((3, 136, 72), (70, 264, 520), (200, 392, 1032)):
             a, w_kn, b = rand((m, k), dtype, 110 + i), rand((k, n), dtype, 120 + i, 1 / math.sqrt(k)), rand(n, dtype, 7)
             out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")

@@ -114,6 +114,8 @@ class CallPlan:
         # The plan heuristics count K in bytes (a stage holds 128 bytes of K whatever the element type).
         cfg, splits = plan_for(m, n, k * IN_BYTES[in_kind], dev, persistent_ok=config_fits("p128n128", epi),
                                in_bytes=IN_BYTES[in_kind])
+        if not cfg.serves(in_kind):  # only a forced config gets here
+            raise ValueError(f"{op}: config {cfg.name} has no {in_kind} kernels; it serves {', '.join(cfg.in_kinds)}")
         if in_kind in MATMUL_IN and arch == "sm_90a" and cfg.unit != "gemm_a8_sm90":  # only a forced config
             raise ValueError(f"{op}: config {cfg.name} (mma.sync) has no {in_kind} kernel on sm_90a; the wgmma "
                              "configs serve it")

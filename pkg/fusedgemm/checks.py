@@ -316,6 +316,14 @@ def check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, op
             raise ValueError(f"{op}: with epilogue=<expression>, pass every operand by name in operands={{...}} "
                              "(acc is A @ B); bias, c, alpha, beta and activation must keep their defaults")
         expr, ops = epilogue, dict(operands or {})
+        # aux operands may come shaped like the output (A's leading dims + [N]): viewed as [M, N].
+        for name, o in _epi.operands(expr).items():
+            v = ops.get(name)
+            if o.kind == "aux" and isinstance(v, torch.Tensor) and len(lead) != 1 and tuple(v.shape) == (*lead, n):
+                v2 = v.reshape(m, n)
+                if m > 1 and n > 1 and v2.data_ptr() != v.data_ptr():
+                    raise ValueError(f"{op}: aux({name}) cannot be viewed as [M, N] without a copy")
+                ops[name] = v2
     elif epilogue is not None:
         raise TypeError(f"{op}: epilogue must be a fusedgemm.epilogue expression or None, got "
                         f"{type(epilogue).__name__} (for a named activation use activation=...)")

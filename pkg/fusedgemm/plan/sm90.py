@@ -34,8 +34,11 @@ TILE_RATE = {"w128n128": 1.0, "w128n192": 1.2, "w192n128": 1.27}
 # 877-894); the persistent kernel only at short K (moe_dn K = 2048, M = 8192: 459 against 481-567).
 PERSISTENT_MAX_K_WIDE = 4096  # bytes
 # w128n256 (two consumer warpgroups of m64n256: 0.625 shared-memory bytes per output element per K step against
-# 0.67 on w128n192): a PROVISIONAL rate, unmeasured (to be set from ci/matmul_plans.py on an H100).
-TILE_RATE_WIDE = {"w128n128": 1.0, "w128n192": 1.15, "w192n128": 1.1, "w128n256": 1.3}
+# 0.67 on w128n192), measured after the C7514 fix (H100, bf16 silu, every plan forced): qkv M = 4096 333 us
+# against 355 w128n192 / 359 persistent / 404 w128n128; down M = 4096 660 against 726 persistent / 796 / 829;
+# qkv M = 1024 109 against 94 on w128n192 (whole waves: the model's job); moe_dn M = 8192 446 against 428
+# persistent. Rates below: outputs per unit time relative to w128n128 at M = 4096 (the two shapes' mean).
+TILE_RATE_WIDE = {"w128n128": 1.0, "w128n192": 1.1, "w192n128": 1.05, "w128n256": 1.23}
 
 
 def tile_count(cfg: kernels.TileConfig, m: int, n: int) -> int:

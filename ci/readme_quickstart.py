@@ -14,11 +14,11 @@ for i, code in enumerate(blocks):
     t = time.perf_counter()
     exec(compile(code, f"README quick start block {i}", "exec"), namespace)
     print(f"block {i}: ok ({time.perf_counter() - t:.1f} s, {len(code.splitlines())} lines)", flush=True)
-if "h" in namespace:  # matmul_fused's expression example: relu(x @ w.T + b) * r, in float64 on the GPU
+if "h" in namespace:  # matmul_fused's expression example: relu(x @ w.T + bn) * r, in float64 on the GPU
     import torch
 
     ns = namespace
-    ref_h = torch.relu(ns["x"].double() @ ns["w"].double().T + ns["b"].double()) * ns["r"].double()
+    ref_h = torch.relu(ns["x"].double() @ ns["w"].double().T + ns["bn"].double()) * ns["r"].double()
     err_h = ((ns["h"].double() - ref_h).norm() / ref_h.norm()).item()
     print(f"matmul_fused expression example: rel error vs float64 {err_h:.2e}")
     if err_h > 1e-2:

@@ -239,3 +239,16 @@ def test_repeat_calls_take_the_fast_path_and_stay_right():
     for seed in range(3):
         a = rand((m, k), torch.bfloat16, 101 + seed)
         check(fg.matmul_fused(a, w, b, activation="silu"), a, w, bias=b, act="silu")
+
+
+def test_fast_path_never_serves_a_different_signature():
+    """A recorded plan is keyed by every input's dtype, shape, strides and device: a repeat call that differs in
+    any of them takes the checked path (here: raises for mixed dtypes, or runs the right kernel)."""
+    m, n, k = 16, 64, 64
+    a, w, b = rand((m, k), torch.bfloat16, 140), rand((n, k), torch.bfloat16, 141, 1 / math.sqrt(k)), rand(n, torch.bfloat16, 142)
+    fg.matmul_fused(a, w, b)
+    with pytest.raises(TypeError, match="same dtype"):
+        fg.matmul_fused(a, w.float(), b)
+    check(fg.matmul_fused(a, w, b.float(), activation="relu"), a, w, bias=b.float(), act="relu")
+    wt = rand((k, n), torch.bfloat16, 143).t()  # same shape, other strides: copied (warned), still right
+    check(fg.matmul_fused(a, wt, b), a, wt, bias=b)

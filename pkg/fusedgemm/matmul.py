@@ -21,7 +21,7 @@ from .checks import check_matmul_fused_args
 from .runtime.device import current_device_index, device_guard
 
 _WARNED: set[str] = set()
-_PLANS: dict[tuple, tuple] = {}  # call signature -> (CallPlan, out dtype, out shape, operand order, aligns)
+_PLANS: dict[tuple, tuple] = {}  # call signature -> (CallPlan, out dtype, out shape, operand order, aligns, device)
 _PLANS_MAX = 256
 
 
@@ -61,38 +61,55 @@ def matmul_fused(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = N
     Runs on torch.cuda.current_stream(); no host sync; CUDA-graph capturable. Kernels compile on first use
     (cached on disk).
     """
-    if torch.compiler.is_compiling() or (torch.is_grad_enabled() and _needs_grad(a, b, bias, c)):
+    if torch.compiler.is_compiling() or (_needs_grad(a, b, bias, c) and torch.is_grad_enabled()):
         from .ops import matmul_fused_via_op
 
         return matmul_fused_via_op(a, b, bias, layout, alpha, beta, c, activation, epilogue, operands, out_dtype,
                                    out, precision)
-    # Fast path: a repeat of a checked call signature re-checks addresses and the device, then launches.
-    try:
-        key = ("kw", a.dtype, a.shape, a.stride(), a.get_device(), b.dtype, b.shape, b.stride(), layout,
-               _tensor_meta(bias), _tensor_meta(c), _tensor_meta(alpha), _tensor_meta(beta), activation,
-               out_dtype, _tensor_meta(out), precision,
-               torch.get_float32_matmul_precision() if a.dtype == torch.float32 else None) \
-            if epilogue is None and operands is None else None
-        hit = _PLANS.get(key) if key is not None else None
-    except (AttributeError, TypeError):
-        key = hit = None
+    # Fast path (host time per call is part of the speed at small sizes): a repeat of a checked call signature --
+    # every tensor's dtype, shape, strides and device, the scalars' values, the options -- re-checks addresses
+    # and the current device, then launches.
+    key = hit = None
+    if epilogue is None and operands is None:
+        try:
+            key = (a.dtype, a.shape, a.stride(), a.get_device(), b.dtype, b.shape, b.stride(), b.get_device(), layout,
+                   activation, out_dtype, precision,
+                   None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.get_device()),
+                   None if c is None else (c.dtype, c.shape, c.stride(), c.get_device()),
+                   alpha if alpha.__class__ is float else _tensor_meta(alpha),
+                   beta if beta.__class__ is float else _tensor_meta(beta),
+                   None if out is None else (out.dtype, out.shape, out.stride(), out.get_device()),
+                   torch.get_float32_matmul_precision() if a.dtype is torch.float32 else None)
+            hit = _PLANS.get(key)
+        except (AttributeError, TypeError):  # not tensors, unhashable options: the checked path says what is wrong
+            key = hit = None
     if hit is not None and _plan.forced() is None:
-        plan, dtype, shape, order, aligns = hit
+        plan, dtype, shape, order, aligns, device = hit
         a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
-        args = (alpha, c, beta, bias)
-        ptrs = [args[i].data_ptr() for i in order]
-        if (not (a_ptr & 15 or b_ptr & 15) and all(p % al == 0 for p, al in zip(ptrs, aligns))
-                and (out is None or out.data_ptr() & 15 == 0) and current_device_index() == plan.dev):
-            if out is None:
-                out = torch.empty(shape, dtype=dtype, device=a.device)
-            plan.run(a_ptr, b_ptr, out.data_ptr(), *ptrs)
-            return out
+        if not (a_ptr & 15 or b_ptr & 15) and current_device_index() == plan.dev:
+            ptrs = []
+            if order:
+                args = (alpha, c, beta, bias)
+                ptrs = [args[i].data_ptr() for i in order]
+                misaligned = any(p % al for p, al in zip(ptrs, aligns))
+            else:
+                misaligned = False
+            if not misaligned and (out is None or out.data_ptr() & 15 == 0):
+                if out is None:
+                    out = torch.empty(shape, dtype=dtype, device=device)
+                plan.run(a_ptr, b_ptr, out.data_ptr(), *ptrs)
+                return out
     return matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogue, operands, out_dtype, out,
                                 precision, key=key)
 
 
-def _needs_grad(*ts) -> bool:
-    return any(isinstance(t, torch.Tensor) and t.requires_grad for t in ts)  # nn.Parameter included
+def _needs_grad(a, b, bias, c) -> bool:
+    """Whether any differentiable input requires grad (nn.Parameter included); False for non-tensors."""
+    try:
+        return (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad)
+                or (c is not None and c.requires_grad))
+    except AttributeError:
+        return False
 
 
 def matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogue, operands, out_dtype, out,
@@ -140,7 +157,7 @@ def matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogu
         # The tensor operands in the order `pointers` lists them, as indices into (alpha, c, beta, bias).
         order = tuple(("alpha", "c", "beta", "bias").index(name) for name, v in p["operands"].items()
                       if isinstance(v, torch.Tensor))
-        _PLANS[key] = (plan, out_dtype, shape, order, aligns)
+        _PLANS[key] = (plan, out_dtype, shape, order, aligns, a.device)
     return out if saved is None else (out, saved)
 
 

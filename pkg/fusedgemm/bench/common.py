@@ -111,6 +111,24 @@ def copy_bandwidth_gbs(timer: Timer, nbytes: int = 1 << 30) -> float:
     return 2 * nbytes / (us * 1e-6) / 1e9
 
 
+def host_us_interleaved(fns: dict, calls: int = 200, batches: int = 15) -> dict:
+    """host_us_per_call of several functions with their batches interleaved (batch i of each in turn), so a
+    slow phase of the machine (clock, a noisy neighbour) hits all of them alike: {label: median us per call}."""
+    for fn in fns.values():
+        for _ in range(50):
+            fn()
+    torch.cuda.synchronize()
+    per_call = {label: [] for label in fns}
+    for _ in range(batches):
+        for label, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            per_call[label].append((time.perf_counter() - t0) / calls * 1e6)
+            torch.cuda.synchronize()
+    return {label: statistics.median(v) for label, v in per_call.items()}
+
+
 def host_us_per_call(fn, calls: int = 200, batches: int = 15) -> float:
     """CPU time per eager call (us) on a problem too small to queue up: the median over `batches` of the mean
     of `calls` back-to-back calls, synchronised between batches (so the launch queue never fills and makes

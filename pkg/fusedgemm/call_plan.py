@@ -147,8 +147,11 @@ class CallPlan:
             return
         stream = current_raw_stream(self.dev)
         args = self.template.copy()
-        for slot, ptr in zip(self.slots, pointers):
-            args[slot] = ptr
+        if len(pointers) == 1:  # the common case: the output's address only
+            args[self.slots[0]] = pointers[0]
+        else:
+            for slot, ptr in zip(self.slots, pointers):
+                args[slot] = ptr
         if not self.tma:
             self.launch(stream, a_ptr, b_ptr, *args)
             return

@@ -88,12 +88,13 @@ def matmul_fused(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = N
         a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
         if not (a_ptr & 15 or b_ptr & 15) and current_device_index() == plan.dev:
             ptrs = []
+            misaligned = False
             if order:
                 args = (alpha, c, beta, bias)
-                ptrs = [args[i].data_ptr() for i in order]
-                misaligned = any(p % al for p, al in zip(ptrs, aligns))
-            else:
-                misaligned = False
+                for i, al in zip(order, aligns):
+                    p = args[i].data_ptr()
+                    misaligned |= p % al != 0
+                    ptrs.append(p)
             if not misaligned and (out is None or out.data_ptr() & 15 == 0):
                 if out is None:
                     out = torch.empty(shape, dtype=dtype, device=device)

@@ -30,7 +30,7 @@ import traceback
 import torch
 
 import fusedgemm as fg
-from fusedgemm.bench.common import host_us_per_call
+from fusedgemm.bench.common import host_us_interleaved
 from fusedgemm.epilogue.codegen import DYN_KINDS
 from fusedgemm.gemm_a8 import preset_values
 from fusedgemm.runtime import launch
@@ -187,11 +187,14 @@ def main() -> int:
         "torch.empty(16, 16)": lambda: torch.empty(M, N, device="cuda", dtype=torch.bfloat16),
     }
     rows = []
-    print(f"\nhost us per call: median of {args.batches} batches x {args.calls} calls")
+    print(f"\nhost us per call: median of {args.batches} interleaved batches x {args.calls} calls")
     print(f"{'':42s} {'host us':>8s} {'kernel us':>10s}")
+    # Batches interleaved across the cases: a slow phase of the machine hits every case alike (sequential runs
+    # of the same case disagreed by 20-40% between sessions).
+    hosts = host_us_interleaved(cases, args.calls, args.batches)
     for case, fn in cases.items():
         try:
-            h = host_us_per_call(fn, args.calls, args.batches)
+            h = hosts[case]
             d = None if case.startswith(("encode", "torch.empty")) else kernel_us(fn)
         except Exception as e:
             print(f"{case:42s} error: {type(e).__name__}: {e}"[:200])

@@ -252,3 +252,23 @@ def test_fast_path_never_serves_a_different_signature():
     check(fg.matmul_fused(a, w, b.float(), activation="relu"), a, w, bias=b.float(), act="relu")
     wt = rand((k, n), torch.bfloat16, 143).t()  # same shape, other strides: copied (warned), still right
     check(fg.matmul_fused(a, wt, b), a, wt, bias=b)
+
+
+def test_bad_device_and_type_errors_on_the_gpu_path():
+    a, w = rand((8, 64), torch.bfloat16, 150), rand((64, 64), torch.bfloat16, 151)
+    with pytest.raises(ValueError, match=r"alpha is on cpu, expected cuda"):
+        fg.matmul_fused(a, w, alpha=torch.ones(1))
+    with pytest.raises(ValueError, match=r"bias is on cpu"):
+        fg.matmul_fused(a, w, torch.ones(64, dtype=torch.bfloat16))
+    with pytest.raises(TypeError, match=r"alpha must be a number"):
+        fg.matmul_fused(a.requires_grad_(), w, alpha="2")  # the autograd path checks it too
+
+
+def test_fp32_kn_layout_copies_with_a_warning_and_is_right():
+    a, w_kn = rand((20, 32), torch.float32, 152), rand((32, 48), torch.float32, 153, 1 / math.sqrt(32))
+    import fusedgemm.matmul as M
+
+    M._WARNED.discard("kn")
+    with pytest.warns(UserWarning, match="copies B"):
+        y = fg.matmul_fused(a, w_kn, layout="kn", precision="tf32", activation="tanh")
+    check(y, a, w_kn, act="tanh", layout="kn")

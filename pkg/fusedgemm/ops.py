@@ -133,6 +133,9 @@ def _matmul_fused_setup(ctx, inputs, output):
     ctx.bias_dtype = None if bias is None else bias.dtype
     ctx.bias_shape = None if bias is None else tuple(bias.shape)
     pre = output[1] if len(output) > 1 else None
+    if pre is not None:
+        ctx.mark_non_differentiable(pre)  # the saved pre-activation: no gradient flows into it
+    ctx.set_materialize_grads(False)  # so autograd does not fill a zero gradient for it (an M x N pass)
     ctx.save_for_backward(a, b, pre, alpha_t, beta_t)
 
 
@@ -140,6 +143,8 @@ def _matmul_fused_backward(ctx, grads):
     from .autograd import matmul_fused_grads
 
     a, b, pre, alpha_t, beta_t = ctx.saved_tensors
+    if grads[0] is None:  # grads are not materialised: y took no part in the loss
+        return (None,) * 13
     alpha = ctx.alpha if alpha_t is None else alpha_t
     beta = ctx.beta if beta_t is None else beta_t
     da, db, dbias, dc = matmul_fused_grads(ctx, a, b, pre, alpha, beta, grads[0])

@@ -78,3 +78,21 @@ def test_build_cli_takes_an_epilogue(tmp_path):
     assert proc.returncode == 0, proc.stderr
     paths = [line for line in proc.stdout.splitlines() if line.endswith(".hsaco")]
     assert len(paths) == 1 and "m128n128" in paths[0]
+
+
+@pytest.mark.slow
+def test_build_cli_builds_matmul_fused_kernels(tmp_path):
+    """--in-kind bf16 builds matmul_fused's kernels of an expression ahead of time (its keyword form:
+    fusedgemm.checks.matmul_expression), for each arch's configs; --b-layout kn only where a kernel reads [K, N]."""
+    from fusedgemm.checks import matmul_expression
+
+    args = [sys.executable, "-m", "fusedgemm.runtime.build", "--arch", "gfx942", "--arch", "sm_90a", "--epilogue",
+            str(matmul_expression("silu", None, True)), "--operand-dtype", "bias=bf16", "--in-kind", "bf16",
+            "--config", "m16n16k8", "--config", "v16n128"]
+    proc = subprocess.run(args, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    paths = [line for line in proc.stdout.splitlines() if line.endswith((".hsaco", ".cubin"))]
+    assert len(paths) == 2 and all("matmul" in p and "_bf16_bf16_" in p for p in paths), paths
+    proc = subprocess.run(args + ["--b-layout", "kn"], capture_output=True, text=True)
+    paths = [line for line in proc.stdout.splitlines() if line.endswith((".hsaco", ".cubin"))]
+    assert proc.returncode == 0 and len(paths) == 1 and "_bf16_kn_" in paths[0] and paths[0].endswith(".cubin")

@@ -334,7 +334,7 @@ def code_object_path(unit: str, arch: str, source: str | None = None) -> Path:
 
 
 def _epilogue_specs(args, parser) -> list[BuildSpec]:
-    """The generated gemm_a8 units of --epilogue for each arch x config x input kind x output type."""
+    """The generated units of --epilogue for each arch x config x input kind (x B layout) x output type."""
     from ..epilogue import EpilogueError, operands, parse
     from ..epilogue.codegen import EpilogueSpec
     from . import kernels
@@ -362,12 +362,19 @@ def _epilogue_specs(args, parser) -> list[BuildSpec]:
             for kind in args.in_kind or ["fp8", "int8"]:
                 if not cfg.serves(kind):
                     continue  # a 16/32-bit-only config (w128n256)
-                for out in outs:
-                    if out.startswith("float8") and out != ("float8_e4m3fnuz" if arch == "gfx942" else "float8_e4m3fn"):
-                        continue  # each arch writes its own fp8 variant
-                    k = GemmA8Kernel(arch, name, kind, OUT_CODEGEN[out], epi)
-                    source = k.source()
-                    specs.append(BuildSpec(k.unit, arch, source) if source else BuildSpec(k.unit, arch))
+                wide = kind in kernels.WIDE_IN
+                if wide and arch == "sm_90a" and cfg.unit != "gemm_a8_sm90":
+                    continue  # matmul_fused runs on the wgmma configs there
+                for layout in ([args.b_layout] if wide else ["nk"]):
+                    if layout == "kn" and not (arch == "sm_90a" and kind in ("bf16", "fp16")):
+                        continue  # [K, N] kernels: sm_90a, 16-bit (elsewhere B is transposed at call time)
+                    for out in outs:
+                        if out.startswith("float8") and (wide or out != ("float8_e4m3fnuz" if arch == "gfx942"
+                                                                         else "float8_e4m3fn")):
+                            continue  # each arch writes its own fp8 variant; matmul_fused writes no fp8
+                        k = GemmA8Kernel(arch, name, kind, OUT_CODEGEN[out], epi, layout)
+                        source = k.source()
+                        specs.append(BuildSpec(k.unit, arch, source) if source else BuildSpec(k.unit, arch))
     return specs
 
 
@@ -381,14 +388,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--source", type=Path, help="build this generated translation unit (HIP-flavoured C++) instead")
     p.add_argument("--name", help="unit name of --source (default: the file's stem)")
     p.add_argument("--out", type=Path, help="write <out>/<arch>/<unit>.* (a FUSEDGEMM_PREBUILT_DIR); default: the cache")
-    g = p.add_argument_group("gemm_a8 kernels of an epilogue expression (fusedgemm.epilogue), into the cache")
+    g = p.add_argument_group("gemm_a8 / matmul_fused kernels of an epilogue expression (fusedgemm.epilogue), into "
+                             "the cache; matmul_fused's keyword form is checks.matmul_expression(...)")
     g.add_argument("--epilogue", metavar="TEXT", help='e.g. "silu(acc * n_vec(s)) + aux(res)"')
     g.add_argument("--operand-dtype", action="append", default=[], metavar="NAME=DT",
                    help="element type of a vector / aux operand: f32, bf16, f16 (vectors also dyn); default f32")
     g.add_argument("--out-dtype", action="append", metavar="DTYPE",
                    help="bfloat16 float16 float32 float8_e4m3fn float8_e4m3fnuz (default: bfloat16)")
     g.add_argument("--config", action="append", help="tile config (default: every config of the arch)")
-    g.add_argument("--in-kind", action="append", choices=["fp8", "int8"], help="default: both")
+    g.add_argument("--in-kind", action="append", choices=["fp8", "int8", "bf16", "fp16", "tf32"],
+                   help="fp8 / int8: gemm_a8; bf16 / fp16 / tf32: matmul_fused (default: fp8 and int8)")
+    g.add_argument("--b-layout", choices=["nk", "kn"], default="nk",
+                   help="matmul_fused's B: [N, K] (default) or [K, N] (sm_90a, bf16 / fp16)")
     args = p.parse_args(argv)
     if args.epilogue:
         specs = _epilogue_specs(args, p)

@@ -22,6 +22,8 @@ def main():
     p.add_argument("--dtype", default="bf16", choices=["bf16", "fp16", "tf32"])
     p.add_argument("--shapes", default="qkv:1,qkv:64,o_proj:256,qkv:1024,qkv:4096,down:4096,moe_dn:8192")
     p.add_argument("--json")
+    p.add_argument("--small-tiles-up-to", type=int, default=64,
+                   help="also time the 64-row tiles (w64n128) for M up to this (default: decode sizes only)")
     args = p.parse_args()
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}[args.dtype]
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -39,9 +41,11 @@ def main():
                                torch.cuda.get_device_properties(0).multi_processor_count, True, x.element_size())
         line = {"shape": name, "M": m, "N": n, "K": k, "torch.mm": t_mm, "heuristic": f"{cfg.name}:{s}"}
         for cname, splits in plans("sm_90a", args.dtype):
-            if GEMM_A8_CONFIGS[cname].unit != "gemm_a8_sm90" or (m > 64 and GEMM_A8_CONFIGS[cname].block_m <= 64):
+            if GEMM_A8_CONFIGS[cname].unit != "gemm_a8_sm90" or (m > args.small_tiles_up_to
+                                                                  and GEMM_A8_CONFIGS[cname].block_m <= 64):
                 continue
-            if m <= 16 and cname not in ("v16n128", "w64n128") or (16 < m <= 64 and cname != "w64n128"):
+            if m <= 16 and cname not in ("v16n128", "w64n128") or (16 < m <= 64 and cname != "w64n128") or \
+                    (cname == "v16n128" and m > 16):
                 continue
             try:
                 with forced_config(cname, splits):

@@ -33,6 +33,10 @@ TILE_RATE = {"w128n128": 1.0, "w128n192": 1.2, "w192n128": 1.27}
 # 1024 / 4096 (102 / 373 us against 108 / 391 persistent, 118 / 437 w128n128) and down M = 4096 (837 against
 # 877-894); the persistent kernel only at short K (moe_dn K = 2048, M = 8192: 459 against 481-567).
 PERSISTENT_MAX_K_WIDE = 4096  # bytes
+# ... and only with several waves of its tiles (H100, moe_dn, every plan forced): M = 1024 (448 tiles, 3.4 waves)
+# 71 us persistent against 68 on w128n256; M = 2048 (6.8 waves) 115 against 131; M = 4096 / 8192 219 / 414
+# against 231 / 447.
+PERSISTENT_MIN_WAVES_WIDE = 4
 # w128n256 (two consumer warpgroups of m64n256: 0.625 shared-memory bytes per output element per K step against
 # 0.67 on w128n192), measured after the C7514 fix (H100, bf16 silu, every plan forced): qkv M = 4096 333 us
 # against 355 w128n192 / 359 persistent / 404 w128n128; down M = 4096 660 against 726 persistent / 796 / 829;
@@ -57,10 +61,11 @@ def modelled_time(cfg: kernels.TileConfig, m: int, n: int, sms: int, rates: dict
 def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_bytes: int = 1) -> tuple[kernels.TileConfig, int]:
     """-> (tile config, split-K factor) for an [M, K] x [N, K] problem on `sms` SMs; k in bytes (K x in_bytes)."""
     configs = kernels.GEMM_A8_CONFIGS
-    max_k, rates = (PERSISTENT_MAX_K, TILE_RATE) if in_bytes == 1 else (PERSISTENT_MAX_K_WIDE, TILE_RATE_WIDE)
+    max_k, rates, min_waves = ((PERSISTENT_MAX_K, TILE_RATE, 1) if in_bytes == 1
+                               else (PERSISTENT_MAX_K_WIDE, TILE_RATE_WIDE, PERSISTENT_MIN_WAVES_WIDE))
     if m <= 64:  # weight streaming; up to 16 rows the swapped tile wastes less of the tensor core
         cfg = configs["v16n128" if m <= 16 else "w64n128"]
-    elif persistent_ok and k <= max_k and tile_count(configs["p128n128"], m, n) >= sms:
+    elif persistent_ok and k <= max_k and tile_count(configs["p128n128"], m, n) >= min_waves * sms:
         return configs["p128n128"], 1
     else:
         cfg = min((configs[name] for name in rates), key=lambda c: modelled_time(c, m, n, sms, rates))

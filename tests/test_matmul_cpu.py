@@ -20,9 +20,9 @@ BF = torch.bfloat16
 
 
 def check(a, b, bias=None, c=None, alpha=1.0, beta=0.0, activation="none", epilogue=None, operands=None,
-          layout="nk", out_dtype=None, out=None, precision=None, **kw):
+          layout="nk", out_dtype=None, out=None, precision=None, arch="sm_90a", **kw):
     return check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, operands, layout, out_dtype,
-                                   out, precision, arch="sm_90a", **kw)
+                                   out, precision, arch=arch, **kw)
 
 
 def t(*shape, dtype=BF):
@@ -189,6 +189,18 @@ def test_fused_linear_on_cpu_matches_torch_and_keeps_state_dict():
         fg.nn.FusedLinear(4, 8, activation="swish")
 
 
+def test_fp32_ieee_takes_the_split_tf32_kernel_on_sm90():
+    from fusedgemm.plan import plans
+
+    a, b = t(4, 64, dtype=torch.float32), t(32, 64, dtype=torch.float32)
+    assert check(a, b, precision="ieee")["in_kind"] == "f32x3"
+    assert check(a, b, precision="tf32")["in_kind"] == "tf32"
+    assert check(a, b, precision="ieee", arch="gfx942")["in_kind"] == "tf32"  # the unfused path there
+    assert choose_config(4096, 4096, 4096 * 4, "sm_90a", 132, True, 4, "f32x3")[0].name == "t128n128"
+    assert {c for c, _s in plans("sm_90a", "f32x3")} == {"t128n128"}
+    assert all(c != "t128n128" for kind in ("fp8", "bf16", "tf32") for c, _s in plans("sm_90a", kind))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kind,config,mma,layout", [
     ("bf16", "w128n192", r"\bHGMMA\.64x192x16\.F32\.BF16\b", "nk"),
@@ -198,6 +210,7 @@ def test_fused_linear_on_cpu_matches_torch_and_keeps_state_dict():
     ("bf16", "w128n256", r"\bHGMMA\.64x256x16\.F32\.BF16\b", "nk"),
     ("fp16", "w128n256", r"\bHGMMA\.64x256x16\.F32\b", "kn"),
     ("tf32", "w128n256", r"\bHGMMA\.64x256x8\.F32\.TF32\b", "nk"),
+    ("f32x3", "t128n128", r"\bHGMMA\.64x128x8\.F32\.TF32\b", "nk"),
 ])
 def test_sm90_kernels_build_with_wgmma_no_spills_and_layout(kind, config, mma, layout):
     from fusedgemm.runtime.build import BuildSpec, code_object_dir, find_nvidia_tool

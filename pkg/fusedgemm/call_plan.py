@@ -13,7 +13,7 @@ from .runtime.gemm_a8_spec import MATMUL_IN, OUT_CODEGEN, GemmA8Kernel, config_f
 
 _MAX_GRID_Y = 65535
 _KERNELS: dict[tuple, object] = {}  # (device, GemmA8Kernel) -> loaded kernel
-IN_BYTES = {"fp8": 1, "int8": 1, "bf16": 2, "fp16": 2, "tf32": 4}
+IN_BYTES = {"fp8": 1, "int8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "f32x3": 4}
 
 # ---- TMA tensor maps (sm_90a) ---------------------------------------------------------------------------------
 # Encoded by the driver on the host, cached by (address, shape): the same key always encodes the same bytes,
@@ -21,7 +21,8 @@ IN_BYTES = {"fp8": 1, "int8": 1, "bf16": 2, "fp16": 2, "tf32": 4}
 _TMAP_UINT8, _TMAP_SWIZZLE_NONE, _TMAP_SWIZZLE_128B, _TMAP_L2_128B, _TMAP_L2_256B = 0, 0, 3, 2, 3
 # CUtensorMapDataType of each input kind. tf32: the copy engine rounds each fp32 value to TF32 (nearest) as it
 # lands in shared memory, where the tensor core would otherwise drop the low 13 bits.
-TMAP_DTYPE = {"fp8": 0, "int8": 0, "bf16": 9, "fp16": 6, "tf32": 11}
+# f32x3: FLOAT32, the exact bits (the kernel splits each value into two TF32 parts itself).
+TMAP_DTYPE = {"fp8": 0, "int8": 0, "bf16": 9, "fp16": 6, "tf32": 11, "f32x3": 7}
 # L2 promotion of the copies: 256 B, except on the swapped decode tiles (v16n128), where 128 B measured 2-4%
 # faster on every decode row (H200, M = 1 and 16: qkv 11.0 against 11.3 us, gate_up 31.1 / 32.5; no promotion
 # measured like 128 B). The larger tiles were not re-measured and keep 256 B.
@@ -113,7 +114,7 @@ class CallPlan:
             return
         # The plan heuristics count K in bytes (a stage holds 128 bytes of K whatever the element type).
         cfg, splits = plan_for(m, n, k * IN_BYTES[in_kind], dev, persistent_ok=config_fits("p128n128", epi),
-                               in_bytes=IN_BYTES[in_kind])
+                               in_bytes=IN_BYTES[in_kind], in_kind=in_kind)
         if not cfg.serves(in_kind):  # only a forced config gets here
             raise ValueError(f"{op}: config {cfg.name} has no {in_kind} kernels; it serves {', '.join(cfg.in_kinds)}")
         if in_kind in MATMUL_IN and arch == "sm_90a" and cfg.unit != "gemm_a8_sm90":  # only a forced config

@@ -287,6 +287,8 @@ def check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, op
     in_kind = MATMUL_DTYPES[a.dtype]
     prec = fp32_precision(precision)  # validated for every dtype; it matters for fp32 only
     prec = prec if in_kind == "tf32" else None
+    if prec == "ieee" and arch == "sm_90a":
+        in_kind = "f32x3"  # exact fp32 from three TF32 products of split operands (elsewhere: the unfused path)
     nbytes = a.element_size()
     if k == 0 or (k * nbytes) % 16:
         raise ValueError(f"{op}: K must be a positive multiple of {16 // nbytes} for {a.dtype} (rows of 16-byte "

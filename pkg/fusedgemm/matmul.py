@@ -56,8 +56,9 @@ def matmul_fused(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = N
        bias / c / alpha / beta / activation then keep their defaults); an expression with save(x, dtype)
        returns (out, saved).
     out_dtype: bf16 / fp16 / fp32, default out's dtype, else a's. precision (fp32 inputs): 'tf32' or 'ieee';
-       None follows torch.get_float32_matmul_precision() ('highest' = ieee, which today runs torch.mm plus a
-       separate epilogue, with a warning: there is no exact-fp32 fused kernel yet).
+       None follows torch.get_float32_matmul_precision() ('highest' = ieee: on sm_90a a fused kernel of three
+       TF32 products of split operands, about fp32's accuracy; elsewhere torch.mm plus a separate epilogue, with
+       a warning).
     Runs on torch.cuda.current_stream(); no host sync; CUDA-graph capturable. Kernels compile on first use
     (cached on disk).
     """
@@ -125,10 +126,11 @@ def matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogu
     if out is None:
         out = torch.empty(shape, dtype=out_dtype, device=a.device)
     saved = None if p["saved_dtype"] is None else torch.empty(shape, dtype=p["saved_dtype"], device=a.device)
-    if p["precision"] == "ieee":
-        warn_once("ieee", "matmul_fused: float32 inputs at precision 'ieee' (torch's 'highest') run torch.mm in fp32 "
-                          "and the epilogue as separate torch ops: there is no exact-fp32 fused kernel yet. Pass "
-                          "precision='tf32' (or torch.set_float32_matmul_precision('high')) for the fused TF32 kernel.")
+    if p["precision"] == "ieee" and p["in_kind"] != "f32x3":
+        warn_once("ieee", f"matmul_fused: float32 inputs at precision 'ieee' (torch's 'highest') on {p['arch']} run "
+                          "torch.mm in fp32 and the epilogue as separate torch ops: the exact-fp32 fused kernel is "
+                          "sm_90a's. Pass precision='tf32' (or torch.set_float32_matmul_precision('high')) for the "
+                          "fused TF32 kernel.")
         _run_unfused_fp32(p, a, b, layout, out, saved)
         return out if saved is None else (out, saved)
     a2 = _operand_2d(p["a2"], "A", p["arch"])

@@ -40,6 +40,7 @@ struct WgmmaConfig {
   static constexpr int kChains = kChains_;
   static constexpr bool kPersistent = kPersistent_;
   static constexpr bool kBMnMajor = false;  // B [K, N] (N contiguous): MnMajorB<Config>
+  static constexpr bool kSplitTf32 = false;  // two buffers of a stage's small TF32 parts: SplitTf32<Config>
   static constexpr int kConsumerWarpgroups = kSwapAB ? 1 : kBlockM / 64;
   static constexpr int kMmaN = kSwapAB ? kBlockM : kBlockN;        // the wgmma's N
   static constexpr int kMmasPerStep = kSwapAB ? kBlockN / 64 : 1;  // per warpgroup and K step of 32
@@ -97,6 +98,19 @@ struct MnMajorB : Cfg {
   static constexpr bool kBMnMajor = true;
 };
 
+// A config for F32x3 (exact fp32 as three TF32 products): after the rest of its shared memory, two buffers that
+// each hold one stage's small parts (A then B, the stage's layout and swizzle), written by the consumers while the
+// previous K block's MMAs run (split_tf32_mainloop).
+template <class Cfg>
+struct SplitTf32 : Cfg {
+  static constexpr bool kSplitTf32 = true;
+  static constexpr int kSmallOffset = (Cfg::kBarrierOffset + Cfg::kBarriers * 8 + 1023) / 1024 * 1024;
+  static constexpr int kSmemBytes = kSmallOffset + 2 * Cfg::kStageBytes + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
+  static_assert(!Cfg::kSwapAB && !Cfg::kPersistent && Cfg::kChains == 1 && !Cfg::kBMnMajor,
+                "F32x3 runs on the CTA-per-tile, one-chain, K-major-B main loop");
+};
+
 // The wgmma a config runs for input kind In: its N, and the transpose an MN-major B needs.
 template <class In, class Cfg>
 using MmaOf = sm90::Wgmma<In, Cfg::kMmaN,
@@ -120,6 +134,8 @@ using ConfigW192N128 = WgmmaConfig<192, 5, 1>;  // large M: three consumer warpg
                                                 // while one of them promotes; 5 x 40 KB stages
 // M > 64, many tiles: persistent, epilogue warps, 5 x 32 KB stages (the parked tile takes 64 KB).
 using ConfigP128N128 = WgmmaConfig<128, 5, 1, 128, false, 1, true>;
+// F32x3 (matmul_fused's exact fp32) only: 128 x 128, one chain, 4 x 32 KB stages + 2 x 32 KB of small parts.
+using ConfigT128N128 = SplitTf32<WgmmaConfig<128, 4, 1>>;
 using ConfigV16N128 = WgmmaConfig<16, 4, 3, 128, true>;  // M <= 16, swapped: 4 x 18 KB stages, 3 CTAs per SM
 
 // Which output tile a CTA computes. CTAs start roughly in launch order (blockIdx.x fastest). Row-major tile
@@ -341,9 +357,98 @@ FG_DEVICE void copy_k_block(u8* a_dst, u8* b_dst, const sm90::TmaDesc& a_map, co
 // The consumer warpgroups' main loop: K blocks i = 0 .. kb_count - 1 of the tile into acc (zeroed by the
 // caller). Block i is the CTA's g0 + i-th: the ring's stage and phase follow that count, so a persistent CTA's
 // tiles continue one sequence.
+// F32x3: one fp32 word x as big + small TF32 values (bits with the low 13 mantissa bits zero), each rounded to
+// nearest: |x - big - small| <= 2^-22 |x|. Inf / NaN ride in big alone (so inf x a zero small part of the other
+// operand can make a NaN where exact fp32 gives inf). A value that would round up to inf is truncated instead.
+FG_DEVICE void split_tf32(u32 x, u32& big, u32& small) {
+  if ((x & 0x7F800000u) == 0x7F800000u) {
+    big = x;
+    small = 0u;
+    return;
+  }
+  u32 r = (x + 0x1000u) & 0xFFFFE000u;
+  if ((r & 0x7F800000u) == 0x7F800000u) r = x & 0xFFFFE000u;
+  big = r;
+  small = (float_to_bits(bits_to_float(x) - bits_to_float(r)) + 0x1000u) & 0xFFFFE000u;  // the difference is exact
+}
+
+// Split one landed stage: big parts in place, small parts into the buffer q (same byte offsets: the same swizzle),
+// 16-byte vectors spread over all consumer threads t.
+template <class Cfg>
+FG_DEVICE void split_tf32_stage(u8* sa, u8* sb, u8* qa, u8* qb, int t) {
+  auto split_range = [&](u8* src, u8* dst, int bytes) {
+    for (int v = t; v < bytes / 16; v += Cfg::kConsumerThreads) {
+      uint4 x = *reinterpret_cast<const uint4*>(src + 16 * v);
+      uint4 big, small;
+      split_tf32(x.x, big.x, small.x);
+      split_tf32(x.y, big.y, small.y);
+      split_tf32(x.z, big.z, small.z);
+      split_tf32(x.w, big.w, small.w);
+      *reinterpret_cast<uint4*>(src + 16 * v) = big;
+      *reinterpret_cast<uint4*>(dst + 16 * v) = small;
+    }
+  };
+  split_range(sa, qa, Cfg::kStageBytesA);
+  split_range(sb, qb, Cfg::kStageBytesB);
+}
+
+// The F32x3 main loop: acc += A . B^T with A = Ab + As, B = Bb + Bs and the three products Ab.Bb + Ab.Bs + As.Bb
+// (As.Bs, ~2^-22 relative, is dropped), each K block's 12 MMAs into a partial tile promoted into acc by FADD.
+// Block i + 1 is split (consumer threads, generic-proxy shared-memory writes, a proxy fence and a barrier of the
+// consumer threads) while block i's MMAs run; its small parts go to the other of the two buffers.
+template <class In, class Cfg, class Acc, int kAcc>
+FG_DEVICE void split_tf32_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* stage_a, u8* stage_b,
+                                   sm90::u64* full, sm90::u64* empty, int wg, int lane) {
+  static_assert(Cfg::kSplitTf32, "F32x3 runs on SplitTf32<Config> (its shared memory holds the small parts)");
+  using Mma = MmaOf<In, Cfg>;
+  u8* small = stage_a + Cfg::kSmallOffset;  // stage_a is the aligned base of the dynamic shared memory
+  const int t = static_cast<int>(threadIdx.x);  // consumer thread 0 .. kConsumerThreads - 1
+  auto stage_of = [&](int i) { return (g0 + i) % Cfg::kStages; };
+  auto prepare = [&](int i) {
+    const int g = g0 + i, s = stage_of(i);
+    sm90::mbar_wait(&full[s], (g / Cfg::kStages) & 1);
+    u8* q = small + (i & 1) * Cfg::kStageBytes;
+    split_tf32_stage<Cfg>(stage_a + s * Cfg::kStageBytesA, stage_b + s * Cfg::kStageBytesB, q,
+                          q + Cfg::kStageBytesA, t);
+    sm90::fence_proxy_async_smem();  // the split parts, written by threads, are read by wgmma (the async proxy)
+    sm90::named_barrier_sync(1, Cfg::kConsumerThreads);
+  };
+  Acc part[kAcc];
+  if (kb_count > 0) prepare(0);
+  for (int i = 0; i < kb_count; ++i) {
+    const int s = stage_of(i);
+    u8* q = small + (i & 1) * Cfg::kStageBytes;
+    const u32 a_big = sm90::smem_addr(stage_a + s * Cfg::kStageBytesA + wg * 64 * Cfg::kBlockK);
+    const u32 a_small = sm90::smem_addr(q + wg * 64 * Cfg::kBlockK);
+    const u32 b_big = sm90::smem_addr(stage_b + s * Cfg::kStageBytesB);
+    const u32 b_small = sm90::smem_addr(q + Cfg::kStageBytesA);
+    auto desc = [](u32 base, int kk) { return sm90::smem_desc(base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B); };
+    sm90::fence_regs(part);
+    sm90::wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
+      Mma::mma(part, desc(a_big, kk), desc(b_big, kk), kk > 0);
+      Mma::mma(part, desc(a_big, kk), desc(b_small, kk), 1);
+      Mma::mma(part, desc(a_small, kk), desc(b_big, kk), 1);
+    }
+    sm90::wgmma_commit();
+    if (i + 1 < kb_count) prepare(i + 1);
+    sm90::wgmma_wait<0>();
+    sm90::fence_regs(part);
+    __syncwarp();
+    if (lane == 0) sm90::mbar_arrive(&empty[s]);
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) acc[j] += part[j];
+  }
+}
+
 template <class In, class Cfg, int kProbe, class Acc, int kAcc>
 FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* stage_a, u8* stage_b,
                                  sm90::u64* full, sm90::u64* empty, int wg, int lane) {
+  if constexpr (InTraits<In>::kSplitTf32) {
+    split_tf32_mainloop<In, Cfg>(acc, g0, kb_count, stage_a, stage_b, full, empty, wg, lane);
+    return;
+  }
   using Mma = MmaOf<In, Cfg>;
   constexpr int kAccPerMma = Mma::kAccPerThread;
   constexpr int kValues = Cfg::kBlockK / InTraits<In>::kBytes;  // K rows of an MN-major B stage

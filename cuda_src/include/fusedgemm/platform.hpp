@@ -95,28 +95,41 @@ struct Int8 {};
 struct Bf16 {};
 struct Fp16 {};
 struct Tf32 {};      // fp32 in memory; the tensor core reads 19 bits of each value (TF32 / xf32)
+struct F32x3 {};     // fp32 in memory, exact to about fp32: each value split as big + small TF32 parts, three
+                     // TF32 products per pair (big.big + big.small + small.big); sm_90a only
 
 // kBytes: one element in memory. kPreshuffledB: B comes as the (16,16) preshuffled weight (the 8-bit
 // gemm_a8 family) rather than a plain row-major [N, K] matrix (the 16/32-bit matmul_fused family).
+// kSplitTf32: the F32x3 main loop (gemm_a8_sm90_common.hpp, split_tf32_stage).
 template <class In>
 struct InTraits {
   static constexpr int kBytes = 1;
   static constexpr bool kPreshuffledB = true;
+  static constexpr bool kSplitTf32 = false;
 };
 template <>
 struct InTraits<Bf16> {
   static constexpr int kBytes = 2;
   static constexpr bool kPreshuffledB = false;
+  static constexpr bool kSplitTf32 = false;
 };
 template <>
 struct InTraits<Fp16> {
   static constexpr int kBytes = 2;
   static constexpr bool kPreshuffledB = false;
+  static constexpr bool kSplitTf32 = false;
 };
 template <>
 struct InTraits<Tf32> {
   static constexpr int kBytes = 4;
   static constexpr bool kPreshuffledB = false;
+  static constexpr bool kSplitTf32 = false;
+};
+template <>
+struct InTraits<F32x3> {
+  static constexpr int kBytes = 4;
+  static constexpr bool kPreshuffledB = false;
+  static constexpr bool kSplitTf32 = true;
 };
 
 }  // namespace fg

@@ -58,12 +58,16 @@ def modelled_time(cfg: kernels.TileConfig, m: int, n: int, sms: int, rates: dict
     return waves * cfg.block_m * cfg.block_n / rates[cfg.name]
 
 
-def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_bytes: int = 1) -> tuple[kernels.TileConfig, int]:
-    """-> (tile config, split-K factor) for an [M, K] x [N, K] problem on `sms` SMs; k in bytes (K x in_bytes)."""
+def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_bytes: int = 1,
+           in_kind: str = "") -> tuple[kernels.TileConfig, int]:
+    """-> (tile config, split-K factor) for an [M, K] x [N, K] problem on `sms` SMs; k in bytes (K x in_bytes).
+    F32x3 (in_kind "f32x3") has one config, t128n128, with split-K where tiles are few."""
     configs = kernels.GEMM_A8_CONFIGS
     max_k, rates, min_waves = ((PERSISTENT_MAX_K, TILE_RATE, 1) if in_bytes == 1
                                else (PERSISTENT_MAX_K_WIDE, TILE_RATE_WIDE, PERSISTENT_MIN_WAVES_WIDE))
-    if m <= 64:  # weight streaming; up to 16 rows the swapped tile wastes less of the tensor core
+    if in_kind in kernels.SPLIT_IN:
+        cfg = configs["t128n128"]
+    elif m <= 64:  # weight streaming; up to 16 rows the swapped tile wastes less of the tensor core
         cfg = configs["v16n128" if m <= 16 else "w64n128"]
     elif persistent_ok and k <= max_k and tile_count(configs["p128n128"], m, n) >= min_waves * sms:
         return configs["p128n128"], 1

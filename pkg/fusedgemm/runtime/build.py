@@ -362,7 +362,7 @@ def _epilogue_specs(args, parser) -> list[BuildSpec]:
             for kind in args.in_kind or ["fp8", "int8"]:
                 if not cfg.serves(kind):
                     continue  # a 16/32-bit-only config (w128n256)
-                wide = kind in kernels.WIDE_IN
+                wide = kind in kernels.MATMUL_IN
                 if wide and arch == "sm_90a" and cfg.unit != "gemm_a8_sm90":
                     continue  # matmul_fused runs on the wgmma configs there
                 for layout in ([args.b_layout] if wide else ["nk"]):
@@ -396,8 +396,9 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--out-dtype", action="append", metavar="DTYPE",
                    help="bfloat16 float16 float32 float8_e4m3fn float8_e4m3fnuz (default: bfloat16)")
     g.add_argument("--config", action="append", help="tile config (default: every config of the arch)")
-    g.add_argument("--in-kind", action="append", choices=["fp8", "int8", "bf16", "fp16", "tf32"],
-                   help="fp8 / int8: gemm_a8; bf16 / fp16 / tf32: matmul_fused (default: fp8 and int8)")
+    g.add_argument("--in-kind", action="append", choices=["fp8", "int8", "bf16", "fp16", "tf32", "f32x3"],
+                   help="fp8 / int8: gemm_a8; bf16 / fp16 / tf32 / f32x3 (exact fp32, sm_90a): matmul_fused "
+                        "(default: fp8 and int8)")
     g.add_argument("--b-layout", choices=["nk", "kn"], default="nk",
                    help="matmul_fused's B: [N, K] (default) or [K, N] (sm_90a, bf16 / fp16)")
     args = p.parse_args(argv)

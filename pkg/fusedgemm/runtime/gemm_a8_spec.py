@@ -19,13 +19,14 @@ from . import kernels
 OUT_CODEGEN = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "fp8e4m3fn",
                "float8_e4m3fnuz": "fp8e4m3fnuz"}
 _OUT_SHORT = {"bf16": "bf16", "fp16": "f16", "fp32": "f32", "fp8e4m3fn": "e4m3", "fp8e4m3fnuz": "e4m3fnuz"}
-_IN_TYPE = {"fp8": "fg::Fp8E4M3", "int8": "fg::Int8", "bf16": "fg::Bf16", "fp16": "fg::Fp16", "tf32": "fg::Tf32"}
+_IN_TYPE = {"fp8": "fg::Fp8E4M3", "int8": "fg::Int8", "bf16": "fg::Bf16", "fp16": "fg::Fp16", "tf32": "fg::Tf32",
+            "f32x3": "fg::F32x3"}
 # matmul_fused's input kinds (always generated kernels: no ahead-of-time unit holds them).
-MATMUL_IN = kernels.WIDE_IN
+MATMUL_IN = kernels.MATMUL_IN
 _CONFIG_TYPE = {"m16n16k8": "fg::ConfigM16N16K8", "m64n16k8": "fg::ConfigM64N16K8", "m128n128": "fg::ConfigM128N128",
                 "w64n128": "fg::ConfigW64N128", "w128n128": "fg::ConfigW128N128", "w128n192": "fg::ConfigW128N192",
                 "w192n128": "fg::ConfigW192N128", "p128n128": "fg::ConfigP128N128", "v16n128": "fg::ConfigV16N128",
-                "w128n256": "fg::ConfigW128N256"}
+                "w128n256": "fg::ConfigW128N256", "t128n128": "fg::ConfigT128N128"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -130,7 +130,10 @@ def gemm_a8_signature(unit: str, epi_spec) -> Signature:
 GEMM_A8_IN = {"fp8": "fp8", "int8": "i8"}
 # The input kinds of matmul_fused (always JIT-generated kernels on the same templates).
 WIDE_IN = ("bf16", "fp16", "tf32")
-ALL_IN = (*GEMM_A8_IN, *WIDE_IN)
+ALL_IN = (*GEMM_A8_IN, *WIDE_IN)  # what a config serves unless it says otherwise
+# fp32 exact to about fp32 (F32x3: three TF32 products of split operands), sm_90a, on its own config only.
+SPLIT_IN = ("f32x3",)
+MATMUL_IN = (*WIDE_IN, *SPLIT_IN)
 GEMM_A8_OUT = {"bfloat16": "bf16", "float16": "f16"}  # the preset (ahead-of-time) kernels' output types
 
 
@@ -155,12 +158,14 @@ class TileConfig:
 
 def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n: int = 128,
                   swap_ab: bool = False, chains: int = 1, persistent: bool = False,
-                  in_kinds: tuple[str, ...] = ALL_IN) -> TileConfig:
-    """Mirror of WgmmaConfig in hip_src/include/fusedgemm/gemm_a8_sm90_common.hpp (K step 128 B)."""
+                  in_kinds: tuple[str, ...] = ALL_IN, split_tf32: bool = False) -> TileConfig:
+    """Mirror of WgmmaConfig (and SplitTf32) in hip_src/include/fusedgemm/gemm_a8_sm90_common.hpp (K step 128 B)."""
     # stages, then (persistent) the parked fp32 tile, its rows' scales, its columns' scales and biases, then the
-    # barriers (+2 persistent)
+    # barriers (+2 persistent); SplitTf32: then, 1024-aligned, two stage-sized buffers of small parts
     parked = (block_m * block_n * 4 + block_m * 4 + 2 * block_n * 4) if persistent else 0
-    smem = stages * (block_m * 128 + block_n * 128) + parked + (2 * stages + 2 * persistent) * 8 + 1024
+    stage = block_m * 128 + block_n * 128
+    end = stages * stage + parked + (2 * stages + 2 * persistent) * 8
+    smem = (-(-end // 1024) * 1024 + 2 * stage if split_tf32 else end) + 1024
     consumer_warps = 4 if swap_ab else block_m // 16  # swapped: one warpgroup
     # kSetMaxNReg (3 consumer warpgroups, 192- or 256-wide tiles, two accumulator chains or persistent): the
     # producer is a warpgroup, else one warp
@@ -183,6 +188,8 @@ GEMM_A8_CONFIGS = {
     "w192n128": _wgmma_config("w192n128", 192, 5, 1),
     "p128n128": _wgmma_config("p128n128", 128, 5, 1, persistent=True),
     "v16n128": _wgmma_config("v16n128", 16, 4, 3, swap_ab=True),
+    # matmul_fused's exact fp32 only (ConfigT128N128 = SplitTf32<...>)
+    "t128n128": _wgmma_config("t128n128", 128, 4, 1, in_kinds=SPLIT_IN, split_tf32=True),
 }
 
 

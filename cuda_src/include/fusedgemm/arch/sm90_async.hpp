@@ -139,6 +139,8 @@ FG_DEVICE u64 smem_desc(u32 addr, u32 leading_bytes, u32 stride_bytes, SmemLayou
 }
 
 FG_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+// Order this thread's ordinary shared-memory writes before later async-proxy (wgmma, TMA) reads of them.
+FG_DEVICE void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 FG_DEVICE void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
 // Wait until at most kPending committed groups of this warpgroup are still running.
 template <int kPending>
@@ -276,6 +278,10 @@ FG_WGMMA_SPECIALISE(Fp16, 256, float, true, "m64n256k16.f32.f16.f16", FG_RW_FLOA
                     FG_WGMMA_REGS128, 128, 129, 130, ", 1, 1, 0, 0")
 FG_WGMMA_SPECIALISE(Fp16, 16, float, true, "m64n16k16.f32.f16.f16", FG_RW_FLOAT, FG_WGMMA_D8, FG_WGMMA_REGS8,
                     8, 9, 10, ", 1, 1, 0, 0")
+// F32x3: the tf32 instruction on split fp32 operands; its K blocks are promoted into fp32 registers (like fp8):
+// the tensor core sums 96 products (3 x 32 values of K) per block before an FADD, keeping the sum near fp32.
+FG_WGMMA_SPECIALISE(F32x3, 128, float, false, "m64n128k8.f32.tf32.tf32", FG_RW_FLOAT, FG_WGMMA_D64,
+                    FG_WGMMA_REGS64, 64, 65, 66, ", 1, 1")
 // MN-major B (matmul_fused's [K, N] weights): trans-b on the unswapped tiles, trans-a on the swapped ones (the
 // weight is the MMA's A there).
 #define FG_WGMMA_16BIT_TRANSPOSED(IN_T, PTX_T)                                                                    \

@@ -37,8 +37,8 @@ def main():
         w = (torch.randn(n, k, device="cuda") / k ** 0.5).to(dt)
         b = torch.randn(n, device="cuda").to(dt)
         t_mm = timer(lambda: torch.mm(x, w.t()))
-        cfg, s = choose_config(m, n, k * x.element_size(), "sm_90a",
-                               torch.cuda.get_device_properties(0).multi_processor_count, True, x.element_size())
+        cfg, s = choose_config(m, n, k, "sm_90a", torch.cuda.get_device_properties(0).multi_processor_count, True,
+                               args.dtype)
         line = {"shape": name, "M": m, "N": n, "K": k, "torch.mm": t_mm, "heuristic": f"{cfg.name}:{s}"}
         for cname, splits in plans("sm_90a", args.dtype):
             if GEMM_A8_CONFIGS[cname].unit != "gemm_a8_sm90" or (m > args.small_tiles_up_to

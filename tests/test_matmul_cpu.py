@@ -102,13 +102,13 @@ def test_specs_and_plans_of_the_wide_kinds():
     k = GemmA8Kernel("sm_90a", "w128n192", "bf16", "bf16", spec)
     assert k.preset is None and k.unit.startswith("matmul_sm90_bf16_bf16_w128n192_e")
     assert k.kernel_name.startswith("fg_matmul_bf16_bf16_e") and "gemm_a8_wgmma<fg::Bf16," in k.source()
-    # K counts bytes in the plan: bf16 qkv M = 1024 takes the 128 x 192 tile (two waves, like 128 x 256), M = 4096
+    # The plan counts K in bytes (K x the element size): bf16 qkv M = 1024 takes the 128 x 192 tile (two waves, like 128 x 256), M = 4096
     # the 128 x 256 one (6 waves against 8; TILE_RATE_WIDE measured on an H100), short K the
     # persistent one.
-    assert choose_config(1024, 6144, 4096 * 2, "sm_90a", 132, True, 2)[0].name == "w128n192"
-    assert choose_config(4096, 6144, 4096 * 2, "sm_90a", 132, True, 2)[0].name == "w128n256"
-    assert choose_config(8192, 7168, 2048 * 2, "sm_90a", 132, True, 2)[0].name == "p128n128"
-    assert choose_config(1, 6144, 4096 * 2, "sm_90a", 132, True, 2)[0].name == "v16n128"
+    assert choose_config(1024, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "w128n192"
+    assert choose_config(4096, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "w128n256"
+    assert choose_config(8192, 7168, 2048, "sm_90a", 132, True, "bf16")[0].name == "p128n128"
+    assert choose_config(1, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "v16n128"
 
 
 def test_the_256_wide_tile_serves_the_wide_kinds_only():
@@ -131,11 +131,11 @@ def test_the_256_wide_tile_serves_the_wide_kinds_only():
     with pytest.raises(ValueError, match="in_kind must be one of"):
         plans("sm_90a", "fp4")
     # The heuristic of each family stays inside that family's plans (which the GPU tests run).
-    for in_bytes, kind in ((1, "fp8"), (2, "bf16"), (4, "tf32")):
+    for kind in ("fp8", "bf16", "tf32"):
         allowed = set(plans("sm_90a", kind))
         for m in (1, 16, 64, 65, 256, 1024, 4096, 8192):
             for n, k in ((16, 16), (4096, 4096), (6144, 4096), (28672, 4096), (4096, 14336), (7168, 2048)):
-                got = choose_config(m, n, k * in_bytes, "sm_90a", 132, True, in_bytes)
+                got = choose_config(m, n, k, "sm_90a", 132, True, kind)
                 assert (got[0].name, got[1]) in allowed, (kind, m, n, k, got[0].name, got[1])
 
 
@@ -196,7 +196,7 @@ def test_fp32_ieee_takes_the_split_tf32_kernel_on_sm90():
     assert check(a, b, precision="ieee")["in_kind"] == "f32x3"
     assert check(a, b, precision="tf32")["in_kind"] == "tf32"
     assert check(a, b, precision="ieee", arch="gfx942")["in_kind"] == "tf32"  # the unfused path there
-    assert choose_config(4096, 4096, 4096 * 4, "sm_90a", 132, True, 4, "f32x3")[0].name == "t128n128"
+    assert choose_config(4096, 4096, 4096, "sm_90a", 132, True, "f32x3")[0].name == "t128n128"
     assert {c for c, _s in plans("sm_90a", "f32x3")} == {"t128n128"}
     assert all(c != "t128n128" for kind in ("fp8", "bf16", "tf32") for c, _s in plans("sm_90a", kind))
 

@@ -10,10 +10,10 @@ from .epilogue.ir import operands as _epi_operands
 from .plan import plan_for, sm_count
 from .runtime.device import current_raw_stream
 from .runtime.gemm_a8_spec import MATMUL_IN, OUT_CODEGEN, GemmA8Kernel, config_fits
+from .runtime.kernels import IN_BYTES
 
 _MAX_GRID_Y = 65535
 _KERNELS: dict[tuple, object] = {}  # (device, GemmA8Kernel) -> loaded kernel
-IN_BYTES = {"fp8": 1, "int8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "f32x3": 4}
 
 # ---- TMA tensor maps (sm_90a) ---------------------------------------------------------------------------------
 # Encoded by the driver on the host, cached by (address, shape): the same key always encodes the same bytes,
@@ -112,9 +112,7 @@ class CallPlan:
         self.a_map = self.b_map = (None, None)  # (address, encoded tensor map): the last one used
         if m == 0 or n == 0:
             return
-        # The plan heuristics count K in bytes (a stage holds 128 bytes of K whatever the element type).
-        cfg, splits = plan_for(m, n, k * IN_BYTES[in_kind], dev, persistent_ok=config_fits("p128n128", epi),
-                               in_bytes=IN_BYTES[in_kind], in_kind=in_kind)
+        cfg, splits = plan_for(m, n, k, dev, persistent_ok=config_fits("p128n128", epi), in_kind=in_kind)
         if not cfg.serves(in_kind):  # only a forced config gets here
             raise ValueError(f"{op}: config {cfg.name} has no {in_kind} kernels; it serves {', '.join(cfg.in_kinds)}")
         if in_kind in MATMUL_IN and arch == "sm_90a" and cfg.unit != "gemm_a8_sm90":  # only a forced config

@@ -57,14 +57,13 @@ def plans(arch: str, in_kind: str = "fp8") -> list[tuple[str, int]]:
 
 
 def choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132,
-                  persistent_ok: bool = True, in_bytes: int = 1, in_kind: str = "") -> tuple[kernels.TileConfig, int]:
-    """-> (tile config, split-K factor): the pinned plan, else the arch's heuristic. k: bytes of a row of B (K
-    values x in_bytes, the element size). persistent_ok: the epilogue fits the persistent config's staged values."""
+                  persistent_ok: bool = True, in_kind: str = "fp8") -> tuple[kernels.TileConfig, int]:
+    """-> (tile config, split-K factor): the pinned plan, else the arch's heuristic for input kind `in_kind`.
+    persistent_ok: the epilogue fits the persistent config's staged values."""
     if _FORCED is not None:
         name, splits = _FORCED
         return kernels.GEMM_A8_CONFIGS[name], splits
-    cfg, splits = (sm90.choose(m, n, k, sms, persistent_ok, in_bytes, in_kind) if arch == "sm_90a"
-                   else cdna.choose(m, n, k))
+    cfg, splits = sm90.choose(m, n, k, sms, persistent_ok, in_kind) if arch == "sm_90a" else cdna.choose(m, n, k)
     if _PRINT_CONFIGS:
         print(f"[fusedgemm] gemm_a8 M={m} N={n} K={k} -> {cfg.name} split-K {splits}")
     return cfg, splits
@@ -83,8 +82,7 @@ def sm_count(device_index: int) -> int:
 
 
 def plan_for(m: int, n: int, k: int, device_index: int, persistent_ok: bool = True,
-             in_bytes: int = 1, in_kind: str = "") -> tuple[kernels.TileConfig, int]:
-    """The (tile config, split-K) a call of this shape (k: bytes of a row of B) takes on device `device_index`."""
+             in_kind: str = "fp8") -> tuple[kernels.TileConfig, int]:
+    """The (tile config, split-K) a call of this shape and input kind takes on device `device_index`."""
     arch = device_arch(device_index)
-    return choose_config(m, n, k, arch, sm_count(device_index) if arch == "sm_90a" else 0, persistent_ok, in_bytes,
-                         in_kind)
+    return choose_config(m, n, k, arch, sm_count(device_index) if arch == "sm_90a" else 0, persistent_ok, in_kind)

@@ -58,12 +58,12 @@ def modelled_time(cfg: kernels.TileConfig, m: int, n: int, sms: int, rates: dict
     return waves * cfg.block_m * cfg.block_n / rates[cfg.name]
 
 
-def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_bytes: int = 1,
-           in_kind: str = "") -> tuple[kernels.TileConfig, int]:
-    """-> (tile config, split-K factor) for an [M, K] x [N, K] problem on `sms` SMs; k in bytes (K x in_bytes).
+def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str = "fp8") -> tuple[kernels.TileConfig, int]:
+    """-> (tile config, split-K factor) for an [M, K] x [N, K] problem of input kind `in_kind` on `sms` SMs.
     F32x3 (in_kind "f32x3") has one config, t128n128, with split-K where tiles are few."""
     configs = kernels.GEMM_A8_CONFIGS
-    max_k, rates, min_waves = ((PERSISTENT_MAX_K, TILE_RATE, 1) if in_bytes == 1
+    k = k * kernels.IN_BYTES[in_kind]  # the rules below count K in bytes (a stage holds 128 bytes of K)
+    max_k, rates, min_waves = ((PERSISTENT_MAX_K, TILE_RATE, 1) if in_kind in kernels.GEMM_A8_IN
                                else (PERSISTENT_MAX_K_WIDE, TILE_RATE_WIDE, PERSISTENT_MIN_WAVES_WIDE))
     if in_kind in kernels.SPLIT_IN:
         cfg = configs["t128n128"]

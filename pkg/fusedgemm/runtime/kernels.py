@@ -134,6 +134,7 @@ ALL_IN = (*GEMM_A8_IN, *WIDE_IN)  # what a config serves unless it says otherwis
 # fp32 exact to about fp32 (F32x3: three TF32 products of split operands), sm_90a, on its own config only.
 SPLIT_IN = ("f32x3",)
 MATMUL_IN = (*WIDE_IN, *SPLIT_IN)
+IN_BYTES = {"fp8": 1, "int8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "f32x3": 4}  # bytes of one element in memory
 GEMM_A8_OUT = {"bfloat16": "bf16", "float16": "f16"}  # the preset (ahead-of-time) kernels' output types
 
 

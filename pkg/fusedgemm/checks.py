@@ -214,12 +214,14 @@ def matmul_expression(activation: str, c_kind: str | None, has_bias: bool, save_
     return y if activation == "none" else _epi.unary(activation, y)
 
 
-def _number_or_scalar_tensor(v, name: str, device):
+def number_or_scalar_tensor(v, name: str, device=None):
+    """alpha / beta of matmul_fused: a real number (-> float) or a 1-element float32 tensor (on `device`, when
+    given); anything else is a TypeError naming what came."""
     if isinstance(v, torch.Tensor):
         if v.numel() != 1 or v.dtype != torch.float32:
             raise TypeError(f"matmul_fused: {name} must be a number or a 1-element float32 tensor, got {v.dtype} of "
                             f"shape {tuple(v.shape)}")
-        if v.device != device:
+        if device is not None and v.device != device:
             raise ValueError(f"matmul_fused: {name} is on {v.device}, expected {device} (the device of A)")
         return v
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
@@ -335,8 +337,8 @@ def check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, op
         if activation not in MATMUL_ACTIVATIONS:
             raise ValueError(f"{op}: unknown activation {activation!r}; expected one of "
                              f"{', '.join(MATMUL_ACTIVATIONS)} (or epilogue=<expression>)")
-        ops = {"alpha": _number_or_scalar_tensor(alpha, "alpha", device)}
-        beta = _number_or_scalar_tensor(beta, "beta", device)
+        ops = {"alpha": number_or_scalar_tensor(alpha, "alpha", device)}
+        beta = number_or_scalar_tensor(beta, "beta", device)
         c_kind = None
         if c is not None:
             if c.device != device:

@@ -5,11 +5,11 @@ decode sizes; under torch.compile the public functions call these ops instead.
 """
 from __future__ import annotations
 
-import numbers
 from typing import Optional
 
 import torch
 
+from .checks import number_or_scalar_tensor
 from .gemm_a8 import check_gemm_a8_args, launch_gemm_a8
 from .preshuffle import PreshuffledWeight
 
@@ -205,9 +205,7 @@ def matmul_fused_via_op(a, b, bias, layout, alpha, beta, c, activation, epilogue
         for v, name in ((alpha, "alpha"), (beta, "beta")):
             if isinstance(v, torch.Tensor) and v.requires_grad and torch.is_grad_enabled():
                 raise NotImplementedError(f"matmul_fused: {name} is not differentiable (a, b, bias and c are)")
-            if not isinstance(v, torch.Tensor) and (isinstance(v, bool) or not isinstance(v, numbers.Real)):
-                raise TypeError(f"matmul_fused: {name} must be a number or a 1-element float32 tensor, got "
-                                f"{type(v).__name__}")
+            number_or_scalar_tensor(v, name)  # the op takes floats: say what came before float() does
         alpha_t = alpha if isinstance(alpha, torch.Tensor) else None
         beta_t = beta if isinstance(beta, torch.Tensor) else None
         save_pre = torch.is_grad_enabled() and activation != "none" and any(

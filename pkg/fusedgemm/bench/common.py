@@ -133,17 +133,7 @@ def host_us_per_call(fn, calls: int = 200, batches: int = 15) -> float:
     """CPU time per eager call (us) on a problem too small to queue up: the median over `batches` of the mean
     of `calls` back-to-back calls, synchronised between batches (so the launch queue never fills and makes
     the host wait for the GPU). The median drops batches hit by GC or a noisy neighbour."""
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    per_call = []
-    for _ in range(batches):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        per_call.append((time.perf_counter() - t0) / calls * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(per_call)
+    return host_us_interleaved({"fn": fn}, calls, batches)["fn"]
 
 
 def geomean(xs) -> float:

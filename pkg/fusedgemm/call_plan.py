@@ -48,10 +48,15 @@ def _tensor_map_a(ptr: int, m: int, k: int, block_m: int, l2: int = _TMAP_L2_256
     wgmma A descriptor reads). Rows: the tile's, or M rounded up to 8 when M fits in one tile (a_box_rows in
     gemm_a8_sm90_common.hpp)."""
     rows = block_m if m >= block_m else (m + 7) // 8 * 8
+    return _tensor_map_k_major(ptr, m, k, rows, l2, kind, k if ld is None else ld)
+
+
+def _tensor_map_k_major(ptr: int, rows: int, k: int, box_rows: int, l2: int, kind: str, ld: int) -> bytes:
+    """A K-major [rows, K] operand (row stride `ld` elements): box 128 B of K x box_rows, 128-byte swizzle -- A,
+    and matmul_fused's plain B [N, K] (copy_k_block in gemm_a8_sm90_common.hpp)."""
     nbytes = IN_BYTES[kind]
-    ld = k if ld is None else ld
-    return _tensor_map(("a", ptr, m, k, ld, rows, l2, kind), TMAP_DTYPE[kind], 2, ptr, (k, m), (ld * nbytes,),
-                       (128 // nbytes, rows), (1, 1), 0, _TMAP_SWIZZLE_128B, l2, 0)
+    return _tensor_map(("k", ptr, rows, k, ld, box_rows, l2, kind), TMAP_DTYPE[kind], 2, ptr, (k, rows),
+                       (ld * nbytes,), (128 // nbytes, box_rows), (1, 1), 0, _TMAP_SWIZZLE_128B, l2, 0)
 
 
 def _tensor_map_b(ptr: int, n: int, k: int, block_n: int, l2: int = _TMAP_L2_256B) -> bytes:
@@ -60,14 +65,6 @@ def _tensor_map_b(ptr: int, n: int, k: int, block_n: int, l2: int = _TMAP_L2_256
     the K-major core-matrix layout the wgmma B descriptor reads (gemm_a8_sm90.hpp)."""
     return _tensor_map(("b", ptr, n, k, block_n, l2), _TMAP_UINT8, 3, ptr, (256, n // 16, k // 16),
                        (16 * k, 256), (256, block_n // 16, 8), (1, 1, 1), 0, _TMAP_SWIZZLE_NONE, l2, 0)
-
-
-def _tensor_map_b_plain(ptr: int, n: int, k: int, block_n: int, l2: int, kind: str, ld: int) -> bytes:
-    """A plain K-major B [N, K] (an nn.Linear weight, row stride `ld`): box 128 B x block_n rows, 128-byte swizzle,
-    like A (copy_k_block in gemm_a8_sm90_common.hpp)."""
-    nbytes = IN_BYTES[kind]
-    return _tensor_map(("bp", ptr, n, k, ld, block_n, l2, kind), TMAP_DTYPE[kind], 2, ptr, (k, n), (ld * nbytes,),
-                       (128 // nbytes, block_n), (1, 1), 0, _TMAP_SWIZZLE_128B, l2, 0)
 
 
 def _tensor_map_b_mn(ptr: int, n: int, k: int, block_n: int, l2: int, kind: str, ld: int) -> bytes:
@@ -165,7 +162,7 @@ class CallPlan:
             if self.b_layout == "kn":
                 b_map = _tensor_map_b_mn(b_ptr, self.n, self.k, self.block_n, self.l2, self.kind, self.ldb)
             elif self.kind in MATMUL_IN:
-                b_map = _tensor_map_b_plain(b_ptr, self.n, self.k, self.block_n, self.l2, self.kind, self.ldb)
+                b_map = _tensor_map_k_major(b_ptr, self.n, self.k, self.block_n, self.l2, self.kind, self.ldb)
             else:
                 b_map = _tensor_map_b(b_ptr, self.n, self.k, self.block_n, self.l2)
             self.b_map = (b_ptr, b_map)

@@ -310,12 +310,21 @@ FG_DEVICE void store_swapped(const typename Epi::Params& ep, int M, int N, int m
   sm90::cluster_sync();  // keep this CTA's partial tile alive until every CTA has read it
 }
 
-// K blocks of a K-element problem: a stage holds kBlockK bytes of K per row (128 fp8 / int8, 64 bf16 / fp16,
-// 32 tf32 values). TMA zero-fills a ragged last block past K.
+// Values of K in a stage row: kBlockK bytes (128 fp8 / int8, 64 bf16 / fp16, 32 tf32 values).
+template <class In, class Cfg>
+constexpr int kStageValues = Cfg::kBlockK / InTraits<In>::kBytes;
+
+// K blocks of a K-element problem. TMA zero-fills a ragged last block past K.
 template <class In, class Cfg>
 FG_DEVICE int k_block_count(int K) {
-  constexpr int kValues = Cfg::kBlockK / InTraits<In>::kBytes;
-  return (K + kValues - 1) / kValues;
+  return (K + kStageValues<In, Cfg> - 1) / kStageValues<In, Cfg>;
+}
+
+// The descriptor of K step kk (32 bytes of K) of a K-major, 128-byte-swizzled operand tile at shared address
+// `base` (A, a plain B, F32x3's small parts): 8-row core-matrix groups 8 x 128 B apart.
+template <class Cfg>
+FG_DEVICE sm90::u64 k_major_desc(u32 base, int kk) {
+  return sm90::smem_desc(base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B);
 }
 
 // Timing probes for performance work (ci/probe_sm90.py builds them; the package never does): which part of
@@ -336,7 +345,7 @@ constexpr bool kPlainB = !InTraits<In>::kPreshuffledB || probe_plain_b(kProbe);
 template <class In, class Cfg, int kProbe>
 FG_DEVICE void copy_k_block(u8* a_dst, u8* b_dst, const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map,
                             sm90::u64* bar, int a_rows, int kb, int m0, int n0) {
-  constexpr int kValues = Cfg::kBlockK / InTraits<In>::kBytes;  // values of K per stage row
+  constexpr int kValues = kStageValues<In, Cfg>;
   sm90::mbar_arrive_expect_tx(bar, a_rows * Cfg::kBlockK + Cfg::kStageBytesB);
   sm90::tma_load_2d(a_dst, &a_map, bar, kb * kValues, m0);
   if constexpr (Cfg::kBMnMajor) {
@@ -421,14 +430,13 @@ FG_DEVICE void split_tf32_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* s
     const u32 a_small = sm90::smem_addr(q + wg * 64 * Cfg::kBlockK);
     const u32 b_big = sm90::smem_addr(stage_b + s * Cfg::kStageBytesB);
     const u32 b_small = sm90::smem_addr(q + Cfg::kStageBytesA);
-    auto desc = [](u32 base, int kk) { return sm90::smem_desc(base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B); };
     sm90::fence_regs(part);
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
-      Mma::mma(part, desc(a_big, kk), desc(b_big, kk), kk > 0);
-      Mma::mma(part, desc(a_big, kk), desc(b_small, kk), 1);
-      Mma::mma(part, desc(a_small, kk), desc(b_big, kk), 1);
+      Mma::mma(part, k_major_desc<Cfg>(a_big, kk), k_major_desc<Cfg>(b_big, kk), kk > 0);
+      Mma::mma(part, k_major_desc<Cfg>(a_big, kk), k_major_desc<Cfg>(b_small, kk), 1);
+      Mma::mma(part, k_major_desc<Cfg>(a_small, kk), k_major_desc<Cfg>(b_big, kk), 1);
     }
     sm90::wgmma_commit();
     if (i + 1 < kb_count) prepare(i + 1);
@@ -450,7 +458,7 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
   }
   using Mma = MmaOf<In, Cfg>;
   constexpr int kAccPerMma = Mma::kAccPerThread;
-  constexpr int kValues = Cfg::kBlockK / InTraits<In>::kBytes;  // K rows of an MN-major B stage
+  constexpr int kValues = kStageValues<In, Cfg>;  // K rows of an MN-major B stage
   // Issue K block i's MMAs into `d` (asynchronously; committed as one group). accumulate = false: the
   // block's first MMA overwrites d.
   auto issue = [&](int i, Acc(&d)[kAcc], bool accumulate) {
@@ -463,7 +471,7 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
-      const sm90::u64 da = sm90::smem_desc(a_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B);
+      const sm90::u64 da = k_major_desc<Cfg>(a_base, kk);
       if constexpr (Cfg::kSwapAB) {
         // Weight rows 64h..64h+63 (8 core matrices of 8 rows, 128 B apart) are the MMA's A, the activation
         // its B: D[h] = B_h . A^T.
@@ -475,7 +483,7 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
               Cfg::kBMnMajor
                   ? sm90::smem_desc(b_base + h * kValues * 128 + kk * 2048, kValues * 128, 1024, sm90::kSwizzle128B)
               : kPlainB<In, kProbe>
-                  ? sm90::smem_desc(b_base + 32 * kk + h * 64 * Cfg::kBlockK, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B)
+                  ? k_major_desc<Cfg>(b_base + h * 64 * Cfg::kBlockK, kk)
                   : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16 + h * 8 * 128, Cfg::kBlockN * 16, 128,
                                     sm90::kNoSwizzle);
           Mma::mma(*reinterpret_cast<Acc(*)[kAccPerMma]>(&d[h * kAccPerMma]), dw, da, accumulate || kk > 0);
@@ -486,7 +494,7 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
         const sm90::u64 db =
             Cfg::kBMnMajor ? sm90::smem_desc(b_base + kk * 2048, kValues * 128, 1024, sm90::kSwizzle128B)
             : kPlainB<In, kProbe>
-                ? sm90::smem_desc(b_base + 32 * kk, 16, 8 * Cfg::kBlockK, sm90::kSwizzle128B)
+                ? k_major_desc<Cfg>(b_base, kk)
                 : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16, Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
         Mma::mma(d, da, db, accumulate || kk > 0);
       }

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from .checks import MATMUL_ACTIVATIONS
-from .matmul import matmul_fused
+from ..checks import MATMUL_ACTIVATIONS
+from ..matmul import matmul_fused
 
 
 class FusedLinear(torch.nn.Linear):

@@ -12,14 +12,16 @@ _UNARY = [*ir.UNARY, "leaky_relu", "clamp"]
 _TORCH = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
 
 
-def random_tree(rng: random.Random, depth: int = 6, allow_save: bool = True, aux_count: int = 2) -> ir.Node:
-    """A random expression of every leaf kind and op, at most `depth` deep, at most one save(...)."""
+def random_tree(rng: random.Random, depth: int = 6, allow_save: bool = True, aux_count: int = 2,
+                paired: bool = False) -> ir.Node:
+    """A random expression of every leaf kind and op, at most `depth` deep, at most one save(...). paired: gate
+    and up in place of acc (a paired expression)."""
     state = {"saved": not allow_save}
 
     def leaf() -> ir.Node:
         k = rng.random()
         if k < 0.35:
-            return E.acc
+            return rng.choice((E.gate, E.up)) if paired else E.acc
         if k < 0.5:  # optional operands have names of their own (one name is one operand)
             return E.m_vec("mo", 1.5) if rng.random() < 0.3 else E.m_vec(f"m{rng.randrange(2)}")
         if k < 0.65:
@@ -57,7 +59,10 @@ def random_tree(rng: random.Random, depth: int = 6, allow_save: bool = True, aux
         state["saved"] = True
         return E.save(node(d - 1), rng.choice(ir.ROUNDING_DTYPES))
 
-    return ir.validate(node(depth))
+    tree = node(depth)
+    if paired and not ir.is_paired(tree):  # no accumulator leaf came up: still a paired expression
+        tree = tree + E.gate * E.up
+    return ir.validate(tree)
 
 
 def random_operands(rng: random.Random, expr: ir.Node, m: int, n: int, device="cpu", dyn: bool = False):

@@ -70,8 +70,12 @@ def build_library(cases, tmp: Path) -> ctypes.CDLL:
 
 
 def run_case(lib, i, spec, out, acc, ops, kinds):
-    """Pack Params as the launcher does (kernels.StructType), run, return (out, saved) tensors."""
+    """Pack Params as the launcher does (kernels.StructType), run, return (out, saved) tensors. A paired spec
+    takes acc [M, 2I] (GEMM columns) and writes [M, I]."""
     m, n = acc.shape
+    n_gemm = n
+    if ir.is_paired(spec.expr):
+        n //= 2
     y = torch.full((m, n), float("nan")).to(OUT_TORCH[out]) if not out.startswith("fp8") else \
         torch.full((m, n), 0x55, dtype=torch.uint8).view(OUT_TORCH[out])
     save = ir.saved_node(spec.expr)
@@ -95,7 +99,7 @@ def run_case(lib, i, spec, out, acc, ops, kinds):
 
     buf = ctypes.create_string_buffer(_struct.pack("<" + st.format, *[values.get(f, 0) for f, _c in st.fields]))
     acc32 = acc.to(torch.float32).contiguous()
-    getattr(lib, f"run_{i}")(buf, ctypes.c_void_p(acc32.data_ptr()), m, n)
+    getattr(lib, f"run_{i}")(buf, ctypes.c_void_p(acc32.data_ptr()), m, n_gemm)
     return y, saved
 
 
@@ -177,3 +181,62 @@ def test_output_types_round_once(tmp_path, out):
         if out.startswith("fp8"):  # bit-exact against torch's conversion of the saturated value
             same &= (y.view(torch.uint8) == want.to(OUT_TORCH[out]).view(torch.uint8)) | want.isnan()
         assert same.all(), (out, got[~same][:5], want[~same][:5])
+
+
+# ---- paired expressions (gate, up): V GEMM columns in, V / 2 outputs ----------------------------------------------
+PAIRED = ["silu(gate) * up", "gelu(gate) * up", "gelu_erf(gate) * up", "relu(gate) * up",
+          "cast(cast(silu(cast(gate, bf16)), bf16) * cast(up, bf16), bf16)",
+          "silu(gate * n_vec(sg) + n_vec(bg, 0.0)) * (up * n_vec(su) + n_vec(bu, 0.0)) * m_vec(a, 1.0)",
+          "save(silu(gate), fp32) * up + aux(r) * scalar(s)", "gate - up"]
+
+
+def test_paired_functors(tmp_path, seed):
+    """kPairs functors: n_vec operands by output column (n >> 1), aux / save / out [M, N / 2], pair and quad
+    stores (V = 2 at every even column, V = 4 at multiples of 4), against the float64 evaluator."""
+    rng = random.Random(seed)
+    cases, data = [], []
+    for text in PAIRED:
+        expr = E.parse(text)
+        ops, dtypes, kinds = random_operands(rng, expr, M, N // 2)
+        spec = codegen.EpilogueSpec.of(expr, dtypes)
+        assert "static constexpr bool kPairs = true;" in codegen.render_functor(spec)
+        for v in (2, 4):
+            cases.append((spec, "fp32", v))
+            data.append((expr, ops, kinds))
+    lib = build_library(cases, tmp_path)
+    for i, ((spec, out, v), (expr, ops, kinds)) in enumerate(zip(cases, data)):
+        acc = (torch.randn(M, N, dtype=torch.float64) * 3).to(torch.float32).to(torch.float64)
+        y, saved = run_case(lib, i, spec, out, acc, ops, kinds)
+        ref, ref_saved = E.evaluate_outputs(expr, acc, ops)
+        assert y.shape == (M, N // 2)
+        check_close(y, ref, 4e-6 * ref.abs() + 1e-6 + tolerance(expr, acc, ops, ref), f"{expr} (V={v})")
+        if ref_saved is not None:
+            check_close(saved, ref_saved, 4e-6 * ref_saved.abs() + 1e-6, f"{expr} saved (V={v})")
+
+
+def test_paired_random_trees(tmp_path):
+    """100 random paired trees (gate / up leaves, every op and operand kind) through pair and quad stores."""
+    rng = random.Random(4321)
+    cases, data = [], []
+    for i in range(100):
+        expr = random_tree(rng, paired=True)
+        ops, dtypes, kinds = random_operands(rng, expr, M, N // 2, dyn=True)
+        cases.append((codegen.EpilogueSpec.of(expr, dtypes), "fp32", (2, 4)[i % 2]))
+        data.append((expr, ops, kinds))
+    lib = build_library(cases, tmp_path)
+    for i, ((spec, out, _v), (expr, ops, kinds)) in enumerate(zip(cases, data)):
+        acc = (torch.randn(M, N, generator=torch.Generator().manual_seed(i), dtype=torch.float64) * 2)
+        acc = acc.to(torch.float32).to(torch.float64)
+        y, saved = run_case(lib, i, spec, out, acc, ops, kinds)
+        ref, ref_saved = E.evaluate_outputs(expr, acc, ops)
+        check_close(y, ref, tolerance(expr, acc, ops, ref), f"paired tree {i}: {expr}", allowed=0.02)
+        if ref_saved is not None:
+            tol = ref_saved.abs().nan_to_num(0.0, 0.0, 0.0) * 2 ** -7 + 1e-6
+            check_close(saved, ref_saved, tol, f"paired tree {i} saved: {expr}", allowed=0.05)
+
+
+def test_paired_store_needs_even_v(tmp_path):
+    """store<1> of a paired functor does not compile (a lone column is half a pair): the static_assert says so."""
+    spec = codegen.EpilogueSpec.of(E.parse("silu(gate) * up"))
+    with pytest.raises(AssertionError, match="whole \\(gate, up\\) column pairs"):
+        build_library([(spec, "fp32", 1)], tmp_path)

@@ -121,3 +121,58 @@ def test_model_detects_a_wrong_row_major_path(arch, kind, seed):
     for wrong in (halves_swapped, next_chunk):
         got = _simulate(arch, kind, a, w, atom=dataclasses.replace(atom, mma=wrong))
         assert not np.allclose(got, want), wrong.__name__
+
+
+# ---- paired epilogues (gate, up): where each lane finds its column pair ---------------------------------------
+@pytest.mark.parametrize("arch,kind", sorted(ATOMS))
+@pytest.mark.parametrize("m,n,k_bytes,tiles", SHAPES[:3])
+def test_model_paired_store_gets_column_pairs(arch, kind, m, n, k_bytes, tiles, seed):
+    """Replaying store_tile's paired path (lane exchange by pair_lane_xor on CDNA, a lane's own pairs on sm_90a)
+    hands every (column 2j, column 2j + 1) pair of the product, at the right rows, to exactly one store."""
+    k = k_bytes // IN_TRAITS[kind]["elem_bytes"]
+    a, w = _random(kind, (m, k), arch), _random(kind, (n, k), arch)
+    traits = IN_TRAITS[kind]
+    b = fg.preshuffle(w).data if traits["preshuffled_b"] else w
+    got = simulate_gemm_a8(ATOMS[(arch, kind)], _bytes(a), _bytes(b), _decoder(a.dtype), m, n, k, *tiles,
+                           **traits, paired=True)
+    ref = _reference(a, w)
+    assert not np.isnan(got).any(), "every pair stored"
+    np.testing.assert_allclose(got[..., 0], ref[:, 0::2], rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(got[..., 1], ref[:, 1::2], rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize("arch,kind", sorted(k for k in ATOMS if ATOMS[k].pair_lane_xor is not None))
+def test_cdna_partner_lane_holds_the_next_column(arch, kind):
+    """kPairLaneXor: for every lane of an even column and every accumulator, lane ^ 1 holds column + 1, same row."""
+    atom = ATOMS[(arch, kind)]
+    x = atom.pair_lane_xor
+    for lane in range(atom.warp_size):
+        for e in range(atom.acc_per_lane):
+            col = atom.acc_col(lane, e)
+            if col % 2 == 0:
+                assert atom.acc_col(lane ^ x, e) == col + 1
+                assert atom.acc_row(lane ^ x, e) == atom.acc_row(lane, e)
+
+
+def test_cdna_wrong_partner_is_caught(seed):
+    """The paired replay can fail: a partner lane of the wrong distance gives wrong up values."""
+    a, w = _random("bf16", (16, 32), "gfx942"), _random("bf16", (16, 32), "gfx942")
+    atom = dataclasses.replace(ATOMS[("gfx942", "bf16")], pair_lane_xor=16)
+    got = simulate_gemm_a8(atom, _bytes(a), _bytes(w), _decoder(a.dtype), 16, 16, 32, elem_bytes=2,
+                           preshuffled_b=False, paired=True)
+    assert not np.allclose(got[..., 1], _reference(a, w)[:, 1::2])
+
+
+def test_sm90_swapped_partner_thread():
+    """store_swapped (kSwapAB): D rows are weight rows (GEMM columns). For every consumer thread t whose row is
+    even (t & 4 == 0), thread t ^ 4 -- the same warp -- holds row + 1 at the same D column (activation row), for
+    every accumulator element; odd rows are exactly the threads with t & 4."""
+    from fusedgemm.fragment_model import SM90_SWAPPED_PAIR_XOR as X, sm90_wgmma_acc_col as col, \
+        sm90_wgmma_acc_row as row
+
+    for t in range(128):
+        assert (t ^ X) // 32 == t // 32, "a shuffle stays in the warp"
+        for j in range(16):  # m64n16: 8 per MMA; the layout repeats every 4 elements along j
+            assert (row(t, j) % 2 == 0) == (t & X == 0)
+            if t & X == 0:
+                assert row(t ^ X, j) == row(t, j) + 1 and col(t ^ X, j) == col(t, j)

@@ -78,6 +78,10 @@ class AtomModel:
     # (A frag values [lanes, vecs, 16 / elem_bytes], B frag values, the same) -> acc contribution
     # [lanes, acc_per_lane]
     mma: Callable[[np.ndarray, np.ndarray], np.ndarray]
+    # Paired epilogues (gate, up): the lane ^ pair_lane_xor holds column acc_col + 1, same rows (kPairLaneXor of
+    # the CDNA atoms, which hold one column per lane); None: a lane's own accumulators come in column pairs
+    # (sm90 mma.sync: kStoreVec = 2).
+    pair_lane_xor: int | None = None
 
 
 def _sm90_mma(fa: np.ndarray, fb: np.ndarray) -> np.ndarray:
@@ -104,7 +108,7 @@ def _cdna_mma(parts: int, mfma_k: int) -> Callable[[np.ndarray, np.ndarray], np.
 
 
 _CDNA_COMMON = dict(warp_size=64, rows_per_lane=1, lane_row=lambda l, i: l % 16, acc_per_lane=4,
-                    acc_row=lambda l, e: 4 * (l // 16) + e, acc_col=lambda l, e: l % 16)
+                    acc_row=lambda l, e: 4 * (l // 16) + e, acc_col=lambda l, e: l % 16, pair_lane_xor=1)
 # One 16-byte chunk per lane, chunk l / 16 of the 4 in a step (every CDNA atom but gfx950's fp8).
 _CDNA_CHUNK = dict(chunks_per_step=4, chunks_per_lane=1, lane_chunk=lambda l, j: l // 16, **_CDNA_COMMON)
 
@@ -133,12 +137,14 @@ for _kind, _parts, _k in (("int8", 1, 64), ("bf16", 1, 32), ("fp16", 1, 32), ("t
 # ---- the kernel template, replayed ------------------------------------------------------------------------------
 def simulate_gemm_a8(atom: AtomModel, a_bytes: np.ndarray, b_bytes: np.ndarray, decode: Callable,
                      M: int, N: int, K: int, tiles_m: int = 1, tiles_n: int = 1, *, elem_bytes: int = 1,
-                     preshuffled_b: bool = True) -> np.ndarray:
+                     preshuffled_b: bool = True, paired: bool = False) -> np.ndarray:
     """Replay gemm_a8_tile's loads, MMAs and output mapping for one warp per (tiles_m*16) x (tiles_n*16)
     output tile. K counts elements of elem_bytes bytes (IN_TRAITS[kind] gives elem_bytes and preshuffled_b).
     a_bytes: [M*K*elem_bytes] uint8, A row-major; b_bytes: [N*K*elem_bytes] uint8, B in the preshuffled
     (16,16) layout (1-byte elements) or row-major [N, K]; decode: 16 uint8 -> 16 / elem_bytes float values.
-    Returns the accumulator [M, N] (no epilogue)."""
+    Returns the accumulator [M, N] (no epilogue). paired: replay a paired epilogue's store instead (gemm_a8.hpp
+    store_tile with Epi::kPairs): each lane of an even column takes its partner's value by the lane exchange, and
+    the result is [M, N / 2, 2] of (gate, up) = (column 2j, column 2j + 1) pairs as the store sees them."""
     row_bytes = K * elem_bytes
     if row_bytes % 16 or (preshuffled_b and (elem_bytes != 1 or N % 16)) or N % 8:
         raise ValueError(f"unsupported shape: K={K} x {elem_bytes} bytes, N={N}, preshuffled_b={preshuffled_b}")
@@ -152,7 +158,7 @@ def simulate_gemm_a8(atom: AtomModel, a_bytes: np.ndarray, b_bytes: np.ndarray, 
             raise AssertionError(f"16-byte load at {off} outside an operand of {buf.size} bytes")
         return decode(buf[off: off + 16])
 
-    out = np.full((M, N), np.nan)
+    out = np.full((M, N // 2, 2) if paired else (M, N), np.nan)
     lanes = range(atom.warp_size)
     nvec = atom.rows_per_lane * atom.chunks_per_lane
     for m_warp in range(0, M, 16 * tiles_m):
@@ -185,6 +191,9 @@ def simulate_gemm_a8(atom: AtomModel, a_bytes: np.ndarray, b_bytes: np.ndarray, 
                         acc[tm, tn] += atom.mma(fa[tm], fb[tn])
             for tm in range(tiles_m):
                 for tn in range(tiles_n):
+                    if paired:
+                        _store_pairs(atom, acc[tm, tn], out, m_warp + 16 * tm, n_warp + 16 * tn, M, N)
+                        continue
                     for lane in lanes:
                         for e in range(atom.acc_per_lane):
                             row = m_warp + 16 * tm + atom.acc_row(lane, e)
@@ -194,3 +203,36 @@ def simulate_gemm_a8(atom: AtomModel, a_bytes: np.ndarray, b_bytes: np.ndarray, 
                                     raise AssertionError(f"output ({row}, {col}) written twice")
                                 out[row, col] = acc[tm, tn, lane, e]
     return out
+
+
+def _store_pairs(atom: AtomModel, acc: np.ndarray, out: np.ndarray, m0: int, n0: int, M: int, N: int) -> None:
+    """A paired store of one 16x16 tile acc [lanes, acc_per_lane]: exchange with lane ^ pair_lane_xor (every
+    lane), then the even column's lane stores (its value, the partner's) at output column col / 2 (gemm_a8.hpp),
+    or, with pair_lane_xor None, a lane's accumulator pairs (e, e + 1) are the (gate, up) pair."""
+    for lane in range(atom.warp_size):
+        for e in range(atom.acc_per_lane):
+            row, col = m0 + atom.acc_row(lane, e), n0 + atom.acc_col(lane, e)
+            if atom.pair_lane_xor is None:
+                if e % 2:
+                    continue
+                pair = (acc[lane, e], acc[lane, e + 1])
+            else:
+                pair = (acc[lane, e], acc[lane ^ atom.pair_lane_xor, e])
+            if col % 2 or row >= M or col >= N:
+                continue
+            if not np.isnan(out[row, col // 2, 0]):
+                raise AssertionError(f"output ({row}, {col // 2}) written twice")
+            out[row, col // 2] = pair
+
+
+# ---- sm90 wgmma D fragment (gemm_a8_sm90_common.hpp acc_row / acc_col) -----------------------------------------
+def sm90_wgmma_acc_row(t: int, j: int) -> int:
+    """Row of accumulator element j of consumer thread t (within its warpgroup) in an m64nN wgmma D tile."""
+    return 16 * (t >> 5) + ((t & 31) >> 2) + 8 * ((j >> 1) & 1)
+
+
+def sm90_wgmma_acc_col(t: int, j: int) -> int:
+    return 8 * (j >> 2) + 2 * (t & 3) + (j & 1)
+
+
+SM90_SWAPPED_PAIR_XOR = 4  # store_swapped: the thread holding D row acc_row + 1 (an even row's up), same column

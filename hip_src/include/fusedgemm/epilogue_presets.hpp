@@ -46,6 +46,7 @@ struct EpiloguePresetNone {
   static constexpr int kRowValues = 1;  // 1 used (arrays are never empty)
   static constexpr int kColValues = 2;  // 2 used
   static constexpr bool kSaves = false;
+  static constexpr bool kPairs = false;  // gate / up: one output per GEMM column pair
   // The row values of kCount rows idx[i] (zeros where !in[i]), loaded operand by operand (see load_cols).
   template <int kCount>
   FG_DEVICE static void load_rows(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],
@@ -176,6 +177,7 @@ struct EpiloguePresetRelu {
   static constexpr int kRowValues = 1;  // 1 used (arrays are never empty)
   static constexpr int kColValues = 2;  // 2 used
   static constexpr bool kSaves = false;
+  static constexpr bool kPairs = false;  // gate / up: one output per GEMM column pair
   // The row values of kCount rows idx[i] (zeros where !in[i]), loaded operand by operand (see load_cols).
   template <int kCount>
   FG_DEVICE static void load_rows(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],
@@ -307,6 +309,7 @@ struct EpiloguePresetSilu {
   static constexpr int kRowValues = 1;  // 1 used (arrays are never empty)
   static constexpr int kColValues = 2;  // 2 used
   static constexpr bool kSaves = false;
+  static constexpr bool kPairs = false;  // gate / up: one output per GEMM column pair
   // The row values of kCount rows idx[i] (zeros where !in[i]), loaded operand by operand (see load_cols).
   template <int kCount>
   FG_DEVICE static void load_rows(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],
@@ -438,6 +441,7 @@ struct EpiloguePresetGelu {
   static constexpr int kRowValues = 1;  // 1 used (arrays are never empty)
   static constexpr int kColValues = 2;  // 2 used
   static constexpr bool kSaves = false;
+  static constexpr bool kPairs = false;  // gate / up: one output per GEMM column pair
   // The row values of kCount rows idx[i] (zeros where !in[i]), loaded operand by operand (see load_cols).
   template <int kCount>
   FG_DEVICE static void load_rows(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],
@@ -569,6 +573,7 @@ struct EpiloguePresetGeluErf {
   static constexpr int kRowValues = 1;  // 1 used (arrays are never empty)
   static constexpr int kColValues = 2;  // 2 used
   static constexpr bool kSaves = false;
+  static constexpr bool kPairs = false;  // gate / up: one output per GEMM column pair
   // The row values of kCount rows idx[i] (zeros where !in[i]), loaded operand by operand (see load_cols).
   template <int kCount>
   FG_DEVICE static void load_rows(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],

@@ -166,24 +166,53 @@ FG_DEVICE void gemm_a8_tile(const u8* __restrict__ a,  // [M, K] row-major
 
   // Epilogue: each run of kStoreVec accumulators (one row, adjacent columns) goes through the epilogue slot.
   auto store_tile = [&](const Acc& tile, int tm, int tn) {
+    if constexpr (Epi::kPairs && Atom::kStoreVec == 1) {
+      // A paired epilogue takes column pairs (gate 2j, up 2j + 1), but a lane holds one column: its partner
+      // column (same rows) is in lane ^ kPairLaneXor. Every lane exchanges its values first (the shuffle needs
+      // the whole wave, so before any bound check); the even column's lane stores the pairs.
+      float mine[Atom::kAccPerLane], other[Atom::kAccPerLane];
 #pragma unroll
-    for (int e = 0; e < Atom::kAccPerLane; e += Atom::kStoreVec) {
-      const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
-      if (row >= M) continue;
-      const int col = n_warp + 16 * tn + Atom::acc_col(lane, e);
+      for (int e = 0; e < Atom::kAccPerLane; ++e) {
+        mine[e] = Atom::get(tile, e);
+        other[e] = arch::shfl_xor(mine[e], Atom::kPairLaneXor);
+      }
+      const int col = n_warp + 16 * tn + Atom::acc_col(lane, 0);
+      if (col & 1) return;
       if constexpr (!kPreshuffledB) {
-        if (col >= N) continue;  // a tile straddling N (N % 16 == 8)
+        if (col >= N) return;  // N is even: col + 1 < N too
       }
-      float r[Epi::kRowValues];
-      Epi::load_row(ep, row, r);
-      float c[Atom::kStoreVec][Epi::kColValues];
-      float v[Atom::kStoreVec];
+      float c[2][Epi::kColValues];
+      Epi::load_col(ep, col, c[0]);
+      Epi::load_col(ep, col + 1, c[1]);
 #pragma unroll
-      for (int s = 0; s < Atom::kStoreVec; ++s) {
-        Epi::load_col(ep, col + s, c[s]);
-        v[s] = Atom::get(tile, e + s);
+      for (int e = 0; e < Atom::kAccPerLane; ++e) {
+        const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
+        if (row >= M) continue;
+        float r[Epi::kRowValues];
+        Epi::load_row(ep, row, r);
+        const float v[2] = {mine[e], other[e]};
+        Epi::template store<2>(ep, row, col, v, r, c);
       }
-      Epi::template store<Atom::kStoreVec>(ep, row, col, v, r, c);
+    } else {
+#pragma unroll
+      for (int e = 0; e < Atom::kAccPerLane; e += Atom::kStoreVec) {
+        const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
+        if (row >= M) continue;
+        const int col = n_warp + 16 * tn + Atom::acc_col(lane, e);
+        if constexpr (!kPreshuffledB) {
+          if (col >= N) continue;  // a tile straddling N (N % 16 == 8)
+        }
+        float r[Epi::kRowValues];
+        Epi::load_row(ep, row, r);
+        float c[Atom::kStoreVec][Epi::kColValues];
+        float v[Atom::kStoreVec];
+#pragma unroll
+        for (int s = 0; s < Atom::kStoreVec; ++s) {
+          Epi::load_col(ep, col + s, c[s]);
+          v[s] = Atom::get(tile, e + s);
+        }
+        Epi::template store<Atom::kStoreVec>(ep, row, col, v, r, c);
+      }
     }
   };
 

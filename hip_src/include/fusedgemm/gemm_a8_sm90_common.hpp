@@ -288,12 +288,28 @@ FG_DEVICE void store_swapped(const typename Epi::Params& ep, int M, int N, int m
   auto store_one = [&](int j, Acc v) {
     const int h = j / kAccPerMma, e = j % kAccPerMma;
     const int m = m0 + acc_col(t, e), n = n0 + 64 * h + acc_row(t, e);
-    if (m >= M || n >= N) return;
-    float r[Epi::kRowValues], c[1][Epi::kColValues];
-    Epi::load_row(ep, m, r);
-    Epi::load_col(ep, n, c[0]);
-    const float a[1] = {static_cast<float>(v)};
-    Epi::template store<1>(ep, m, n, a, r, c);
+    if constexpr (Epi::kPairs) {
+      // A paired epilogue takes weight-row pairs (gate 2j, up 2j + 1). Weight row n + 1 is acc_row + 1: thread
+      // t ^ 4 of the same warp, same element, same activation row (acc_col reads t & 3 only). Every thread
+      // exchanges first (a full-warp shuffle, before any bound check); the even row's thread (t & 4 == 0: n0 and
+      // the other terms of acc_row are even) stores the pair.
+      const float mine = static_cast<float>(v);
+      const float other = arch::shfl_xor(mine, 4);
+      if ((t & 4) || m >= M || n >= N) return;
+      float r[Epi::kRowValues], c[2][Epi::kColValues];
+      Epi::load_row(ep, m, r);
+      Epi::load_col(ep, n, c[0]);
+      Epi::load_col(ep, n + 1, c[1]);
+      const float a[2] = {mine, other};
+      Epi::template store<2>(ep, m, n, a, r, c);
+    } else {
+      if (m >= M || n >= N) return;
+      float r[Epi::kRowValues], c[1][Epi::kColValues];
+      Epi::load_row(ep, m, r);
+      Epi::load_col(ep, n, c[0]);
+      const float a[1] = {static_cast<float>(v)};
+      Epi::template store<1>(ep, m, n, a, r, c);
+    }
   };
   if (splits == 1) {
 #pragma unroll

@@ -11,6 +11,11 @@ the column only, which kernels hoist out of their store loops) and store (the pe
     aux operands           {ptr, ld}: element (m, n) at ptr[m * ld + n], typed at compile time
     outputs                {out, ld_out} and, with a save(...) node, {saved, ld_saved}
 
+A paired expression (gate / up, ir.is_paired) gives a functor with kPairs = true: load_col(n) reads its
+n_vec operands at n >> 1, and store<V> (V even, n even) turns V GEMM columns into V / 2 outputs at column
+n / 2 (aux operands and the saved output are indexed by that output column too). Kernels whose lanes hold
+one column each pair them up first (gemm_a8.hpp, gemm_a8_sm90_common.hpp store_swapped).
+
 `EpilogueSpec` is what a code object depends on: the expression and the element types of its tensor
 operands (the output type is the functor's template parameter). Its key names the functor.
 """
@@ -112,7 +117,7 @@ def _dep(node: ir.Node, memo: dict) -> int:
     if d is not None:
         return d
     op = node.op
-    if op in ("acc", "aux", "save"):
+    if op in ("acc", *ir.PAIR_LEAVES, "aux", "save"):
         d = _ELEM
         for a in node.args:
             _dep(a, memo)
@@ -158,7 +163,7 @@ class _Emitter:
         if node in self.names:
             return self.names[node]
         expr = self._expr(node)
-        if node.op in ("const", "acc"):
+        if node.op in ("const", "acc", *ir.PAIR_LEAVES):
             return expr
         name = f"{self.prefix}{len(self.names)}"
         self.names[node] = name
@@ -167,8 +172,8 @@ class _Emitter:
 
     def _expr(self, node: ir.Node) -> str:
         op = node.op
-        if op == "acc":
-            return "acc"
+        if op in ("acc", *ir.PAIR_LEAVES):
+            return op
         if op == "const":
             return _float(node.attrs[0])
         if op in ("m_vec", "n_vec"):  # always inside a hoisted root: load_rows / load_cols read them in batches
@@ -223,7 +228,9 @@ def _hoisted_roots(expr: ir.Node) -> tuple[list[ir.Node], list[ir.Node]]:
 def _batched_body(spec: EpilogueSpec, roots: list[ir.Node], axis: str) -> list[str]:
     """load_rows (axis "m") / load_cols (axis "n"): each vector operand of the axis into an array of kCount
     values (the branches on its presence and run-time type taken once, outside the loads, so all loads are in
-    flight together), uniform scalars once, then each root per index into `out[i][k]`."""
+    flight together), uniform scalars once, then each root per index into `out[i][k]`. A paired expression's
+    columns are GEMM columns: its n_vec operands are read at the output column, idx >> 1."""
+    index = "(idx[i] >> 1)" if axis == "n" and ir.is_paired(spec.expr) else "idx[i]"
     ops = ir.operands(spec.expr)
     vec_op = "m_vec" if axis == "m" else "n_vec"
     leaves: list[ir.Node] = []
@@ -247,7 +254,7 @@ def _batched_body(spec: EpilogueSpec, roots: list[ir.Node], axis: str) -> list[s
         # 32-bit index arithmetic (M, N < 2^31): 64-bit products of run-time strides cost registers that the
         # persistent kernel's epilogue warps do not have (spills).
         def loads(load_fn: str) -> list[str]:
-            return fill(arr, f"in[i] ? fg::epi::{load_fn}({f}, idx[i] * {f}_stride) : 0.f")
+            return fill(arr, f"in[i] ? fg::epi::{load_fn}({f}, {index} * {f}_stride) : 0.f")
 
         branches = []
         if o.default is not None:
@@ -306,6 +313,29 @@ def render_functor(spec: EpilogueSpec, name: str | None = None) -> str:
         for (f, _c), o in zip(fields, offsets)) + "#endif\n"
     save_t = SAVE_TYPES[save.attrs[0]] if save is not None else None
     unused = "(void)m; (void)n; (void)p; (void)r; (void)c;"
+    paired = ir.is_paired(expr)
+    if paired:
+        value_args, value_unused = "float gate, float up", "(void)gate; (void)up;"
+        store_body = f"""    static_assert(V % 2 == 0, "a paired epilogue takes whole (gate, up) column pairs: V even, n even");
+    constexpr int kOut = V / 2;
+    const int j = n >> 1;  // the output column of the first pair
+    float y[kOut], s[kOut];
+#pragma unroll
+    for (int v = 0; v < kOut; ++v) y[v] = value(p, acc[2 * v], acc[2 * v + 1], r, c[2 * v], m, j + v, s[v]);
+    fg::epi::store_row<Out, kOut>(const_cast<void*>(p.out), p.ld_out, m, j, y);
+{"    fg::epi::store_row<" + save_t + ", kOut>(const_cast<void*>(p.saved), p.ld_saved, m, j, s);" if save_t else "    (void)s;"}
+"""
+        store_doc = ("  // V GEMM columns n .. n + V - 1 (n even) of row m: V / 2 (gate, up) pairs -> outputs n / 2 .. "
+                     "n / 2 + V / 2 - 1.\n")
+    else:
+        value_args, value_unused = "float acc", "(void)acc;"
+        store_body = f"""    float y[V], s[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) y[v] = value(p, acc[v], r, c[v], m, n + v, s[v]);
+    fg::epi::store_row<Out, V>(const_cast<void*>(p.out), p.ld_out, m, n, y);
+{"    fg::epi::store_row<" + save_t + ", V>(const_cast<void*>(p.saved), p.ld_saved, m, n, s);" if save_t else "    (void)s;"}
+"""
+        store_doc = ""
     return f"""// {expr}
 // operand types: {', '.join(f'{n}:{d}' for n, d in spec.operand_dtypes) or '-'}
 template <class Out>
@@ -317,6 +347,7 @@ struct {name} {{
 {asserts}  static constexpr int kRowValues = {max(1, len(rows))};  // {len(rows)} used (arrays are never empty)
   static constexpr int kColValues = {max(1, len(cols))};  // {len(cols)} used
   static constexpr bool kSaves = {str(save is not None).lower()};
+  static constexpr bool kPairs = {str(paired).lower()};  // gate / up: one output per GEMM column pair
   // The row values of kCount rows idx[i] (zeros where !in[i]), loaded operand by operand (see load_cols).
   template <int kCount>
   FG_DEVICE static void load_rows(const Params& p, const int (&idx)[kCount], const bool (&in)[kCount],
@@ -346,19 +377,14 @@ struct {name} {{
     load_cols<1>(p, ns, in, *reinterpret_cast<float(*)[1][kColValues]>(&c));
   }}
   // The value of output (m, n) from its accumulator, row and column values; `saved` gets the save node's value.
-  FG_DEVICE static float value(const Params& p, float acc, const float (&r)[kRowValues],
+  FG_DEVICE static float value(const Params& p, {value_args}, const float (&r)[kRowValues],
                                const float (&c)[kColValues], int m, int n, float& saved) {{
-    {unused} (void)acc; saved = 0.f;
+    {unused} {value_unused} saved = 0.f;
 {indent(value_lines, 4)}    return {result};
   }}
-  template <int V>
+{store_doc}  template <int V>
   FG_DEVICE static void store(const Params& p, int m, int n, const float (&acc)[V], const float (&r)[kRowValues],
                               const float (&c)[V][kColValues]) {{
-    float y[V], s[V];
-#pragma unroll
-    for (int v = 0; v < V; ++v) y[v] = value(p, acc[v], r, c[v], m, n + v, s[v]);
-    fg::epi::store_row<Out, V>(const_cast<void*>(p.out), p.ld_out, m, n, y);
-{"    fg::epi::store_row<" + save_t + ", V>(const_cast<void*>(p.saved), p.ld_saved, m, n, s);" if save_t else "    (void)s;"}
-  }}
+{store_body}  }}
 }};
 """

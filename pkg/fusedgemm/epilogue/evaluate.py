@@ -73,6 +73,9 @@ def evaluate_outputs(expr: ir.Node, acc: torch.Tensor, operands: dict | None = N
                      compute_dtype: torch.dtype = torch.float64, device=None):
     """-> (value of expr [M, N], value of its save(...) node rounded to the save dtype, or None), as float64.
 
+    A paired expression (gate / up) takes the GEMM accumulator [M, 2I] in interleaved order (column 2j the gate,
+    2j + 1 the up of output column j) and returns [M, I]; its operands are then sized by I.
+
     compute_dtype=torch.float32 evaluates every op in fp32 instead (what torch's own fp32 arithmetic gives: the
     tests measure a kernel's error against the float64 value relative to that). device: evaluate there instead
     of on the CPU (matmul_fused's unfused fp32 path runs its epilogue this way)."""
@@ -86,7 +89,13 @@ def evaluate_outputs(expr: ir.Node, acc: torch.Tensor, operands: dict | None = N
     a = acc.detach().to(device or "cpu", torch.float64).to(cd)
     if a.dim() != 2:
         raise ir.EpilogueError(f"acc must be [M, N], got {tuple(a.shape)}")
-    m, n = a.shape
+    paired = ir.is_paired(expr)
+    if paired:
+        if a.shape[1] % 2:
+            raise ir.EpilogueError(f"a paired epilogue (gate / up) needs an even number of accumulator columns, got "
+                                   f"acc of shape {tuple(a.shape)}")
+        pair = {"gate": a[:, 0::2], "up": a[:, 1::2]}
+    m, n = a.shape[0], a.shape[1] // 2 if paired else a.shape[1]
     leaf = {name: _operand_value(op, operands, m, n, device).to(cd) for name, op in known.items()}
     saved = []
 
@@ -94,6 +103,8 @@ def evaluate_outputs(expr: ir.Node, acc: torch.Tensor, operands: dict | None = N
         op = node.op
         if op == "acc":
             return a
+        if op in ir.PAIR_LEAVES:
+            return pair[op]
         if op == "const":
             return torch.tensor(node.attrs[0], dtype=torch.float64, device=a.device).to(cd)
         if op in ("m_vec", "n_vec", "scalar", "aux"):

@@ -1,6 +1,7 @@
 """The epilogue IR: an expression over the GEMM accumulator, evaluated per output element (row m, column n).
 
     leaves   acc                     the accumulator (fp32; int8 GEMMs convert their exact int32 sum once)
+             gate, up                the accumulators of a column pair (2j, 2j + 1): a *paired* expression
              m_vec(name[, default])  a vector [M] indexed by the output row (per-token scale)
              n_vec(name[, default])  a vector [N] indexed by the output column (bias, per-channel scale)
              scalar(name)            one fp32 value given at run time (alpha, beta, a quantization scale)
@@ -11,6 +12,10 @@
     binary   add sub mul div maximum minimum      (also written a + b, a - b, a * b, a / b, -a)
     cast(x, bf16|fp16|fp32)   a rounding point: x rounded to that type (to reproduce unfused numerics)
     save(x, bf16|fp16|fp32)   x itself; also writes x, rounded to that type, to the second output [M, N]
+
+A paired expression (one that uses gate / up; it may not use acc) combines each adjacent pair of GEMM columns
+(gate 2j, up 2j + 1: a gate/up-interleaved weight) into ONE output column j: the GEMM is [M, N], the output,
+its n_vec operands (indexed by j), aux operands and save() output are [M, N / 2]. SwiGLU is silu(gate) * up.
 
 An m_vec / n_vec with a default is optional: a call may leave it out and every element reads the default
 (the gemm_a8 presets use that for scales and bias). Everything is computed in fp32; the value of the whole
@@ -26,7 +31,8 @@ import hashlib
 import math
 import re
 
-LEAVES = ("acc", "m_vec", "n_vec", "scalar", "aux", "const")
+PAIR_LEAVES = ("gate", "up")  # a paired expression's accumulators (see the module docstring)
+LEAVES = ("acc", *PAIR_LEAVES, "m_vec", "n_vec", "scalar", "aux", "const")
 UNARY = ("relu", "silu", "sigmoid", "gelu", "gelu_erf", "tanh", "exp", "neg", "abs", "square", "sqrt", "rsqrt")
 UNARY_WITH_ATTRS = {"leaky_relu": 1, "clamp": 2}  # op -> number of constant attributes after x
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum")
@@ -129,6 +135,8 @@ def _finite(v, what: str, allow_inf: bool = False) -> float:
 
 # ---- constructors ----------------------------------------------------------------------------------------------
 acc = Node("acc")
+gate = Node("gate")  # accumulator of GEMM column 2j (the gate half of output column j)
+up = Node("up")  # accumulator of GEMM column 2j + 1
 
 
 def m_vec(name: str, default: float | None = None) -> Node:
@@ -247,8 +255,14 @@ def saved_node(expr: Node) -> Node | None:
     return saves[0] if saves else None
 
 
+def is_paired(expr: Node) -> bool:
+    """Whether `expr` combines column pairs (uses gate / up): its output has half the GEMM's columns."""
+    return any(n.op in PAIR_LEAVES for n in expr.walk())
+
+
 def validate(expr: Node) -> Node:
-    """Structural checks that do not depend on the call: size, operand names, at most one save."""
+    """Structural checks that do not depend on the call: size, operand names, at most one save, acc not mixed
+    with gate / up."""
     if not isinstance(expr, Node):
         raise EpilogueError(f"expected an epilogue expression (fusedgemm.epilogue node or text), got "
                             f"{type(expr).__name__}")
@@ -260,6 +274,9 @@ def validate(expr: Node) -> Node:
         names = [o.name for o in ops.values() if o.kind == kind]
         if len(names) > limit:
             raise EpilogueError(f"epilogue uses {len(names)} {kind} operands ({', '.join(names)}); at most {limit}")
+    if any(n.op == "acc" for n in nodes) and any(n.op in PAIR_LEAVES for n in nodes):
+        raise EpilogueError(f"epilogue {expr} mixes acc with gate / up: a paired expression (gate, up) produces one "
+                            "output per column pair and has no per-column acc; write it with gate and up only")
     saves = [n for n in nodes if n.op == "save"]
     if len(saves) > 1:
         raise EpilogueError(f"epilogue has {len(saves)} save(...) nodes; at most one second output is supported")
@@ -284,8 +301,8 @@ def _num(v: float) -> str:
 
 def format_expr(node: Node) -> str:
     op = node.op
-    if op == "acc":
-        return "acc"
+    if op in ("acc", *PAIR_LEAVES):
+        return op
     if op == "const":
         return _num(node.attrs[0])
     if op in ("m_vec", "n_vec"):

@@ -117,11 +117,11 @@ class _Parser:
         if kind != "name":
             self.fail(f"expected an operand, got {value!r}")
         self.take()
-        if value == "acc":
-            return ir.acc
+        if value in ("acc", *ir.PAIR_LEAVES):
+            return getattr(ir, value)
         if self.peek() is None or self.peek()[1] != "(":
             self.fail(f"unknown name {value!r} (operands are written m_vec(name), n_vec(name), scalar(name), "
-                      "aux(name); the accumulator is acc)", pos)
+                      "aux(name); the accumulator is acc, or gate / up in a paired expression)", pos)
         self.take("(")
         node = self.call(value, pos)
         self.take(")")

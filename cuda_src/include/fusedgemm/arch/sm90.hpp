@@ -64,6 +64,9 @@ FG_DEVICE u16 float_to_bf16_bits(float f) {
   return h;
 }
 
+// v from lane ^ mask of the warp; every lane of the warp must call it (full mask).
+FG_DEVICE float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+
 template <class In>
 struct MmaAtom;
 

@@ -51,11 +51,21 @@ FG_DEVICE T vec_half_as(const Vec16& v, int half) {
   return __builtin_bit_cast(T, vec_half_as_long(v, half));
 }
 
+// v from lane ^ mask of the wave (ds_bpermute, what HIP's __shfl_xor is; the HIP headers may be absent here).
+// Every lane of the wave must call it.
+FG_DEVICE float shfl_xor(float v, int mask) {
+  const int lane = static_cast<int>(__builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u)));
+  return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute((lane ^ mask) << 2, __builtin_bit_cast(int, v)));
+}
+
 struct CdnaAtomBase {
   static constexpr int kWarpSize = 64;
   static constexpr int kRowsPerLane = 1;
   static constexpr int kAccPerLane = 4;
   static constexpr int kStoreVec = 1;  // a lane's accumulators are one column, four rows
+  // The lane holding column acc_col + 1 with the same rows is lane ^ kPairLaneXor (for an even column): how a
+  // paired epilogue (Epi::kPairs) finds the up of its gate. tests/test_fragment_model.py checks it per atom.
+  static constexpr int kPairLaneXor = 1;
   FG_DEVICE static int lane_row(int lane, int /*i*/) { return lane & 15; }
   FG_DEVICE static int acc_row(int lane, int e) { return 4 * (lane >> 4) + e; }
   FG_DEVICE static int acc_col(int lane, int /*e*/) { return lane & 15; }

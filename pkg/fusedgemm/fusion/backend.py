@@ -1,0 +1,130 @@
+"""fg.backend: a torch.compile backend that rewrites fusable GEMM regions of the Dynamo graph into
+`fusedgemm::fused_region` ops and hands the graph to Inductor, so the rest of the model is still compiled.
+
+    model = torch.compile(model, backend=fg.backend)                      # Inductor compiles everything else
+    model = torch.compile(model, backend=fg.make_backend(report=True))    # prints each graph's sites
+
+Dynamo graphs are torch-level (F.linear, torch.addmm, F.silu, tensor methods) with example values on every node,
+so the matcher (match.py) is the one fg.fuse uses; the op's fake implementation runs the region's torch calls on
+fake tensors, so dynamic batch / sequence sizes compile once.
+"""
+from __future__ import annotations
+
+import dataclasses
+import logging
+import operator
+
+import torch
+
+from . import match
+from .fuse import FusionReport, SiteReport
+
+log = logging.getLogger("fusedgemm.fusion")
+REPORTS: list = []  # one FusionReport per compiled graph, newest last (bounded)
+
+
+def _flatten_int_tuples(site) -> None:
+    """Dynamo passes a traced `x.size()[:-1] + (n,)` as one torch.Size value; the op takes ints. Each such input
+    becomes one (node, index) entry per element (a getitem at rewrite), and the program's references follow."""
+    flat, remap = [], {}
+    for j, node in enumerate(site.ints):
+        v = match._meta_value(node)
+        if isinstance(v, (tuple, list, torch.Size)):
+            remap[j] = [("i", len(flat) + k) for k in range(len(v))]
+            flat.extend((node, k) for k in range(len(v)))
+        else:
+            remap[j] = [("i", len(flat))]
+            flat.append(node)
+    if len(flat) == len(site.ints):
+        return
+    steps = tuple(dataclasses.replace(st, args=tuple(x for r in st.args for x in (remap[r[1]] if r[0] == "i" else [r])))
+                  for st in site.program.steps)
+    site.program = dataclasses.replace(site.program, steps=steps)
+    site.ints = flat
+
+
+def _scalars_to_tensors(site) -> None:
+    """A float input of the region (Dynamo makes `math.sqrt(2 / math.pi)` a SymFloat of a graph input under
+    dynamic=True) becomes a one-element float32 tensor on the region's device: the epilogue's scalar operand."""
+    device = next((v.device for v in map(match._meta_value, site.tensors) if isinstance(v, torch.Tensor)), None)
+    for j, node in enumerate(site.tensors):
+        v = match._meta_value(node)
+        if isinstance(v, (float, int, torch.SymFloat, torch.SymInt)) and not isinstance(v, bool) and device:
+            site.tensors[j] = ("scalar", node, device)
+
+
+def _tensor_arg(graph, x):
+    if isinstance(x, tuple):
+        return graph.call_function(torch.scalar_tensor, (x[1],), {"dtype": torch.float32, "device": x[2]})
+    return x
+
+
+def _int_arg(graph, x):
+    return graph.call_function(operator.getitem, x) if isinstance(x, tuple) else x
+
+
+def _value_ok(node, want_tensor: bool) -> str:
+    v = match._meta_value(node)
+    if want_tensor:
+        if not isinstance(v, torch.Tensor):
+            return f"{getattr(node, 'name', node)} is not a tensor"
+        if v.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+            return f"{node.name} is {v.dtype}"
+        if v.device.type != "cuda":
+            return f"{node.name} is on {v.device}"
+        return ""
+    if isinstance(node, tuple):
+        return ""  # converted at rewrite (_flatten_int_tuples, _scalars_to_tensors)
+    return "" if isinstance(v, (int, torch.SymInt)) else f"reshape size {node} is not an int"
+
+
+def rewrite_graph(gm: torch.fx.GraphModule, *, rounding: str = "fp32", devices: str = "cuda") -> FusionReport:
+    """Rewrite gm's fusable regions in place; -> the report. devices="any" also rewrites CPU regions (tests)."""
+    report = FusionReport()
+    sites = match.find_regions(gm.graph, dict(gm.named_modules()))
+    replaced: dict = {}
+    for site in sites:
+        reason = site.reason
+        if site.program is not None:
+            _flatten_int_tuples(site)
+            _scalars_to_tensors(site)
+            why = [_value_ok(t, True) for t in site.tensors if not isinstance(t, (str, tuple))]
+            why += [_value_ok(i, False) for i in site.ints]
+            why = [w for w in why if w and not (devices == "any" and " is on " in w)]
+            reason = "; ".join(why)
+        ok = site.program is not None and not reason
+        report.sites.append(SiteReport("", site.name, ok, site.ops, reason,
+                                       site.program.dumps() if ok else ""))
+        if ok:
+            match.rewrite(gm.graph, site, lambda g, text, ts, ints: g.call_function(
+                torch.ops.fusedgemm.fused_region.default, ([_tensor_arg(g, t) for t in ts], [_int_arg(g, i) for i in ints], text, rounding)),
+                          replaced)
+    gm.graph.lint()
+    gm.recompile()
+    return report
+
+
+def make_backend(*, inner="inductor", rounding: str = "fp32", report: bool = False, devices: str = "cuda"):
+    """A torch.compile backend: the fusion rewrite, then `inner` ("inductor", "eager", or a backend callable)."""
+    if rounding not in ("fp32", "eager"):
+        raise ValueError(f"make_backend: rounding must be 'fp32' or 'eager', got {rounding!r}")
+
+    def fusedgemm_backend(gm: torch.fx.GraphModule, example_inputs):
+        rep = rewrite_graph(gm, rounding=rounding, devices=devices)
+        REPORTS.append(rep)
+        del REPORTS[:-64]
+        log.info("%s", rep)
+        if report:
+            print(rep)
+        if inner == "eager":
+            return gm.forward
+        if inner == "inductor":
+            from torch._inductor.compile_fx import compile_fx
+
+            return compile_fx(gm, example_inputs)
+        return inner(gm, example_inputs)
+
+    return fusedgemm_backend
+
+
+backend = make_backend()

@@ -1,0 +1,233 @@
+"""Running a fused region: one matmul_fused kernel when the inputs allow it and it is not slower, else the
+region's own torch calls (program.execute) -- the answer never depends on which.
+
+    run_region(program_text, tensors, ints) -> [outputs]
+
+Per input signature (every tensor's shape, strides, dtype, device; the ints) the lowering (program.lower) runs
+once and is cached, with its refusal if any. Whether to use the kernel is decided per (GPU, program, GEMM shape,
+M rounded up to a power of two): FUSEDGEMM_FUSION=auto (default) times both ways once, the first time such a call
+runs outside graph capture, and keeps the faster (persisted in $FUSEDGEMM_CACHE_DIR/fusion_decisions.json, so a
+later process does not measure again); `always` / `never` skip the measurement. Until a decision exists (a call
+first seen inside CUDA-graph capture), the region runs unfused: never slower than eager.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import statistics
+import threading
+
+import torch
+
+from ..matmul import matmul_fused
+from .program import Lowered, Refused, execute, loads, lower
+
+log = logging.getLogger("fusedgemm.fusion")
+
+_LOWERED: dict = {}      # signature -> Lowered | Refused
+_LOWERED_MAX = 4096
+_DECISIONS: dict | None = None   # "gpu|program|m-bucket|shapes" -> {"fused": bool, "us": [fused, unfused]}
+_LOCK = threading.Lock()
+# program text -> {"kernel": calls, "unfused": calls, "why": last reason for unfused}: what fg.fuse's report shows
+STATS: dict = {}
+# CPU mode for tests: "torch" runs the region's torch calls; "oracle" runs the lowered epilogue in float64 (the
+# IR evaluator) whenever lowering succeeds -- the CPU check that a lowering means what the torch calls mean.
+cpu_mode = "torch"
+
+
+def _mode() -> str:
+    mode = os.environ.get("FUSEDGEMM_FUSION", "auto")
+    if mode not in ("auto", "always", "never"):
+        raise ValueError(f"FUSEDGEMM_FUSION must be auto, always or never, got {mode!r}")
+    return mode
+
+
+def _note(text: str, kind: str, why: str = "") -> None:
+    s = STATS.setdefault(text, {"kernel": 0, "unfused": 0, "why": ""})
+    s[kind] += 1
+    if why:
+        if why != s["why"]:
+            log.info("fused region runs unfused: %s", why)
+        s["why"] = why
+
+
+def _signature(text, tensors, ints) -> tuple:
+    return (text, tuple((t.shape, t.stride(), t.dtype, t.device) if isinstance(t, torch.Tensor) else t
+                        for t in tensors), tuple(ints))
+
+
+def lowered_for(text: str, tensors, ints, rounding: str = "fp32"):
+    """The cached Lowered (or Refused) of this program for inputs like these."""
+    key = (_signature(text, tensors, ints), rounding)
+    hit = _LOWERED.get(key)
+    if hit is None:
+        try:
+            hit = lower(loads(text), tensors, ints, rounding)
+        except Refused as exc:
+            hit = exc
+        if len(_LOWERED) >= _LOWERED_MAX:
+            _LOWERED.clear()
+        _LOWERED[key] = hit
+    return hit
+
+
+def _needs_grad(tensors) -> bool:
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def run_region(text: str, tensors, ints=(), rounding: str = "fp32") -> list:
+    """The region's outputs for these inputs (see the module docstring)."""
+    tensors = list(tensors)
+    ints = list(ints)
+    first = tensors[0] if tensors and isinstance(tensors[0], torch.Tensor) else None
+    if first is None or _needs_grad(tensors):
+        _note(text, "unfused", "needs grad (the fused kernels' autograd covers matmul_fused's own forms)"
+              if first is not None else "no tensor inputs")
+        return execute(loads(text), tensors, ints)
+    if not first.is_cuda:
+        if cpu_mode == "oracle":
+            lw = lowered_for(text, tensors, ints, rounding)
+            if isinstance(lw, Lowered):
+                _note(text, "kernel")
+                return _run_oracle(lw, tensors)
+            _note(text, "unfused", str(lw))
+        else:
+            _note(text, "unfused", "CPU tensors")
+        return execute(loads(text), tensors, ints)
+    mode = _mode()
+    lw = None if mode == "never" else lowered_for(text, tensors, ints, rounding)
+    if not isinstance(lw, Lowered):
+        _note(text, "unfused", "FUSEDGEMM_FUSION=never" if lw is None else str(lw))
+        return execute(loads(text), tensors, ints)
+    if mode == "auto" and not _decide(text, lw, tensors, ints):
+        _note(text, "unfused", "measured slower than unfused for this shape")
+        return execute(loads(text), tensors, ints)
+    try:
+        out = _run_kernel(lw, tensors)
+    except (ValueError, TypeError) as exc:  # a shape or stride the kernels refuse: remembered, then unfused
+        _LOWERED[(_signature(text, tensors, ints), rounding)] = Refused(f"matmul_fused: {exc}")
+        _note(text, "unfused", f"matmul_fused: {exc}")
+        return execute(loads(text), tensors, ints)
+    _note(text, "kernel")
+    return out
+
+
+def _operand_values(lw: Lowered, tensors) -> dict:
+    m = 1
+    for d in lw.out_shape[:-1]:
+        m *= d
+    n = lw.out_shape[-1]
+    vals = {}
+    for name, (j, kind) in lw.operands.items():
+        t = tensors[j]
+        if kind == "scalar":
+            vals[name] = t.reshape(1) if t.dtype == torch.float32 else t.reshape(1).float()
+        elif kind == "aux":
+            vals[name] = t.reshape(m, n)
+        else:
+            vals[name] = t.reshape(-1)
+    return vals
+
+
+def _run_kernel(lw: Lowered, tensors) -> list:
+    a, b = tensors[lw.a], tensors[lw.b]
+    if lw.transpose_b:
+        b = b.t()
+    res = matmul_fused(a, b, layout=lw.layout, epilogue=lw.expr, operands=_operand_values(lw, tensors),
+                       out_dtype=lw.out_dtype)
+    if lw.saved_shape is None:
+        return [res.reshape(lw.out_shape)]
+    out, saved = res
+    return [out.reshape(lw.out_shape), saved.reshape(lw.saved_shape)]
+
+
+def _run_oracle(lw: Lowered, tensors) -> list:
+    """The lowered region evaluated in float64 by the epilogue IR's evaluator (CPU tests)."""
+    from ..epilogue.evaluate import evaluate_outputs
+
+    a, b = tensors[lw.a], tensors[lw.b]
+    if lw.transpose_b:
+        b = b.t()
+    b_kn = b.double().t() if lw.layout == "nk" else b.double()
+    acc = a.double().reshape(-1, a.shape[-1]) @ b_kn
+    out, saved = evaluate_outputs(lw.expr, acc, _operand_values(lw, tensors))
+    outs = [out.to(lw.out_dtype).reshape(lw.out_shape)]
+    if lw.saved_shape is not None:
+        outs.append(saved.to(tensors[lw.a].dtype if saved.dtype == torch.float64 else saved.dtype)
+                    .reshape(lw.saved_shape))
+    return outs
+
+
+# ---- measure once, keep the faster -----------------------------------------------------------------------------
+
+def _decisions_path():
+    from ..runtime.build import cache_dir
+
+    return cache_dir() / "fusion_decisions.json"
+
+
+def _load_decisions() -> dict:
+    global _DECISIONS
+    if _DECISIONS is None:
+        try:
+            _DECISIONS = json.loads(_decisions_path().read_text())
+        except (OSError, ValueError):
+            _DECISIONS = {}
+    return _DECISIONS
+
+
+def _save_decisions() -> None:
+    path = _decisions_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(_DECISIONS, indent=0, sort_keys=True))
+        os.replace(tmp, path)
+    except OSError as exc:  # a read-only cache: decisions stay in this process
+        log.warning("fusion decisions not saved to %s: %s", path, exc)
+
+
+def decision_key(text: str, lw: Lowered, tensors) -> str:
+    a, b = tensors[lw.a], tensors[lw.b]
+    m = a.numel() // a.shape[-1] if a.shape[-1] else 0
+    bucket = 1 << max(0, (m - 1).bit_length())
+    dev = torch.cuda.get_device_name(a.device)
+    return f"{dev}|{text}|M<={bucket}|{tuple(a.shape[-1:])}x{tuple(b.shape)}|{a.dtype}"
+
+
+def _decide(text: str, lw: Lowered, tensors, ints) -> bool:
+    key = decision_key(text, lw, tensors)
+    with _LOCK:
+        d = _load_decisions().get(key)
+    if d is not None:
+        return d["fused"]
+    stream = torch.cuda.current_stream(tensors[lw.a].device)
+    if stream.is_capturing() or torch.compiler.is_compiling():
+        return False
+    program = loads(text)
+    t_fused = _time(lambda: _run_kernel(lw, tensors))
+    t_unfused = _time(lambda: execute(program, tensors, ints))
+    fused = t_fused <= t_unfused
+    log.info("fusion decision %s: fused %.1f us, unfused %.1f us -> %s", key, t_fused, t_unfused,
+             "fused" if fused else "unfused")
+    with _LOCK:
+        _load_decisions()[key] = {"fused": fused, "us": [round(t_fused, 2), round(t_unfused, 2)]}
+        _save_decisions()
+    return fused
+
+
+def _time(fn, reps: int = 10) -> float:
+    """Median microseconds of fn on the current stream, after two warm-up calls (the kernel compiles in the
+    first)."""
+    fn()
+    fn()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return statistics.median(times)

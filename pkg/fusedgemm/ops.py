@@ -219,3 +219,37 @@ def matmul_fused_via_op(a, b, bias, layout, alpha, beta, c, activation, epilogue
     if isinstance(epilogue, _epi.Node):
         return ys[0] if len(ys) == 1 else (ys[0], ys[1])
     return ys[0]
+
+
+@torch.library.custom_op("fusedgemm::fused_region", mutates_args=())
+def fused_region_op(tensors: list[torch.Tensor], ints: list[int], program: str, rounding: str) -> list[torch.Tensor]:
+    """A region cut by the fusion pass (fusedgemm.fusion): one fused GEMM where it is faster, else the region's
+    own torch calls. Not differentiable (the pass leaves regions that need a gradient to Inductor)."""
+    from .fusion.runtime import run_region
+
+    return [y.contiguous() for y in run_region(program, tensors, ints, rounding)]
+
+
+@fused_region_op.register_fake
+def _fused_region_fake(tensors, ints, program, rounding):
+    from .fusion.program import execute, loads
+
+    return [torch.empty(y.shape, dtype=y.dtype, device=y.device) for y in execute(loads(program), tensors, ints)]
+
+
+# ---- quantize_rows: dynamic per-row 8-bit quantization (quant.py) ---------------------------------------------
+@torch.library.custom_op("fusedgemm::quantize_rows", mutates_args=())
+def quantize_rows_op(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [..., K] -> (codes [M, K] of dtype, scale [M] float32); the kernel on a GPU, torch ops on the CPU."""
+    from .quant import quantize_rows_forward
+
+    return quantize_rows_forward(x, dtype)
+
+
+@quantize_rows_op.register_fake
+def _quantize_rows_fake(x, dtype):
+    k = x.shape[-1]
+    m = 1
+    for d in x.shape[:-1]:
+        m = m * d
+    return x.new_empty((m, k), dtype=dtype), x.new_empty((m,), dtype=torch.float32)

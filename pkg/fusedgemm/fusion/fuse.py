@@ -45,7 +45,7 @@ class SiteReport:
 @dataclasses.dataclass
 class FusionReport:
     sites: list = dataclasses.field(default_factory=list)
-    untraced: list = dataclasses.field(default_factory=list)   # (module name, why tracing failed), leaves only
+    untraced: list = dataclasses.field(default_factory=list)   # (module name, why tracing failed): children tried
 
     @property
     def fused(self) -> list:
@@ -98,10 +98,8 @@ def _walk(mod: torch.nn.Module, name: str, report: FusionReport, rounding: str):
     gm, why = _fuse_traced(mod, name, report, rounding)
     if gm is not None or why is None:
         return gm
-    children = list(mod.named_children())
-    if not children:
-        report.untraced.append((name, why))
-    for child_name, child in children:
+    report.untraced.append((name, why))
+    for child_name, child in mod.named_children():
         new = _walk(child, f"{name}.{child_name}" if name else child_name, report, rounding)
         if new is not None:
             setattr(mod, child_name, new)

@@ -46,7 +46,7 @@ class FusedLinear(torch.nn.Linear):
         return self._forward_torch(x, residual, beta)
 
     def _forward_torch(self, x, residual, beta):
-        from .epilogue.evaluate import _UNARY
+        from ..epilogue.evaluate import _UNARY
 
         y = torch.nn.functional.linear(x, self.weight) * self.alpha
         if self.bias is not None:

@@ -33,6 +33,7 @@ class Recorder:
                 assert dev is None  # a CPU tensor's device index; current_device_index() is patched to match
                 self.pointers, self.values = pointers, values
                 self.dev, self.m, self.n, self.alpha = -1, m, n, values.get("op_alpha")
+                self.n_out = n // 2 if epi.pairs else n  # as CallPlan: a paired epilogue writes N / 2
                 self.bias_align = bias_align
                 rec.plans.append(self)
 

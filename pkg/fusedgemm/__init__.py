@@ -4,12 +4,14 @@
     y  = fusedgemm.gemm_a8(x8, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu")
     y  = fusedgemm.matmul_fused(x, w, bias=b, activation="silu")  # bf16 / fp16 / fp32 (TF32), any epilogue
     c  = fusedgemm.bmm(a, b)                                       # tiny batched GEMM (m, n, k <= 64)
+    h  = fusedgemm.swiglu(x, w_gate_up)                            # silu(x Wg^T) * (x Wu^T), one GEMM
     m  = fusedgemm.fuse(model)  /  torch.compile(model, backend=fusedgemm.backend)   # automatic fusion
 """
 from .tiny_gemm import bmm, bmm_tiny
 from .epilogues import ACTIVATIONS, EPILOGUES
 from .gemm_a8 import FP8_DTYPE_FOR_ARCH, gemm_a8
 from .matmul import matmul_fused
+from .swiglu import InterleavedGateUp, deinterleave_gate_up, interleave_gate_up, swiglu, swiglu_reference
 from . import nn
 from .fusion import backend, fuse, make_backend
 from .preshuffle import LAYOUT_16x16, PreshuffledWeight, preshuffle, unshuffle
@@ -18,4 +20,5 @@ from . import ops as _ops  # registers torch.ops.fusedgemm.*
 
 __all__ = ["ACTIVATIONS", "EPILOGUES", "bmm", "bmm_tiny", "FP8_DTYPE_FOR_ARCH", "LAYOUT_16x16", "PreshuffledWeight", "SUPPORTED_ARCHES",
            "UnsupportedArchError", "backend", "fuse", "gemm_a8", "make_backend", "matmul_fused", "nn", "preshuffle", "unshuffle"]
+__all__ += ["InterleavedGateUp", "deinterleave_gate_up", "interleave_gate_up", "swiglu", "swiglu_reference"]
 __version__ = "0.1.0"

@@ -95,13 +95,15 @@ class CallPlan:
     in_kind: fp8 / int8 (gemm_a8: B preshuffled) or bf16 / fp16 / tf32 (matmul_fused: B a plain [N, K] matrix
     with row stride ldb, or with b_layout 'kn' a [K, N] one; A's row stride lda). op: the name errors carry."""
 
-    __slots__ = ("dev", "m", "n", "k", "launch", "tma", "block_m", "block_n", "template", "slots", "a_map",
+    __slots__ = ("dev", "m", "n", "n_out", "k", "launch", "tma", "block_m", "block_n", "template", "slots", "a_map",
                  "b_map", "l2", "bias_align", "kind", "lda", "ldb", "b_layout")
 
     def __init__(self, dev: int, arch: str, in_kind: str, m: int, n: int, k: int, out_dtype: torch.dtype, epi,
                  values: dict, pointers: tuple[str, ...], bias_align: int = 1, lda: int | None = None,
                  ldb: int | None = None, op: str = "gemm_a8", b_layout: str = "nk"):
         self.dev, self.m, self.n, self.k, self.kind, self.b_layout = dev, m, n, k, in_kind, b_layout
+        # Output columns: N / 2 for a paired epilogue (gate, up), whose outputs are [M, N / 2].
+        self.n_out = n // 2 if getattr(epi, "pairs", False) else n
         self.lda, self.ldb = k if lda is None else lda, k if ldb is None else ldb
         self.bias_align = bias_align  # as check_gemm_a8_args asks (the preset fast path re-checks it)
         self.launch = None  # nothing to launch for an empty output
@@ -129,7 +131,7 @@ class CallPlan:
         # address goes.
         names = [f.split(".", 1)[-1] for f in kernel.signature.flat_names[2:]]  # after A and B
         self.template = kernel.signature.values_in_order(
-            dict(values, M=m, N=n, K=k, ld_out=n, ld_saved=n, **{p: 0 for p in pointers}), skip=2)
+            dict(values, M=m, N=n, K=k, ld_out=self.n_out, ld_saved=self.n_out, **{p: 0 for p in pointers}), skip=2)
         self.slots = tuple(names.index(p) for p in pointers)
         self.tma = cfg.unit == "gemm_a8_sm90"
         self.block_m, self.block_n = cfg.block_m, cfg.block_n

@@ -70,7 +70,9 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
     values of its Params (outputs excepted).
 
     epilogue: a preset name (bias / scale_a / scale_b arguments) or an epilogue expression (fusedgemm.epilogue;
-    its operands by name in `operands`). out_dtype None: out's dtype, else bfloat16.
+    its operands by name in `operands`). out_dtype None: out's dtype, else bfloat16. A paired expression (gate,
+    up: fusedgemm.epilogue) writes n_out = N / 2 columns (out, its operands and its save() output are
+    [M, N / 2]); otherwise n_out = N.
     arch=None: the tensors must be on a GPU and the arch is read off it. Tests pass an arch explicitly to
     run every check on CPU tensors."""
     if not isinstance(a, torch.Tensor):
@@ -123,6 +125,7 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
             raise ValueError(f"gemm_a8: tensors must be on a GPU (cuda/ROCm device), A is on {device}")
         arch = device_arch(device.index if device.index is not None else torch.cuda.current_device())
     check_ptr = not _is_fake(a)
+    n_out = paired_width("gemm_a8", epilogue, n)
     if in_kind == "fp8" and a.dtype != FP8_DTYPE_FOR_ARCH[arch]:
         raise TypeError(f"gemm_a8: {arch} needs fp8 as {FP8_DTYPE_FOR_ARCH[arch]}, got {a.dtype}")
     _check_tensor_placement(a, "A", device, 16, check_ptr)
@@ -132,12 +135,13 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
     if out is not None:
         if not isinstance(out, torch.Tensor):
             raise TypeError(f"gemm_a8: out must be a tensor or None, got {type(out).__name__}")
-        if tuple(out.shape) != (m, n):
-            raise ValueError(f"gemm_a8: out must be [{m}, {n}] {out_dtype}, got {tuple(out.shape)} {out.dtype}")
+        if tuple(out.shape) != (m, n_out):
+            raise ValueError(f"gemm_a8: out must be [{m}, {n_out}] {out_dtype}, got {tuple(out.shape)} {out.dtype}"
+                             + (" (a paired epilogue writes N / 2 columns)" if n_out != n else ""))
         _check_tensor_placement(out, "out", device, 2 * out.element_size(), check_ptr)
-    common = dict(in_kind=in_kind, m=m, n=n, k=k, arch=arch, out_dtype=out_dtype)
+    common = dict(in_kind=in_kind, m=m, n=n, n_out=n_out, k=k, arch=arch, out_dtype=out_dtype)
     if uses_bias is None:  # an epilogue expression
-        binding = _bind_epilogue(epilogue, operands, m, n, device)
+        binding = _bind_epilogue(epilogue, operands, m, n_out, device)
         return dict(common, epi=binding.spec, values=binding.values, saved_dtype=binding.saved_dtype)
 
     if uses_bias and bias is None:
@@ -180,6 +184,17 @@ def check_no_preset_operands(bias, scale_a, scale_b) -> None:
 
 def _ptr(t) -> int:
     return t.data_ptr() if isinstance(t, torch.Tensor) else 0
+
+
+def paired_width(op: str, epilogue, n: int) -> int:
+    """The output width of a GEMM of N columns: N / 2 for a paired expression (gate, up: each adjacent column
+    pair of an interleaved weight makes one output), else N."""
+    if not isinstance(epilogue, _epi.Node) or not _epi.is_paired(epilogue):
+        return n
+    if n % 2:
+        raise ValueError(f"{op}: a paired epilogue (gate / up) needs an even number of weight rows (gate, up "
+                         f"interleaved), got N={n}")
+    return n // 2
 
 
 # ---- matmul_fused ----------------------------------------------------------------------------------------------
@@ -254,7 +269,8 @@ def _c_form(c, m: int, n: int, lead: tuple, dtypes) -> tuple[str, torch.Tensor]:
 
 def check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, operands, layout, out_dtype, out,
                             precision, *, save_pre: bool = False, arch: str | None = None):
-    """Validate a matmul_fused call; return what the launch needs: in_kind, m, n, k, arch, out_dtype, epi,
+    """Validate a matmul_fused call; return what the launch needs: in_kind, m, n, n_out (N / 2 for a paired
+    epilogue), k, arch, out_dtype, epi,
     values, saved_dtype, a2 ([M, K] view of A), b_nk ([N, K] view of B, or None for layout 'kn': the caller
     transposes it), lead (A's leading dims), precision ('tf32' / 'ieee' for fp32)."""
     op = "matmul_fused"
@@ -314,6 +330,7 @@ def check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, op
     a2 = a.reshape(m, k)
     b_nk = b if layout == "nk" else None
     operand_dtypes = tuple(dict.fromkeys((a.dtype, out_dtype, torch.float32)))
+    n_out = paired_width(op, epilogue, n)
     if isinstance(epilogue, _epi.Node):
         if bias is not None or c is not None or activation != "none" or not _is_default(alpha, 1.0) \
                 or not _is_default(beta, 0.0):
@@ -323,9 +340,10 @@ def check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, op
         # aux operands may come shaped like the output (A's leading dims + [N]): viewed as [M, N].
         for name, o in _epi.operands(expr).items():
             v = ops.get(name)
-            if o.kind == "aux" and isinstance(v, torch.Tensor) and len(lead) != 1 and tuple(v.shape) == (*lead, n):
-                v2 = v.reshape(m, n)
-                if m > 1 and n > 1 and v2.data_ptr() != v.data_ptr():
+            if o.kind == "aux" and isinstance(v, torch.Tensor) and len(lead) != 1 and \
+                    tuple(v.shape) == (*lead, n_out):
+                v2 = v.reshape(m, n_out)
+                if m > 1 and n_out > 1 and v2.data_ptr() != v.data_ptr():
                     raise ValueError(f"{op}: aux({name}) cannot be viewed as [M, N] without a copy")
                 ops[name] = v2
     elif epilogue is not None:
@@ -364,14 +382,15 @@ def check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, op
         expr = matmul_expression(activation, c_kind, bias is not None,
                                  save_dtype if save_pre and activation != "none" else None)
     if out is not None:
-        if tuple(out.shape) not in ((m, n), (*lead, n)):
-            raise ValueError(f"{op}: out must be [{m}, {n}] (or A's leading dims + [N]), got {list(out.shape)}")
+        if tuple(out.shape) not in ((m, n_out), (*lead, n_out)):
+            raise ValueError(f"{op}: out must be [{m}, {n_out}] (or A's leading dims + [{'N / 2' if n_out != n else 'N'}"
+                             f"]), got {list(out.shape)}")
         if out.device != device:
             raise ValueError(f"{op}: out is on {out.device}, expected {device} (the device of A)")
         if not out.is_contiguous():
             raise ValueError(f"{op}: out must be contiguous, got strides {tuple(out.stride())}")
-    binding = _bind_epilogue(expr, ops, m, n, device, op=op)
-    return dict(in_kind=in_kind, m=m, n=n, k=k, arch=arch, out_dtype=out_dtype, epi=binding.spec,
+    binding = _bind_epilogue(expr, ops, m, n_out, device, op=op)
+    return dict(in_kind=in_kind, m=m, n=n, n_out=n_out, k=k, arch=arch, out_dtype=out_dtype, epi=binding.spec,
                 values=binding.values, saved_dtype=binding.saved_dtype, a2=a2, b_nk=b_nk, lead=lead,
                 precision=prec, expr=expr, operands=ops)
 

@@ -51,7 +51,8 @@ def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = N
               (gelu = tanh approximation, gelu_erf = exact); or an expression of fusedgemm.epilogue (e.g.
               fusedgemm.epilogue.parse("silu(acc * n_vec(s)) + aux(residual)")) whose operands are given by
               name in `operands` (bias / scale_a / scale_b must then be None). An expression with save(x, dtype)
-              returns (out, saved): saved [M, N] holds x.
+              returns (out, saved): saved [M, N] holds x. A paired expression (gate, up; w gate/up-interleaved,
+              see fusedgemm.swiglu) writes [M, N / 2], and its operands are sized N / 2.
     out_dtype: bfloat16, float16, float32 or the arch's fp8 (saturating); default: out's dtype, else bfloat16.
     out: optional [M, N] contiguous output to write.
     Runs on torch.cuda.current_stream(); no host synchronisation; CUDA-graph capturable. Epilogue expressions
@@ -101,10 +102,10 @@ def _gemm_a8_checked(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, ope
     p = check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, operands=operands)
     out_dtype = p["out_dtype"]
     if out is None:
-        out = torch.empty((p["m"], p["n"]), dtype=out_dtype, device=a.device)
+        out = torch.empty((p["m"], p["n_out"]), dtype=out_dtype, device=a.device)
     saved = None
     if p["saved_dtype"] is not None:
-        saved = torch.empty((p["m"], p["n"]), dtype=p["saved_dtype"], device=a.device)
+        saved = torch.empty((p["m"], p["n_out"]), dtype=p["saved_dtype"], device=a.device)
     outputs = [out] if saved is None else [out, saved]
     # The Params fields each call fills (the fast paths pass them in this order) and their alignments.
     if isinstance(epilogue, _epi.Node):
@@ -154,11 +155,11 @@ def _gemm_a8_expression(a, b, epilogue, operands, out_dtype, out, bias, scale_a,
             if (not (a_ptr & 15 or b_ptr & 15 or (out is not None and out.data_ptr() % out_align))
                     and all(p % al == 0 for p, al in zip(ptrs, aligns)) and current_device_index() == call_plan.dev):
                 if out is None:
-                    out = torch.empty(call_plan.m, call_plan.n, dtype=dtype, device=a.device)
+                    out = torch.empty(call_plan.m, call_plan.n_out, dtype=dtype, device=a.device)
                 if saved_dtype is None:
                     call_plan.run(a_ptr, b_ptr, out.data_ptr(), *ptrs)
                     return out
-                saved = torch.empty(call_plan.m, call_plan.n, dtype=saved_dtype, device=a.device)
+                saved = torch.empty(call_plan.m, call_plan.n_out, dtype=saved_dtype, device=a.device)
                 call_plan.run(a_ptr, b_ptr, out.data_ptr(), saved.data_ptr(), *ptrs)
                 return out, saved
     return _gemm_a8_checked(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, operands, key)

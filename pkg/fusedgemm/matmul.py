@@ -54,7 +54,8 @@ def matmul_fused(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = N
     activation: none, relu, silu, sigmoid, gelu (tanh approximation), gelu_erf (exact), tanh, exp, neg, abs,
        square, sqrt, rsqrt. epilogue: any fusedgemm.epilogue expression instead (acc = a @ B; operands by name;
        bias / c / alpha / beta / activation then keep their defaults); an expression with save(x, dtype)
-       returns (out, saved).
+       returns (out, saved). A paired expression (gate, up; b gate/up-interleaved: fusedgemm.swiglu) writes
+       [..., N / 2].
     out_dtype: bf16 / fp16 / fp32, default out's dtype, else a's. precision (fp32 inputs): 'tf32' or 'ieee';
        None follows torch.get_float32_matmul_precision() ('highest' = ieee: on sm_90a a fused kernel of three
        TF32 products of split operands, about fp32's accuracy; elsewhere torch.mm plus a separate epilogue, with
@@ -121,7 +122,7 @@ def matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogu
     p = check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, operands, layout, out_dtype, out,
                                 precision, save_pre=save_pre)
     m, n, k, lead = p["m"], p["n"], p["k"], p["lead"]
-    shape = (*lead, n)
+    shape = (*lead, p["n_out"])  # n_out: N / 2 for a paired epilogue (gate, up)
     out_dtype = p["out_dtype"]
     if out is None:
         out = torch.empty(shape, dtype=out_dtype, device=a.device)
@@ -202,9 +203,9 @@ def _run_unfused_fp32(p: dict, a, b, layout, out, saved) -> None:
     finally:
         torch.set_float32_matmul_precision(prev)
     y, pre = evaluate_outputs(p["expr"], acc, p["operands"], compute_dtype=torch.float32, device=acc.device)
-    out.view(-1, p["n"]).copy_(y)
+    out.view(-1, p["n_out"]).copy_(y)
     if saved is not None:
-        saved.view(-1, p["n"]).copy_(pre)
+        saved.view(-1, p["n_out"]).copy_(pre)
 
 
 __all__ = ["matmul_fused", "matmul_fused_forward"]

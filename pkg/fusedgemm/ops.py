@@ -46,8 +46,8 @@ def gemm_a8_expr_op(a: torch.Tensor, b: torch.Tensor, epilogue: str, tensor_name
     operands.update(zip(_names(scalar_names), scalar_values))
     p = check_gemm_a8_args(a, PreshuffledWeight(b), None, None, None, parse(epilogue), out_dtype, None,
                            operands=operands)
-    out = torch.empty((p["m"], p["n"]), dtype=p["out_dtype"], device=a.device)
-    saved = None if p["saved_dtype"] is None else torch.empty((p["m"], p["n"]), dtype=p["saved_dtype"],
+    out = torch.empty((p["m"], p["n_out"]), dtype=p["out_dtype"], device=a.device)
+    saved = None if p["saved_dtype"] is None else torch.empty((p["m"], p["n_out"]), dtype=p["saved_dtype"],
                                                               device=a.device)
     with torch.cuda.device(a.device):
         launch_gemm_a8(a, b, p, out, saved)
@@ -60,12 +60,13 @@ def _names(joined: str) -> list[str]:
 
 @gemm_a8_expr_op.register_fake
 def _gemm_a8_expr_fake(a, b, epilogue, tensor_names, tensors, scalar_names, scalar_values, out_dtype):
-    from .epilogue import TORCH_DTYPES, parse, saved_node
+    from .epilogue import TORCH_DTYPES, is_paired, parse, saved_node
 
     if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1]:
         raise ValueError(f"gemm_a8: A [M, K] and B [N, K] must agree in K, got {tuple(a.shape)} and {tuple(b.shape)}")
-    save = saved_node(parse(epilogue))
-    out = a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
+    expr = parse(epilogue)
+    save = saved_node(expr)
+    out = a.new_empty((a.shape[0], b.shape[0] // 2 if is_paired(expr) else b.shape[0]), dtype=out_dtype)
     return [out] if save is None else [out, a.new_empty(out.shape, dtype=TORCH_DTYPES[save.attrs[0]])]
 
 
@@ -172,10 +173,12 @@ def matmul_fused_expr_op(a: torch.Tensor, b: torch.Tensor, epilogue: str, tensor
 @matmul_fused_expr_op.register_fake
 def _matmul_fused_expr_fake(a, b, epilogue, tensor_names, tensors, scalar_names, scalar_values, layout, out_dtype,
                             precision):
-    from .epilogue import TORCH_DTYPES, parse, saved_node
+    from .epilogue import TORCH_DTYPES, is_paired, parse, saved_node
 
     n = b.shape[0] if layout == "nk" else b.shape[1]
-    save = saved_node(parse(epilogue))
+    expr = parse(epilogue)
+    n = n // 2 if is_paired(expr) else n  # a paired epilogue (gate, up) writes N / 2 columns
+    save = saved_node(expr)
     out = a.new_empty((*a.shape[:-1], n), dtype=out_dtype)
     return [out] if save is None else [out, a.new_empty(out.shape, dtype=TORCH_DTYPES[save.attrs[0]])]
 

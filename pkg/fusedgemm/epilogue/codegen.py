@@ -66,6 +66,11 @@ class EpilogueSpec:
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @property
+    def pairs(self) -> bool:
+        """A paired expression (gate, up): outputs [M, N / 2] from a GEMM of N columns."""
+        return ir.is_paired(self.expr)
+
+    @property
     def struct_name(self) -> str:
         return f"Epilogue_{self.key}"
 

@@ -9,6 +9,8 @@ SUBCOMMANDS = {
     "bmm_tiny": "tiny batched GEMM (m, n, k <= 64) vs torch.bmm, the memory floor and a same-bytes device copy",
     "matmul_fused": "bf16/fp16/tf32 GEMM + bias + activation (+ residual) in one kernel on LLM and square shapes "
                     "vs torch.mm alone, F.linear + act, addmm, cuBLASLt GELU, torch.compile, quack and the floor",
+    "models": "Llama / GPT-2 / ViT forwards (prefill and single-token) under eager, torch.compile, fg.fuse and "
+              "torch.compile(backend=fg.backend), and each model's MLP block eager vs fused",
 }
 
 USAGE = "usage: python -m fusedgemm.bench {" + ",".join(SUBCOMMANDS) + "} [options]"

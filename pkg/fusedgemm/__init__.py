@@ -12,6 +12,8 @@ from .epilogues import ACTIVATIONS, EPILOGUES
 from .gemm_a8 import FP8_DTYPE_FOR_ARCH, gemm_a8
 from .matmul import matmul_fused
 from .swiglu import InterleavedGateUp, deinterleave_gate_up, interleave_gate_up, swiglu, swiglu_reference
+from .quant import quantize_rows, quantize_weight
+from .nn.linear8 import quantize
 from . import nn
 from .fusion import backend, fuse, make_backend
 from .preshuffle import LAYOUT_16x16, PreshuffledWeight, preshuffle, unshuffle
@@ -19,6 +21,6 @@ from .runtime.arch import SUPPORTED_ARCHES, UnsupportedArchError
 from . import ops as _ops  # registers torch.ops.fusedgemm.*
 
 __all__ = ["ACTIVATIONS", "EPILOGUES", "bmm", "bmm_tiny", "FP8_DTYPE_FOR_ARCH", "LAYOUT_16x16", "PreshuffledWeight", "SUPPORTED_ARCHES",
-           "UnsupportedArchError", "backend", "fuse", "gemm_a8", "make_backend", "matmul_fused", "nn", "preshuffle", "unshuffle"]
+           "UnsupportedArchError", "backend", "fuse", "gemm_a8", "make_backend", "matmul_fused", "nn", "preshuffle", "quantize", "quantize_rows", "quantize_weight", "unshuffle"]
 __all__ += ["InterleavedGateUp", "deinterleave_gate_up", "interleave_gate_up", "swiglu", "swiglu_reference"]
 __version__ = "0.1.0"

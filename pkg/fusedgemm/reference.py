@@ -52,3 +52,65 @@ def rel_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     o = out.detach().cpu().to(torch.float64)
     r = ref.detach().cpu().to(torch.float64)
     return (torch.linalg.vector_norm(o - r) / torch.linalg.vector_norm(r).clamp_min(1e-300)).item()
+
+
+# ---- quantize_rows: dynamic per-row 8-bit quantization (pkg/fusedgemm/quant.py states the rule) ---------------
+_QMAX = {torch.float8_e4m3fn: 448.0, torch.float8_e4m3fnuz: 240.0, torch.int8: 127.0}
+
+
+def _fl32(v: torch.Tensor) -> torch.Tensor:
+    """Round float64 values to fp32 (nearest even) and back: an fp32 operation's result, computed in float64.
+    Exact for one +, *, / of fp32 operands: the float64 product is exact, and a float64 quotient rounded to
+    fp32 equals the correctly rounded fp32 quotient (53 >= 2 * 24 + 2 bits)."""
+    return v.to(torch.float32).to(torch.float64)
+
+
+def fp8_round_reference(t: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """float64 values -> fp8 codes (uint8) by nearest-value search over the format's finite values, ties to
+    the even code, saturating at the largest finite value; NaN -> the NaN code (0x7f e4m3fn, 0x80 e4m3fnuz).
+    Negative zero keeps its sign in e4m3fn (code 0x80); e4m3fnuz has none (code 0). Independent of torch's
+    own fp8 cast, which the CPU path uses."""
+    all_codes = torch.arange(256, dtype=torch.int64)
+    values = all_codes.to(torch.uint8).view(dtype).to(torch.float64)
+    pos = (all_codes < 0x80) & torch.isfinite(values)  # the non-negative finite codes, ascending in value
+    pos_codes, pos_values = all_codes[pos], values[pos]
+    mag = t.abs().clamp(max=pos_values[-1].item()).contiguous()
+    hi = torch.searchsorted(pos_values, torch.nan_to_num(mag), right=False).clamp(max=len(pos_values) - 1)
+    lo = (hi - 1).clamp(min=0)
+    d_lo, d_hi = mag - pos_values[lo], pos_values[hi] - mag
+    take_hi = (d_hi < d_lo) | ((d_hi == d_lo) & (pos_codes[hi] % 2 == 0))
+    code = torch.where(take_hi, pos_codes[hi], pos_codes[lo])
+    negative = torch.signbit(t)
+    if dtype == torch.float8_e4m3fn:
+        code = torch.where(negative, code | 0x80, code)
+        nan_code = 0x7F
+    else:
+        code = torch.where(negative & (code != 0), code | 0x80, code)
+        nan_code = 0x80
+    code = torch.where(torch.isnan(t), torch.full_like(code, nan_code), code)
+    return code.to(torch.uint8)
+
+
+def quantize_rows_reference(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """The oracle of fusedgemm.quantize_rows: x [..., K] -> (codes [M, K] as `dtype`, scale [M] float32), on
+    the CPU, each fp32 operation of the rule computed in float64 and rounded to fp32 once (_fl32):
+
+        absmax = max |x| (NaN propagates); scale = fl32(absmax / qmax), 1 if absmax == 0, at least 2^-126
+        codes  = round(fl32(x * fl32(1 / scale)))   nearest even, saturating at +-qmax; int8: NaN -> 0"""
+    qmax = _QMAX[dtype]
+    k = x.shape[-1]
+    x64 = x.detach().cpu().to(torch.float64).reshape(-1, k)
+    m = x64.shape[0]
+    if k == 0:
+        return torch.empty((m, 0), dtype=dtype), torch.ones(m, dtype=torch.float32)
+    absmax = x64.abs().amax(dim=1)
+    scale = _fl32(absmax / qmax)
+    scale = torch.where(scale < 2.0 ** -126, torch.full_like(scale, 2.0 ** -126), scale)
+    scale = torch.where(absmax == 0, torch.ones_like(scale), scale)
+    inv = _fl32(1.0 / scale)
+    t = _fl32(x64 * inv[:, None])
+    if dtype == torch.int8:
+        codes = torch.where(torch.isnan(t), torch.zeros_like(t), t.clamp(-qmax, qmax)).round().to(torch.int8)
+    else:
+        codes = fp8_round_reference(t, dtype).view(dtype)
+    return codes, scale.to(torch.float32)

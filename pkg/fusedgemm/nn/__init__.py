@@ -1,7 +1,10 @@
 """Drop-in modules (fusedgemm.nn): same parameters and state_dict keys as the torch modules they replace.
 
     FusedLinear    nn.Linear + activation (+ scale, residual) as one matmul_fused kernel     (linear.py)
+    Linear8        nn.Linear quantized to fp8 / int8: quantize_rows + one gemm_a8 per call   (linear8.py)
+    quantize       every eligible nn.Linear of a model -> Linear8, in place                  (linear8.py)
 """
 from .linear import FusedLinear
+from .linear8 import Linear8, quantize
 
-__all__ = ["FusedLinear"]
+__all__ = ["FusedLinear", "Linear8", "quantize"]

@@ -42,7 +42,7 @@ from .compilers import (CXX_STD, HIP_FLAGS, NVCC_FLAGS, NVRTC_FLAGS, BuildError,
 from .hipify import convert as hip_to_cuda
 
 # Source units: each is one translation unit (hip_src/<unit>.hip, cuda_src/<unit>.cu) = one code object.
-UNITS = ("gemm_a8", "gemm_a8_sm90", "bmm_tiny")
+UNITS = ("gemm_a8", "gemm_a8_sm90", "bmm_tiny", "quantize_rows")
 # Units written for one vendor's hardware only (the Hopper wgmma/TMA kernels); the rest build everywhere.
 UNIT_ARCHES = {"gemm_a8_sm90": ("sm_90a",)}
 # Names of generated units: they become file and directory names.

@@ -241,3 +241,24 @@ def bmm_tiny_kernel_names() -> list[str]:
             + [bmm_tiny_async_kernel_name(rm, rn) for rm, rn in BMM_TINY_ASYNC_TILES]
             + [bmm_tiny_async_kernel_name(rm, rn, tx)
                for (rm, rn), txs in BMM_TINY_ASYNC_FIXED_TX.items() for tx in txs])
+
+
+# quantize_rows (hip_src/quantize_rows.hip): x [M, K] rows (row stride ld elements) -> q [M, K], scale [M];
+# blocks: the grid's size (the kernel walks rows grid-stride).
+QUANTIZE_ROWS = Signature((("x", "ptr"), ("ld", "i64"), ("q", "ptr"), ("scale", "ptr"), ("M", "i32"), ("K", "i32"),
+                           ("blocks", "i32")))
+QUANTIZE_ROWS_IN = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+QUANTIZE_ROWS_OUT = {"float8_e4m3fn": "e4m3fn", "float8_e4m3fnuz": "e4m3fnuz", "int8": "i8"}
+QUANTIZE_ROWS_MAX_THREADS = 512  # kQuantMaxThreads in hip_src/include/fusedgemm/quantize_rows.hpp
+QUANTIZE_ROWS_CACHED_PACKS = 8  # kQuantCachedPacks: 16-byte packs per thread held in registers between passes
+
+
+def quantize_rows_kernel_name(in_dtype: str, out_dtype: str, vector: bool) -> str:
+    """in_dtype / out_dtype: torch dtype names (bfloat16, float8_e4m3fn, ...); vector: the 16-byte-pack path."""
+    return (f"fg_quantize_rows_{QUANTIZE_ROWS_IN[in_dtype]}_{QUANTIZE_ROWS_OUT[out_dtype]}_"
+            f"{'v16' if vector else 'e1'}")
+
+
+def quantize_rows_kernel_names() -> list[str]:
+    return [quantize_rows_kernel_name(i, o, v) for i in QUANTIZE_ROWS_IN for o in QUANTIZE_ROWS_OUT
+            for v in (True, False)]

@@ -292,3 +292,63 @@ def test_backend_leaves_cpu_regions_by_default():
         compiled(torch.randn(2, 24), None)
     rep = fg.fusion.REPORTS[-1]
     assert not rep.sites[0].fused and "cpu" in rep.sites[0].reason
+
+
+class GatedMLP(nn.Module):
+    """transformers' Llama MLP: down(act(gate(x)) * up(x))."""
+
+    def __init__(self, d=32, i=48, bias=False, act=F.silu):
+        super().__init__()
+        self.gate_proj, self.up_proj = nn.Linear(d, i, bias=bias), nn.Linear(d, i, bias=bias)
+        self.down_proj = nn.Linear(i, d, bias=False)
+        self.act = act
+
+    def forward(self, x):
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("act", ["silu", "gelu_tanh", "gelu_erf"])
+def test_gated_mlp_becomes_one_gated_gemm(bias, act, oracle):
+    fn = {"silu": F.silu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "gelu_erf": F.gelu}[act]
+    torch.manual_seed(9)
+    mod = GatedMLP(bias=bias, act=fn).bfloat16().eval()
+    fused = fg.fuse(mod)
+    rep = fused.fusion_report
+    glu = [s for s in rep.fused if s.ops[0].startswith("glu:")]
+    assert len(glu) == 1 and glu[0].ops == [{"silu": "glu:silu", "gelu_tanh": "glu:gelu",
+                                             "gelu_erf": "glu:gelu_erf"}[act]], str(rep)
+    x = torch.randn(2, 7, 32, dtype=torch.bfloat16)
+    with torch.no_grad():
+        out = fused(x).double()
+        eager = mod(x).double()
+        ref = mod.double()(x.double())
+    assert runtime.STATS[glu[0].program]["kernel"] >= 1
+    err, err_eager = (out - ref).abs().max().item(), (eager - ref).abs().max().item()
+    assert err <= 1.5 * err_eager + 2.0 ** -8 * ref.abs().max().item(), (err, err_eager)
+
+
+def test_gated_pair_picks_up_new_weights(oracle):
+    torch.manual_seed(10)
+    mod = GatedMLP().bfloat16().eval()
+    fused = fg.fuse(mod)
+    x = torch.randn(3, 32, dtype=torch.bfloat16)
+    with torch.no_grad():
+        first = fused(x)
+        mod.load_state_dict({k: torch.randn_like(v) for k, v in mod.state_dict().items()})  # copy_: _version moves
+        second = fused(x).double()
+        eager = mod(x).double()
+        ref = mod.double()(x.double())
+    assert not torch.equal(first.double(), second)
+    err, err_eager = (second - ref).abs().max().item(), (eager - ref).abs().max().item()
+    assert err <= 1.5 * err_eager + 2.0 ** -8 * ref.abs().max().item(), (err, err_eager)  # the new weights
+
+
+def test_gated_pair_needs_private_intermediates():
+    class Leaky(GatedMLP):
+        def forward(self, x):
+            g = self.gate_proj(x)
+            return self.down_proj(F.silu(g) * self.up_proj(x)), g  # the gate GEMM's output also leaves
+
+    rep = fg.fuse(Leaky()).fusion_report
+    assert not any(s.ops and s.ops[0].startswith("glu:") for s in rep.sites), str(rep)

@@ -74,8 +74,9 @@ def test_fuse_on_model(name):
     x = inp()
     with torch.no_grad():
         out = _main(fused(x))
-    for site in rep.fused:
-        assert runtime.STATS[site.program]["kernel"] >= 1, str(rep)
+    for site in rep.fused:  # fp32 here: gated pairs (fg.swiglu is 16-bit) run unfused, with that reason
+        s = runtime.STATS[site.program]
+        assert s["kernel"] >= 1 or (site.ops[0].startswith("glu:") and "bf16 / fp16" in s["why"]), str(rep)
     _check_close(model, out, x)
 
 

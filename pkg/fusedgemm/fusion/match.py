@@ -195,12 +195,67 @@ def step_of(node: torch.fx.Node, modules: dict):
     return op, a, ()
 
 
+_GLU_ACTS = {"silu": "silu", "relu": "relu"}
+
+
+def _glu_act(node, modules) -> str | None:
+    try:
+        op, args, attrs = step_of(node, modules)
+    except _NotAStep:
+        return None
+    if op == "gelu":
+        return "gelu" if attrs[0] == "tanh" else "gelu_erf"
+    return _GLU_ACTS.get(op)
+
+
+def find_gated_pairs(graph: torch.fx.Graph, modules: dict) -> list[Site]:
+    """act(linear(x, Wg, bg)) * linear(x, Wu, bu) -- SwiGLU / GeGLU MLPs written as two linears -- each as one
+    Site of kind glu:<act> (fg.swiglu: one GEMM over the interleaved weight). Every intermediate must be used only
+    inside the pattern."""
+    sites = []
+    for mul in graph.nodes:
+        try:
+            op, args, _ = step_of(mul, modules)
+        except _NotAStep:
+            continue
+        if op != "mul" or not all(isinstance(a, torch.fx.Node) for a in args):
+            continue
+        for act_node, up in (args, args[::-1]):
+            act = _glu_act(act_node, modules)
+            if act is None or len(act_node.all_input_nodes) != 1:
+                continue
+            gate = act_node.all_input_nodes[0]
+            g, u = gemm_of(gate, modules), gemm_of(up, modules)
+            if not (g and u and g[0] == "linear" and u[0] == "linear" and g[1][0] is u[1][0]):
+                continue
+            if len(gate.users) != 1 or len(act_node.users) != 1 or len(up.users) != 1 or gate is up:
+                continue
+            tensors = []
+            refs = []
+            for x in (g[1][0], g[1][1], g[1][2], u[1][1], u[1][2]):
+                if x is None:
+                    refs.append(NONE)
+                else:
+                    if x not in tensors:
+                        tensors.append(x)
+                    refs.append(T(tensors.index(x)))
+            program = Program(Gemm(f"glu:{act}", tuple(refs)), (), (0,))
+            name = gate.target if gate.op == "call_module" else gate.name
+            sites.append(Site(name, [f"glu:{act}"], program, nodes=[gate, up, act_node, mul], outputs=[mul],
+                              tensors=tensors, insert_after=mul.prev))
+            break
+    return sites
+
+
 def find_regions(graph: torch.fx.Graph, modules: dict, skip=frozenset()) -> list[Site]:
-    """Every GEMM node of the graph as a Site: with its region's program where one can be cut."""
+    """Every GEMM node of the graph as a Site: gated pairs first (find_gated_pairs), then each other GEMM with
+    its region's program where one can be cut."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     nodes = list(graph.nodes)
+    sites = find_gated_pairs(graph, modules)
     claimed: set = set(skip)
-    sites = []
+    for site in sites:
+        claimed.update(site.nodes)
     for node in nodes:
         if node in claimed:
             continue
@@ -334,5 +389,10 @@ def rewrite(graph: torch.fx.Graph, site: Site, make_call, replaced: dict) -> Non
     for node, res in zip(site.outputs, results):
         node.replace_all_uses_with(res)
         replaced[node] = res
-    for node in reversed(site.nodes):
+    for node in sorted(site.nodes, key=_position(graph), reverse=True):
         graph.erase_node(node)
+
+
+def _position(graph):
+    order = {n: i for i, n in enumerate(graph.nodes)}
+    return order.get

@@ -49,6 +49,7 @@ NONE = ("n", None)
 @dataclasses.dataclass(frozen=True)
 class Gemm:
     kind: str          # "linear" (x, w [N, K], bias|NONE) | "mm" (x, w [K, N]) | "addmm" (c, x, w [K, N])
+    #                    | "glu:<act>" (x, w_gate, b_gate|NONE, w_up, b_up|NONE): act(x Wg^T + bg) * (x Wu^T + bu)
     args: tuple
     alpha: float = 1.0  # addmm only
     beta: float = 1.0
@@ -144,6 +145,9 @@ def _flat_sizes(sizes) -> list:
     return out
 
 
+GLU_ACTIVATIONS = {"silu": F.silu, "gelu": lambda t: F.gelu(t, approximate="tanh"), "gelu_erf": F.gelu,
+                   "relu": torch.relu}  # names as fg.swiglu takes them
+
 BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum")
 
 
@@ -176,6 +180,8 @@ def execute(program: Program, tensors, ints=(), *, all_values: bool = False):
         y = torch.matmul(a[0], a[1])
     elif g.kind == "addmm":
         y = torch.addmm(a[0], a[1], a[2], beta=g.beta, alpha=g.alpha)
+    elif g.kind.startswith("glu:"):
+        y = GLU_ACTIVATIONS[g.kind[4:]](F.linear(a[0], a[1], a[2])) * F.linear(a[0], a[3], a[4])
     else:
         raise ValueError(f"unknown GEMM kind {g.kind!r}")
     vals = [y]
@@ -200,6 +206,7 @@ class Lowered:
     out_dtype: torch.dtype
     out_shape: tuple       # of the main output (the region's final shape)
     saved_shape: tuple | None
+    glu: str = ""          # a gated pair (fg.swiglu with this activation): a = x, b = w_gate; expr unused
 
 
 def _meta(t):
@@ -215,6 +222,8 @@ def lower(program: Program, tensors, ints=(), rounding: str = "fp32") -> Lowered
     16-bit, so the kernel rounds where eager does."""
     vals = execute(program, [_meta(t) for t in tensors], ints, all_values=True)
     g = program.gemm
+    if g.kind.startswith("glu:"):
+        return _lower_glu(program, tensors, vals)
     y0 = vals[0]
     if y0.dtype not in (torch.bfloat16, torch.float16, torch.float32):
         raise Refused(f"GEMM output dtype {y0.dtype}")
@@ -338,3 +347,29 @@ def _replace_once(expr: ir.Node, target: ir.Node, new: ir.Node) -> ir.Node:
     if not done[0]:
         raise Refused("the intermediate used outside the region is not part of the result")
     return out
+
+
+def _lower_glu(program: Program, tensors, vals) -> Lowered:
+    """act(x Wg^T + bg) * (x Wu^T + bu) as fg.swiglu: one GEMM over the interleaved [Wg; Wu]."""
+    if program.steps:
+        raise Refused("elementwise steps after a gated pair")
+    x, wg, bg, wu, bu = (None if r == NONE else tensors[r[1]] for r in program.gemm.args)
+    if x.dtype not in (torch.bfloat16, torch.float16) or wg.dtype != x.dtype or wu.dtype != x.dtype:
+        raise Refused(f"gated pair of {x.dtype} x and {wg.dtype} / {wu.dtype} weights (the fused one is bf16 / "
+                      "fp16)")
+    if wg.shape != wu.shape:
+        raise Refused(f"gate {tuple(wg.shape)} and up {tuple(wu.shape)} weights differ")
+    if (bg is None) != (bu is None):
+        raise Refused("a bias on one of gate / up only")
+    y = vals[0]
+    where = {name: (None if r == NONE else r[1], "glu") for name, r in zip(GLU_ARGS, program.gemm.args)}
+    return Lowered(program.gemm.args[0][1], program.gemm.args[1][1], "glu", False, None, where, y.dtype,
+                   tuple(y.shape), None, glu=program.gemm.kind[4:])
+
+
+GLU_ARGS = ("x", "w_gate", "b_gate", "w_up", "b_up")
+
+
+def glu_inputs(lw: Lowered, tensors) -> list:
+    """[x, w_gate, b_gate, w_up, b_up] (biases may be None) of a lowered gated pair."""
+    return [None if lw.operands[n][0] is None else tensors[lw.operands[n][0]] for n in GLU_ARGS]

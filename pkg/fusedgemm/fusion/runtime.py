@@ -21,7 +21,7 @@ import threading
 import torch
 
 from ..matmul import matmul_fused
-from .program import Lowered, Refused, execute, loads, lower
+from .program import Lowered, Refused, execute, glu_inputs, loads, lower
 
 log = logging.getLogger("fusedgemm.fusion")
 
@@ -130,7 +130,34 @@ def _operand_values(lw: Lowered, tensors) -> dict:
     return vals
 
 
+_GLU_COPIES: dict = {}  # (w_gate ptr, w_up ptr) -> (versions, interleaved weight, merged bias)
+
+
+def _glu_operands(tensors) -> tuple:
+    """The interleaved [2I, K] copy of (w_gate, w_up) and the merged bias, made once and remade when either
+    weight changes in place (its _version moves): never stale."""
+    from ..swiglu import InterleavedGateUp
+
+    _x, wg, bg, wu, bu = tensors
+    key = (wg.data_ptr(), wu.data_ptr())
+    versions = (wg._version, wu._version, tuple(wg.shape), wg.dtype,
+                None if bg is None else (bg.data_ptr(), bg._version), None if bu is None else (bu.data_ptr(), bu._version))
+    hit = _GLU_COPIES.get(key)
+    if hit is None or hit[0] != versions:
+        with torch.no_grad():
+            wi = torch.stack((wg.detach(), wu.detach()), dim=1).reshape(2 * wg.shape[0], wg.shape[1])
+            bias = None if bg is None else torch.cat((bg.detach(), bu.detach()))
+        hit = _GLU_COPIES[key] = (versions, InterleavedGateUp(wi), bias)
+    return hit[1], hit[2]
+
+
 def _run_kernel(lw: Lowered, tensors) -> list:
+    if lw.glu:
+        from ..swiglu import swiglu
+
+        args = glu_inputs(lw, tensors)
+        w, bias = _glu_operands(args)
+        return [swiglu(args[0], w, bias, activation=lw.glu).reshape(lw.out_shape)]
     a, b = tensors[lw.a], tensors[lw.b]
     if lw.transpose_b:
         b = b.t()
@@ -146,6 +173,16 @@ def _run_oracle(lw: Lowered, tensors) -> list:
     """The lowered region evaluated in float64 by the epilogue IR's evaluator (CPU tests)."""
     from ..epilogue.evaluate import evaluate_outputs
 
+    if lw.glu:  # the interleaved weight and the paired epilogue, as the kernel gets them
+        from ..swiglu import glu_expression
+
+        args = glu_inputs(lw, tensors)
+        w, bias = _glu_operands(args)
+        acc = args[0].double().reshape(-1, args[0].shape[-1]) @ w.weight.double().t()
+        n = w.weight.shape[0] // 2
+        ops = {} if bias is None else {"bias_gate": bias[:n], "bias_up": bias[n:]}
+        out, _ = evaluate_outputs(glu_expression(lw.glu, bias=bias is not None), acc, ops)
+        return [out.to(lw.out_dtype).reshape(lw.out_shape)]
     a, b = tensors[lw.a], tensors[lw.b]
     if lw.transpose_b:
         b = b.t()

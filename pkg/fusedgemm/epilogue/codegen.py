@@ -230,22 +230,40 @@ def _hoisted_roots(expr: ir.Node) -> tuple[list[ir.Node], list[ir.Node]]:
     return rows, cols
 
 
-def _batched_body(spec: EpilogueSpec, roots: list[ir.Node], axis: str) -> list[str]:
+def _column_halves(expr: ir.Node, cols: list[ir.Node]) -> tuple[list[ir.Node], list[ir.Node]]:
+    """A paired expression's column roots split between the two GEMM columns of a pair: the even (gate) column
+    carries the first half, the odd (up) column the rest, so each column holds only half of them (registers:
+    the kernels keep every column's values until its stores). Unpaired: all on every column."""
+    if not ir.is_paired(expr):
+        return cols, []
+    h = (len(cols) + 1) // 2
+    return cols[:h], cols[h:]
+
+
+def _batched_body(spec: EpilogueSpec, roots: list[ir.Node], axis: str, odd_roots: list[ir.Node] | None = None
+                  ) -> list[str]:
     """load_rows (axis "m") / load_cols (axis "n"): each vector operand of the axis into an array of kCount
     values (the branches on its presence and run-time type taken once, outside the loads, so all loads are in
     flight together), uniform scalars once, then each root per index into `out[i][k]`. A paired expression's
-    columns are GEMM columns: its n_vec operands are read at the output column, idx >> 1."""
-    index = "(idx[i] >> 1)" if axis == "n" and ir.is_paired(spec.expr) else "idx[i]"
+    columns are GEMM columns: its n_vec operands are read at the output column, idx >> 1; an even column gets
+    `roots`, an odd one `odd_roots` (_column_halves), each operand loaded only for the parity that uses it."""
+    paired = odd_roots is not None
+    index = "(idx[i] >> 1)" if paired else "idx[i]"
+    odd_roots = odd_roots or []
     ops = ir.operands(spec.expr)
     vec_op = "m_vec" if axis == "m" else "n_vec"
     leaves: list[ir.Node] = []
     scalars: list[ir.Node] = []
-    for root in roots:
-        for node in root.walk():
-            if node.op == vec_op and node not in leaves:
-                leaves.append(node)
-            elif node.op == "scalar" and node not in scalars:
-                scalars.append(node)
+    parity: dict[ir.Node, set] = {}  # leaf -> the column parities whose roots use it (paired only)
+    for p, group in ((0, roots), (1, odd_roots)):
+        for root in group:
+            for node in root.walk():
+                if node.op == vec_op:
+                    parity.setdefault(node, set()).add(p)
+                    if node not in leaves:
+                        leaves.append(node)
+                elif node.op == "scalar" and node not in scalars:
+                    scalars.append(node)
     lines, hoisted = [], {}
 
     def fill(arr: str, value: str) -> list[str]:
@@ -258,8 +276,12 @@ def _batched_body(spec: EpilogueSpec, roots: list[ir.Node], axis: str) -> list[s
 
         # 32-bit index arithmetic (M, N < 2^31): 64-bit products of run-time strides cost registers that the
         # persistent kernel's epilogue warps do not have (spills).
+        cond = "in[i]"
+        if paired and parity[leaf] != {0, 1}:
+            cond = "in[i] && (idx[i] & 1)" if parity[leaf] == {1} else "in[i] && !(idx[i] & 1)"
+
         def loads(load_fn: str) -> list[str]:
-            return fill(arr, f"in[i] ? fg::epi::{load_fn}({f}, {index} * {f}_stride) : 0.f")
+            return fill(arr, f"{cond} ? fg::epi::{load_fn}({f}, {index} * {f}_stride) : 0.f")
 
         branches = []
         if o.default is not None:
@@ -280,7 +302,14 @@ def _batched_body(spec: EpilogueSpec, roots: list[ir.Node], axis: str) -> list[s
     lines += em.lines
     body = _Emitter(spec, hoisted)
     outs = [f"out[i][{k}] = {body.value(r)};" for k, r in enumerate(roots)]
-    if roots:
+    if paired and odd_roots:
+        odd = _Emitter(spec, hoisted, prefix="w")
+        odd_outs = [f"out[i][{k}] = {odd.value(r)};" for k, r in enumerate(odd_roots)]
+        odd_outs += [f"out[i][{k}] = 0.f;" for k in range(len(odd_roots), len(roots))]
+        lines += ["#pragma unroll", "for (int i = 0; i < kCount; ++i) {", "  if (idx[i] & 1) {"]
+        lines += ["    " + x for x in odd.lines + odd_outs] + ["  } else {"]
+        lines += ["    " + x for x in body.lines + outs] + ["  }", "}"]
+    elif roots:
         lines += ["#pragma unroll", "for (int i = 0; i < kCount; ++i) {"] + ["  " + x for x in body.lines + outs] + ["}"]
     return lines
 
@@ -288,7 +317,8 @@ def _batched_body(spec: EpilogueSpec, roots: list[ir.Node], axis: str) -> list[s
 def hoisted_counts(spec: EpilogueSpec) -> tuple[int, int]:
     """(values per row, values per column) the functor hoists: kRowValues, kColValues (at least 1 each)."""
     rows, cols = _hoisted_roots(spec.expr)
-    return max(1, len(rows)), max(1, len(cols))
+    even, odd = _column_halves(spec.expr, cols)
+    return max(1, len(rows)), max(1, len(even), len(odd))
 
 
 def render_functor(spec: EpilogueSpec, name: str | None = None) -> str:
@@ -300,10 +330,13 @@ def render_functor(spec: EpilogueSpec, name: str | None = None) -> str:
     fields = params_layout(spec)
     offsets, size = params_offsets(fields)
 
+    paired = ir.is_paired(expr)
+    cols, odd_cols = _column_halves(expr, cols)
     rows_lines = _batched_body(spec, rows, "m")
-    cols_lines = _batched_body(spec, cols, "n")
+    cols_lines = _batched_body(spec, cols, "n", odd_cols if paired else None)
     hoisted = {r: f"r[{i}]" for i, r in enumerate(rows)}
     hoisted.update({c: f"c[{i}]" for i, c in enumerate(cols)})
+    hoisted.update({c: f"cu[{i}]" for i, c in enumerate(odd_cols)})  # the pair's odd (up) column's values
     em = _Emitter(spec, hoisted)
     result = em.value(expr)
     value_lines = em.lines
@@ -318,22 +351,25 @@ def render_functor(spec: EpilogueSpec, name: str | None = None) -> str:
         for (f, _c), o in zip(fields, offsets)) + "#endif\n"
     save_t = SAVE_TYPES[save.attrs[0]] if save is not None else None
     unused = "(void)m; (void)n; (void)p; (void)r; (void)c;"
-    paired = ir.is_paired(expr)
     if paired:
-        value_args, value_unused = "float gate, float up", "(void)gate; (void)up;"
+        value_args = "float gate, float up, const float (&r)[kRowValues], const float (&c)[kColValues],\n" \
+                     "                               const float (&cu)[kColValues]"
+        value_unused = "(void)gate; (void)up; (void)cu;"
         store_body = f"""    static_assert(V % 2 == 0, "a paired epilogue takes whole (gate, up) column pairs: V even, n even");
     constexpr int kOut = V / 2;
     const int j = n >> 1;  // the output column of the first pair
     float y[kOut], s[kOut];
 #pragma unroll
-    for (int v = 0; v < kOut; ++v) y[v] = value(p, acc[2 * v], acc[2 * v + 1], r, c[2 * v], m, j + v, s[v]);
+    for (int v = 0; v < kOut; ++v)
+      y[v] = value(p, acc[2 * v], acc[2 * v + 1], r, c[2 * v], c[2 * v + 1], m, j + v, s[v]);
     fg::epi::store_row<Out, kOut>(const_cast<void*>(p.out), p.ld_out, m, j, y);
 {"    fg::epi::store_row<" + save_t + ", kOut>(const_cast<void*>(p.saved), p.ld_saved, m, j, s);" if save_t else "    (void)s;"}
 """
         store_doc = ("  // V GEMM columns n .. n + V - 1 (n even) of row m: V / 2 (gate, up) pairs -> outputs n / 2 .. "
                      "n / 2 + V / 2 - 1.\n")
     else:
-        value_args, value_unused = "float acc", "(void)acc;"
+        value_args = "float acc, const float (&r)[kRowValues],\n                               const float (&c)[kColValues]"
+        value_unused = "(void)acc;"
         store_body = f"""    float y[V], s[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) y[v] = value(p, acc[v], r, c[v], m, n + v, s[v]);
@@ -350,7 +386,7 @@ struct {name} {{
 {cpp_fields}  }};
   static_assert(sizeof(Params) == {size}, "Params: codegen layout");
 {asserts}  static constexpr int kRowValues = {max(1, len(rows))};  // {len(rows)} used (arrays are never empty)
-  static constexpr int kColValues = {max(1, len(cols))};  // {len(cols)} used
+  static constexpr int kColValues = {max(1, len(cols), len(odd_cols))};  // {len(cols) + len(odd_cols)} used
   static constexpr bool kSaves = {str(save is not None).lower()};
   static constexpr bool kPairs = {str(paired).lower()};  // gate / up: one output per GEMM column pair
   // The row values of kCount rows idx[i] (zeros where !in[i]), loaded operand by operand (see load_cols).
@@ -382,8 +418,7 @@ struct {name} {{
     load_cols<1>(p, ns, in, *reinterpret_cast<float(*)[1][kColValues]>(&c));
   }}
   // The value of output (m, n) from its accumulator, row and column values; `saved` gets the save node's value.
-  FG_DEVICE static float value(const Params& p, {value_args}, const float (&r)[kRowValues],
-                               const float (&c)[kColValues], int m, int n, float& saved) {{
+  FG_DEVICE static float value(const Params& p, {value_args}, int m, int n, float& saved) {{
     {unused} {value_unused} saved = 0.f;
 {indent(value_lines, 4)}    return {result};
   }}

@@ -112,7 +112,8 @@ def quantize_rows_torch(x2: torch.Tensor, qdtype: torch.dtype) -> tuple[torch.Te
 # ---- the kernel -----------------------------------------------------------------------------------------------
 def plan_quantize_rows(m: int, k: int, elem_size: int, vector: bool) -> tuple[int, int]:
     """(threads, blocks): the fewest threads (a multiple of 64, one AMD wave) whose registers hold the whole
-    row (kQuantCachedPacks packs each), at most 512 (longer rows: a tail read twice); one block per row up to _MAX_BLOCKS."""
+    row (kQuantCachedPacks packs each), at most 512 (longer rows: a tail read twice); one block per row up to
+    _MAX_BLOCKS."""
     pack = 16 // elem_size if vector else 1
     per_thread = kernels.QUANTIZE_ROWS_CACHED_PACKS
     packs = k // pack

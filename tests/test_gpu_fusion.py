@@ -129,6 +129,7 @@ def test_llama_backend_sites_and_logits(mode):
         out = compiled(ids).logits.double()
         eager = model(ids).logits.double()
         ref = model.double()(ids).logits
-    assert sum(len(r.fused) for r in fg.fusion.REPORTS[before:]) == 6
+    # 3 per layer: o_proj + residual, gate/up as one gated GEMM, down_proj + residual (a recompile repeats names)
+    assert len({s.site for r in fg.fusion.REPORTS[before:] for s in r.fused}) == 6
     err, err_eager = (out - ref).abs().max().item(), (eager - ref).abs().max().item()
     assert err <= 1.5 * err_eager + 2.0 ** -8 * ref.abs().max().item(), (err, err_eager)

@@ -239,8 +239,7 @@ def _decide(text: str, lw: Lowered, tensors, ints) -> bool:
         d = _load_decisions().get(key)
     if d is not None:
         return d["fused"]
-    stream = torch.cuda.current_stream(tensors[lw.a].device)
-    if stream.is_capturing() or torch.compiler.is_compiling():
+    if torch.cuda.is_current_stream_capturing() or torch.compiler.is_compiling():
         return False
     program = loads(text)
     t_fused = _time(lambda: _run_kernel(lw, tensors))

@@ -102,10 +102,12 @@ def test_many_rows_and_the_grid_stride_path(qdtype, seed):
 def test_strided_unaligned_and_batched_inputs(dtype, seed):
     qdtype = fp8()
     wide = torch.randn(64, 4200, device="cuda").to(dtype)
+    long_rows = torch.randn(8, 20002, device="cuda").to(dtype)
     views = {
         "row stride 4200, read in place": wide[:, :4096],
         "unaligned start: the element path": wide[:, 1:4097],
         "odd K": wide[:, :1001],
+        "unaligned and long: the element path's tail read twice": long_rows[:, 1:20001],
         "3-D, leading dims flattened": torch.randn(4, 9, 1024, device="cuda").to(dtype),
         "transposed: copied": torch.randn(512, 64, device="cuda").to(dtype).t(),
         "one row": wide[5],
@@ -142,7 +144,7 @@ def test_torch_compile_traces_the_op(seed):
     qdtype = fp8()
 
     def f(x):
-        xq, s = fg.quantize_rows(x, qdtype)
+        xq, s = fg.quantize_rows(x, "fp8")  # the device's variant, resolved while tracing
         return xq.to(torch.float32) * s[:, None]
 
     x = torch.randn(3, 7, 2048, device="cuda", dtype=torch.bfloat16)

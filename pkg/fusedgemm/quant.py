@@ -52,12 +52,16 @@ def resolve_dtype(dtype, device: torch.device | None = None) -> torch.dtype:
         return torch.int8
     if dtype == "fp8":
         if device is not None and device.type == "cuda":
-            from .runtime.arch import device_arch
-
-            return FP8_DTYPE_FOR_ARCH[device_arch(device.index if device.index is not None
-                                                  else torch.cuda.current_device())]
+            return _fp8_of_device(device.index if device.index is not None else torch.cuda.current_device())
         return torch.float8_e4m3fn
     raise ValueError(f"quantize: dtype must be 'fp8', 'int8' or a torch 8-bit dtype, got {dtype!r}")
+
+
+@torch.compiler.assume_constant_result  # under torch.compile: evaluated once while tracing, a constant after
+def _fp8_of_device(index: int) -> torch.dtype:
+    from .runtime.arch import device_arch
+
+    return FP8_DTYPE_FOR_ARCH[device_arch(index)]
 
 
 def _rows(x: torch.Tensor, who: str) -> torch.Tensor:

@@ -10,6 +10,7 @@ fake tensors, so dynamic batch / sequence sizes compile once.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import operator
@@ -78,6 +79,51 @@ def _value_ok(node, want_tensor: bool) -> str:
     return "" if isinstance(v, (int, torch.SymInt)) else f"reshape size {node} is not an int"
 
 
+def _real_tensors():
+    """Real tensors inside a backend call even if a fake mode is active (torch versions differ)."""
+    try:
+        from torch._subclasses.fake_tensor import unset_fake_temporarily
+    except ImportError:
+        return contextlib.nullcontext()
+    return unset_fake_temporarily()
+
+
+def _hint(x):
+    return x.node.hint if isinstance(x, (torch.SymInt, torch.SymFloat)) else x
+
+
+def _faster_fused(site) -> tuple[bool, str]:
+    """At compile time, on random inputs shaped like the example values (sizes at their hints): whether the fused
+    kernel beats the region's eager torch calls (runtime._decide, cached and persisted). A region that loses is
+    left to Inductor, which fuses its elementwise tail itself -- the rewrite must never make a graph slower."""
+    from . import runtime
+
+    if runtime._mode() != "auto":
+        return runtime._mode() == "always", "FUSEDGEMM_FUSION=never"
+    with _real_tensors():
+        return _measure(site, runtime)
+
+
+def _measure(site, runtime) -> tuple[bool, str]:
+    tensors, ints = [], []
+    for t in site.tensors:
+        if isinstance(t, tuple):  # a float made a one-element tensor at rewrite
+            tensors.append(torch.ones(1, device=t[2]))
+            continue
+        v = match._meta_value(t)
+        tensors.append(torch.randn([_hint(d) for d in v.shape], dtype=v.dtype, device=v.device) * 0.1)
+    for i in site.ints:
+        v = match._meta_value(i[0] if isinstance(i, tuple) else i)
+        ints.append(_hint(v[i[1]] if isinstance(i, tuple) else v))
+    text = site.program.dumps()
+    lw = runtime.lowered_for(text, tensors, ints)
+    if not isinstance(lw, runtime.Lowered):
+        return False, str(lw)
+    with torch.no_grad():
+        fused = runtime._decide(text, lw, tensors, ints, at_compile=True)
+    return fused, "" if fused else "measured slower than the unfused ops at the example shape (left to Inductor)"
+
+
 def rewrite_graph(gm: torch.fx.GraphModule, *, rounding: str = "fp32", devices: str = "cuda") -> FusionReport:
     """Rewrite gm's fusable regions in place; -> the report. devices="any" also rewrites CPU regions (tests)."""
     report = FusionReport()
@@ -93,6 +139,8 @@ def rewrite_graph(gm: torch.fx.GraphModule, *, rounding: str = "fp32", devices: 
             why = [w for w in why if w and not (devices == "any" and " is on " in w)]
             reason = "; ".join(why)
         ok = site.program is not None and not reason
+        if ok and devices == "cuda":
+            ok, reason = _faster_fused(site)
         report.sites.append(SiteReport("", site.name, ok, site.ops, reason,
                                        site.program.dumps() if ok else ""))
         if ok:

@@ -233,13 +233,13 @@ def decision_key(text: str, lw: Lowered, tensors) -> str:
     return f"{dev}|{text}|M<={bucket}|{tuple(a.shape[-1:])}x{tuple(b.shape)}|{a.dtype}"
 
 
-def _decide(text: str, lw: Lowered, tensors, ints) -> bool:
+def _decide(text: str, lw: Lowered, tensors, ints, at_compile: bool = False) -> bool:
     key = decision_key(text, lw, tensors)
     with _LOCK:
         d = _load_decisions().get(key)
     if d is not None:
         return d["fused"]
-    if torch.cuda.is_current_stream_capturing() or torch.compiler.is_compiling():
+    if torch.cuda.is_current_stream_capturing() or (torch.compiler.is_compiling() and not at_compile):
         return False
     program = loads(text)
     t_fused = _time(lambda: _run_kernel(lw, tensors))

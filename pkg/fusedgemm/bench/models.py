@@ -41,8 +41,10 @@ def _mlp_of(name: str, model):
         return model.model.layers[0].mlp, model.config.hidden_size
     if name == "gpt2":
         return model.transformer.h[0].mlp, model.config.n_embd
-    layer = model.encoder.layer[0]
-    return getattr(layer, "mlp", None) or layer.intermediate, model.config.hidden_size
+    for mod_name, mod in model.named_modules():  # ViT's MLP block: ViTMLP / ViTIntermediate by version
+        if mod_name.endswith(("mlp", "intermediate")):
+            return mod, model.config.hidden_size
+    raise ValueError(f"no MLP block found in {type(model).__name__}")
 
 
 def _wall_us(fn, calls: int = 20) -> float:

@@ -53,9 +53,14 @@ class InterleavedGateUp:
         return f"InterleavedGateUp({kind}{self.weight.dtype} [2I={self.weight.shape[0]}, K={self.weight.shape[1]}])"
 
 
+def interleave_rows(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """[I, K] gate and up rows -> the interleaved [2I, K] (rows g0, u0, g1, u1, ...), a new tensor."""
+    return torch.stack((gate, up), dim=1).reshape(2 * gate.shape[0], *gate.shape[1:])
+
+
 def _interleave(w: torch.Tensor) -> torch.Tensor:
     i = w.shape[0] // 2
-    return torch.stack((w[:i], w[i:]), dim=1).reshape(w.shape)  # [I, 2, K] -> rows g0, u0, g1, u1, ...
+    return interleave_rows(w[:i], w[i:])
 
 
 def _check_merged(w, what: str = "w_gate_up") -> None:

@@ -18,6 +18,7 @@ import operator
 import torch
 
 from . import match
+from .program import I
 from .fuse import FusionReport, SiteReport
 
 log = logging.getLogger("fusedgemm.fusion")
@@ -31,10 +32,10 @@ def _flatten_int_tuples(site) -> None:
     for j, node in enumerate(site.ints):
         v = match._meta_value(node)
         if isinstance(v, (tuple, list, torch.Size)):
-            remap[j] = [("i", len(flat) + k) for k in range(len(v))]
+            remap[j] = [I(len(flat) + k) for k in range(len(v))]
             flat.extend((node, k) for k in range(len(v)))
         else:
-            remap[j] = [("i", len(flat))]
+            remap[j] = [I(len(flat))]
             flat.append(node)
     if len(flat) == len(site.ints):
         return
@@ -120,7 +121,7 @@ def _measure(site, runtime) -> tuple[bool, str]:
     if not isinstance(lw, runtime.Lowered):
         return False, str(lw)
     with torch.no_grad():
-        fused = runtime._decide(text, lw, tensors, ints, at_compile=True)
+        fused = bool(runtime._decide(text, lw, tensors, ints, at_compile=True))
     return fused, "" if fused else "measured slower than the unfused ops at the example shape (left to Inductor)"
 
 

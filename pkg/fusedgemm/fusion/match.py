@@ -7,7 +7,7 @@ nodes after it that the epilogue IR expresses, cut so that only its result (and 
 IR's second output) is used outside it.
 
     sites = find_regions(graph, modules)        # [Site]: fused candidates and refusals, with reasons
-    rewrite(graph, site, make_call)             # the region's nodes replaced by make_call(program, tensors, ints)
+    rewrite(graph, site, make_call, replaced)   # the region's nodes replaced by make_call(program, tensors, ints)
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class Site:
     ops: list                        # the step ops of the region, in order
     program: Program | None = None
     reason: str = ""
-    nodes: list = dataclasses.field(default_factory=list)      # region nodes, graph order (GEMM first)
+    nodes: list = dataclasses.field(default_factory=list)      # region nodes, in graph order
     outputs: list = dataclasses.field(default_factory=list)    # nodes whose values leave the region
     tensors: list = dataclasses.field(default_factory=list)    # input nodes (or values), T(j) order
     ints: list = dataclasses.field(default_factory=list)       # int inputs, I(j) order
@@ -65,6 +65,26 @@ class Site:
 
 class _NotAStep(Exception):
     pass
+
+
+class _Inputs:
+    """A region's outside inputs in first-use order: T(j) for tensors (nodes, or attribute names), I(j) for ints."""
+
+    def __init__(self):
+        self.tensors, self.ints = [], []
+
+    def tensor(self, x) -> tuple:
+        if x not in self.tensors:
+            self.tensors.append(x)
+        return T(self.tensors.index(x))
+
+    def int(self, x) -> tuple:
+        if isinstance(x, int) and not isinstance(x, bool):
+            return C(x)
+        if not isinstance(x, torch.fx.Node):
+            raise _NotAStep(f"reshape size {x!r}")
+        self.ints.append(x)
+        return I(len(self.ints) - 1)
 
 
 def _const(x):
@@ -208,7 +228,7 @@ def _glu_act(node, modules) -> str | None:
     return _GLU_ACTS.get(op)
 
 
-def find_gated_pairs(graph: torch.fx.Graph, modules: dict) -> list[Site]:
+def find_gated_pairs(graph: torch.fx.Graph, modules: dict, order: dict) -> list[Site]:
     """act(linear(x, Wg, bg)) * linear(x, Wu, bu) -- SwiGLU / GeGLU MLPs written as two linears -- each as one
     Site of kind glu:<act> (fg.swiglu: one GEMM over the interleaved weight). Every intermediate must be used only
     inside the pattern."""
@@ -230,19 +250,13 @@ def find_gated_pairs(graph: torch.fx.Graph, modules: dict) -> list[Site]:
                 continue
             if len(gate.users) != 1 or len(act_node.users) != 1 or len(up.users) != 1 or gate is up:
                 continue
-            tensors = []
-            refs = []
-            for x in (g[1][0], g[1][1], g[1][2], u[1][1], u[1][2]):
-                if x is None:
-                    refs.append(NONE)
-                else:
-                    if x not in tensors:
-                        tensors.append(x)
-                    refs.append(T(tensors.index(x)))
-            program = Program(Gemm(f"glu:{act}", tuple(refs)), (), (0,))
+            inputs = _Inputs()
+            refs = tuple(NONE if x is None else inputs.tensor(x)
+                         for x in (g[1][0], g[1][1], g[1][2], u[1][1], u[1][2]))
+            program = Program(Gemm(f"glu:{act}", refs), (), (0,))
             name = gate.target if gate.op == "call_module" else gate.name
-            sites.append(Site(name, [f"glu:{act}"], program, nodes=[gate, up, act_node, mul], outputs=[mul],
-                              tensors=tensors, insert_after=mul.prev))
+            sites.append(Site(name, [f"glu:{act}"], program, nodes=sorted([gate, up, act_node, mul], key=order.get),
+                              outputs=[mul], tensors=inputs.tensors, insert_after=mul.prev))
             break
     return sites
 
@@ -252,7 +266,7 @@ def find_regions(graph: torch.fx.Graph, modules: dict, skip=frozenset()) -> list
     its region's program where one can be cut."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     nodes = list(graph.nodes)
-    sites = find_gated_pairs(graph, modules)
+    sites = find_gated_pairs(graph, modules, order)
     claimed: set = set(skip)
     for site in sites:
         claimed.update(site.nodes)
@@ -278,7 +292,7 @@ def _grow(gemm: torch.fx.Node, g, nodes, order, modules, claimed) -> Site:
     for nd in nodes[order[gemm] + 1:]:
         if order[nd] - last > _WINDOW:
             break
-        deps = [x for x in nd.all_input_nodes]
+        deps = nd.all_input_nodes
         if not any(x in inside or x in downstream for x in deps):
             continue
         try:
@@ -325,7 +339,8 @@ def _ancestors_within(out, inside) -> set:
 def _site(gemm, kind, gargs, alpha, beta, region, inside, out, ext, order, name) -> Site | None:
     members = sorted(region, key=order.get)
     index = {n: i for i, n in enumerate(members)}
-    tensors, ints = [], []
+    inputs = _Inputs()
+    tensors, ints = inputs.tensors, inputs.ints
 
     def tensor_ref(x):
         if x is None:
@@ -334,17 +349,7 @@ def _site(gemm, kind, gargs, alpha, beta, region, inside, out, ext, order, name)
             return V(index[x])
         if not isinstance(x, (torch.fx.Node, str)):
             return C(_const(x))
-        if x not in tensors:
-            tensors.append(x)
-        return T(tensors.index(x))
-
-    def int_ref(x):
-        if isinstance(x, int) and not isinstance(x, bool):
-            return C(x)
-        if not isinstance(x, torch.fx.Node):
-            raise _NotAStep(f"reshape size {x!r}")
-        ints.append(x)
-        return I(len(ints) - 1)
+        return inputs.tensor(x)
 
     try:
         gemm_def = Gemm(kind, tuple(tensor_ref(x) for x in gargs), alpha, beta)
@@ -352,7 +357,7 @@ def _site(gemm, kind, gargs, alpha, beta, region, inside, out, ext, order, name)
         for n in members[1:]:
             op, args, attrs = inside[n]
             if op == "reshape":
-                refs = (tensor_ref(args[0]), *(int_ref(x) for x in args[1:]))
+                refs = (tensor_ref(args[0]), *(inputs.int(x) for x in args[1:]))
                 steps.append(Step("reshape", refs, ()))
             else:
                 steps.append(Step(op, tuple(tensor_ref(x) for x in args), tuple(attrs)))
@@ -389,10 +394,5 @@ def rewrite(graph: torch.fx.Graph, site: Site, make_call, replaced: dict) -> Non
     for node, res in zip(site.outputs, results):
         node.replace_all_uses_with(res)
         replaced[node] = res
-    for node in sorted(site.nodes, key=_position(graph), reverse=True):
+    for node in reversed(site.nodes):  # graph order: each node's users inside the region go first
         graph.erase_node(node)
-
-
-def _position(graph):
-    order = {n: i for i, n in enumerate(graph.nodes)}
-    return order.get

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import statistics
 import threading
@@ -25,8 +26,9 @@ from .program import Lowered, Refused, execute, glu_inputs, loads, lower
 
 log = logging.getLogger("fusedgemm.fusion")
 
-_LOWERED: dict = {}      # signature -> Lowered | Refused
+_LOWERED: dict = {}      # (signature, rounding) -> Lowered | Refused
 _LOWERED_MAX = 4096
+_CHOSEN: dict = {}       # (signature, rounding) -> fused? (the decision of its key, looked up once)
 _DECISIONS: dict | None = None   # "gpu|program|m-bucket|shapes" -> {"fused": bool, "us": [fused, unfused]}
 _LOCK = threading.Lock()
 # program text -> {"kernel": calls, "unfused": calls, "why": last reason for unfused}: what fg.fuse's report shows
@@ -57,9 +59,9 @@ def _signature(text, tensors, ints) -> tuple:
                         for t in tensors), tuple(ints))
 
 
-def lowered_for(text: str, tensors, ints, rounding: str = "fp32"):
-    """The cached Lowered (or Refused) of this program for inputs like these."""
-    key = (_signature(text, tensors, ints), rounding)
+def lowered_for(text: str, tensors, ints, rounding: str = "fp32", key=None):
+    """The cached Lowered (or Refused) of this program for inputs like these (key: their signature, if known)."""
+    key = key or (_signature(text, tensors, ints), rounding)
     hit = _LOWERED.get(key)
     if hit is None:
         try:
@@ -68,6 +70,7 @@ def lowered_for(text: str, tensors, ints, rounding: str = "fp32"):
             hit = exc
         if len(_LOWERED) >= _LOWERED_MAX:
             _LOWERED.clear()
+            _CHOSEN.clear()
         _LOWERED[key] = hit
     return hit
 
@@ -96,17 +99,25 @@ def run_region(text: str, tensors, ints=(), rounding: str = "fp32") -> list:
             _note(text, "unfused", "CPU tensors")
         return execute(loads(text), tensors, ints)
     mode = _mode()
-    lw = None if mode == "never" else lowered_for(text, tensors, ints, rounding)
+    key = (_signature(text, tensors, ints), rounding)
+    lw = None if mode == "never" else lowered_for(text, tensors, ints, rounding, key)
     if not isinstance(lw, Lowered):
         _note(text, "unfused", "FUSEDGEMM_FUSION=never" if lw is None else str(lw))
         return execute(loads(text), tensors, ints)
-    if mode == "auto" and not _decide(text, lw, tensors, ints):
-        _note(text, "unfused", "measured slower than unfused for this shape")
-        return execute(loads(text), tensors, ints)
+    if mode == "auto":
+        fused = _CHOSEN.get(key)
+        if fused is None:
+            fused = _decide(text, lw, tensors, ints)
+            if fused is not None:
+                _CHOSEN[key] = fused
+        if not fused:
+            _note(text, "unfused", "measured slower than unfused for this shape" if fused is not None
+                  else "not measured yet (first seen inside graph capture or compilation)")
+            return execute(loads(text), tensors, ints)
     try:
         out = _run_kernel(lw, tensors)
     except (ValueError, TypeError) as exc:  # a shape or stride the kernels refuse: remembered, then unfused
-        _LOWERED[(_signature(text, tensors, ints), rounding)] = Refused(f"matmul_fused: {exc}")
+        _LOWERED[key] = Refused(f"matmul_fused: {exc}")
         _note(text, "unfused", f"matmul_fused: {exc}")
         return execute(loads(text), tensors, ints)
     _note(text, "kernel")
@@ -114,10 +125,7 @@ def run_region(text: str, tensors, ints=(), rounding: str = "fp32") -> list:
 
 
 def _operand_values(lw: Lowered, tensors) -> dict:
-    m = 1
-    for d in lw.out_shape[:-1]:
-        m *= d
-    n = lw.out_shape[-1]
+    m, n = math.prod(lw.out_shape[:-1]), lw.out_shape[-1]
     vals = {}
     for name, (j, kind) in lw.operands.items():
         t = tensors[j]
@@ -136,7 +144,7 @@ _GLU_COPIES: dict = {}  # (w_gate ptr, w_up ptr) -> (versions, interleaved weigh
 def _glu_operands(tensors) -> tuple:
     """The interleaved [2I, K] copy of (w_gate, w_up) and the merged bias, made once and remade when either
     weight changes in place (its _version moves): never stale."""
-    from ..swiglu import InterleavedGateUp
+    from ..swiglu import InterleavedGateUp, interleave_rows
 
     _x, wg, bg, wu, bu = tensors
     key = (wg.data_ptr(), wu.data_ptr())
@@ -145,7 +153,7 @@ def _glu_operands(tensors) -> tuple:
     hit = _GLU_COPIES.get(key)
     if hit is None or hit[0] != versions:
         with torch.no_grad():
-            wi = torch.stack((wg.detach(), wu.detach()), dim=1).reshape(2 * wg.shape[0], wg.shape[1])
+            wi = interleave_rows(wg.detach(), wu.detach())
             bias = None if bg is None else torch.cat((bg.detach(), bu.detach()))
         hit = _GLU_COPIES[key] = (versions, InterleavedGateUp(wi), bias)
     return hit[1], hit[2]
@@ -171,6 +179,7 @@ def _run_kernel(lw: Lowered, tensors) -> list:
 
 def _run_oracle(lw: Lowered, tensors) -> list:
     """The lowered region evaluated in float64 by the epilogue IR's evaluator (CPU tests)."""
+    from ..epilogue import TORCH_DTYPES, saved_node
     from ..epilogue.evaluate import evaluate_outputs
 
     if lw.glu:  # the interleaved weight and the paired epilogue, as the kernel gets them
@@ -191,8 +200,7 @@ def _run_oracle(lw: Lowered, tensors) -> list:
     out, saved = evaluate_outputs(lw.expr, acc, _operand_values(lw, tensors))
     outs = [out.to(lw.out_dtype).reshape(lw.out_shape)]
     if lw.saved_shape is not None:
-        outs.append(saved.to(tensors[lw.a].dtype if saved.dtype == torch.float64 else saved.dtype)
-                    .reshape(lw.saved_shape))
+        outs.append(saved.to(TORCH_DTYPES[saved_node(lw.expr).attrs[0]]).reshape(lw.saved_shape))
     return outs
 
 
@@ -233,14 +241,16 @@ def decision_key(text: str, lw: Lowered, tensors) -> str:
     return f"{dev}|{text}|M<={bucket}|{tuple(a.shape[-1:])}x{tuple(b.shape)}|{a.dtype}"
 
 
-def _decide(text: str, lw: Lowered, tensors, ints, at_compile: bool = False) -> bool:
+def _decide(text: str, lw: Lowered, tensors, ints, at_compile: bool = False) -> bool | None:
+    """Whether the kernel is faster for this key: the persisted decision, else measured now; None when it
+    cannot be measured now (inside graph capture or compilation)."""
     key = decision_key(text, lw, tensors)
     with _LOCK:
         d = _load_decisions().get(key)
     if d is not None:
         return d["fused"]
     if torch.cuda.is_current_stream_capturing() or (torch.compiler.is_compiling() and not at_compile):
-        return False
+        return None
     program = loads(text)
     t_fused = _time(lambda: _run_kernel(lw, tensors))
     t_unfused = _time(lambda: execute(program, tensors, ints))

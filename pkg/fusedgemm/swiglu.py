@@ -88,19 +88,25 @@ def deinterleave_gate_up(w: InterleavedGateUp) -> torch.Tensor:
     return torch.cat((t[0::2], t[1::2]))
 
 
-def _cached_interleaved(w: torch.Tensor) -> torch.Tensor:
-    """The interleaved copy of a merged weight, cached on the tensor and keyed by everything an update changes."""
-    key = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, w.device, w._version)
-    hit = getattr(w, _CACHE_ATTR, None)
+def cached_on(owner: torch.Tensor, attr: str, key, make):
+    """make(), cached on the tensor `owner` under `attr` while `key` stays the same: the copy lives and dies with
+    the weight it was made from (a tensor subclass that takes no attributes gets a fresh one per call)."""
+    hit = getattr(owner, attr, None)
     if hit is not None and hit[0] == key:
         return hit[1]
     with torch.no_grad():
-        wi = _interleave(w.detach())
+        value = make()
     try:
-        setattr(w, _CACHE_ATTR, (key, wi))
-    except (AttributeError, RuntimeError):  # a tensor subclass that takes no attributes: interleave per call
+        setattr(owner, attr, (key, value))
+    except (AttributeError, RuntimeError):
         pass
-    return wi
+    return value
+
+
+def _cached_interleaved(w: torch.Tensor) -> torch.Tensor:
+    """The interleaved copy of a merged weight, cached on the tensor and keyed by everything an update changes."""
+    key = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, w.device, w._version)
+    return cached_on(w, _CACHE_ATTR, key, lambda: _interleave(w.detach()))
 
 
 def glu_expression(activation: str = "silu", *, exact_dtype: str | None = None, bias: bool = False,

@@ -138,25 +138,17 @@ def _operand_values(lw: Lowered, tensors) -> dict:
     return vals
 
 
-_GLU_COPIES: dict = {}  # (w_gate ptr, w_up ptr) -> (versions, interleaved weight, merged bias)
-
-
 def _glu_operands(tensors) -> tuple:
-    """The interleaved [2I, K] copy of (w_gate, w_up) and the merged bias, made once and remade when either
-    weight changes in place (its _version moves): never stale."""
-    from ..swiglu import InterleavedGateUp, interleave_rows
+    """The interleaved [2I, K] copy of (w_gate, w_up) and the merged bias, cached on w_gate (freed with it) and
+    remade when either weight or bias changes in place (its _version moves): never stale."""
+    from ..swiglu import InterleavedGateUp, cached_on, interleave_rows
 
     _x, wg, bg, wu, bu = tensors
-    key = (wg.data_ptr(), wu.data_ptr())
-    versions = (wg._version, wu._version, tuple(wg.shape), wg.dtype,
-                None if bg is None else (bg.data_ptr(), bg._version), None if bu is None else (bu.data_ptr(), bu._version))
-    hit = _GLU_COPIES.get(key)
-    if hit is None or hit[0] != versions:
-        with torch.no_grad():
-            wi = interleave_rows(wg.detach(), wu.detach())
-            bias = None if bg is None else torch.cat((bg.detach(), bu.detach()))
-        hit = _GLU_COPIES[key] = (versions, InterleavedGateUp(wi), bias)
-    return hit[1], hit[2]
+    key = tuple(None if t is None else (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t._version)
+                for t in (wg, wu, bg, bu))
+    return cached_on(wg, "_fusedgemm_gated_pair", key, lambda: (
+        InterleavedGateUp(interleave_rows(wg.detach(), wu.detach())),
+        None if bg is None else torch.cat((bg.detach(), bu.detach()))))
 
 
 def _run_kernel(lw: Lowered, tensors) -> list:

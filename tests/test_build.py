@@ -14,6 +14,8 @@ from fusedgemm.runtime.arch import SUPPORTED_ARCHES
 from fusedgemm.runtime.build import BuildSpec, code_object_dir, find_nvidia_tool
 from fusedgemm.runtime.codeobject import cubin_params, hsaco_kernels, hsaco_params
 
+from code_objects import sass_functions
+
 ROOT = Path(__file__).resolve().parents[1]
 # Every preset kernel has the same packing: A, B, M, N, K, the preset epilogue's Params (one struct).
 PRESET_SPEC = spec_for_activation("silu")
@@ -113,18 +115,6 @@ def test_cubin_param_reader_agrees_with_cuobjdump(built):
     assert found == ours
 
 
-def _split_sass(text):
-    funcs, cur = {}, None
-    for line in text.splitlines():
-        m = re.match(r"\s*Function : (\S+)", line)
-        if m:
-            cur = m.group(1)
-            funcs[cur] = []
-        elif cur:
-            funcs[cur].append(line)
-    return {k: "\n".join(v) for k, v in funcs.items()}
-
-
 def _split_amdgcn_asm(text):
     funcs = {}
     for m in re.finditer(r"^(fg_\w+):[^\n]*$(.*?)^\.Lfunc_end", text, re.S | re.M):
@@ -137,9 +127,7 @@ def test_isa_mma_instructions_and_no_spills(built):
     arch, d, spec = built
     names = _kernel_names("gemm_a8")
     if arch.startswith("sm_"):
-        sass = subprocess.run([find_nvidia_tool("cuobjdump"), "-sass", str(d / spec.file_name())], check=True,
-                              capture_output=True, text=True).stdout
-        bodies = _split_sass(sass)
+        bodies = sass_functions(d / spec.file_name())
         log = (d / "gemm_a8.log").read_text()
         spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
         assert len(spills) == len(names) and all(s == ("0", "0", "0") for s in spills), spills
@@ -185,8 +173,7 @@ def test_bmm_tiny_code_objects(built_bmm):
         log = (d / "bmm_tiny.log").read_text()
         spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
         assert len(spills) == len(names) and all(s == ("0", "0", "0") for s in spills), spills
-        sass = _split_sass(subprocess.run([find_nvidia_tool("cuobjdump"), "-sass", str(d / spec.file_name())],
-                                          check=True, capture_output=True, text=True).stdout)
+        sass = sass_functions(d / spec.file_name())
         assert all("FFMA" in sass[n] for n in names)
     else:
         kmeta = hsaco_kernels(data)
@@ -257,9 +244,7 @@ def test_sm90_kernels_layout_isa_and_registers(built_sm90):
     sig = GEMM_A8_SM90_SIG
     params = cubin_params(data)
     want = list(zip(sig.offsets, sig.sizes))
-    sass = subprocess.run([find_nvidia_tool("cuobjdump"), "-sass", str(d / "gemm_a8_sm90.cubin")], check=True,
-                          capture_output=True, text=True).stdout
-    bodies = _split_sass(sass)
+    bodies = sass_functions(d / "gemm_a8_sm90.cubin")
     log = (d / "gemm_a8_sm90.log").read_text()
     # Registers the launch reserves per thread (ptxas -v reports the largest setmaxnreg region instead).
     usage = subprocess.run([find_nvidia_tool("cuobjdump"), "-res-usage", str(d / "gemm_a8_sm90.cubin")], check=True,

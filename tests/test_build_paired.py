@@ -3,17 +3,17 @@
 gfx950 (no spills or scratch, the lane exchange is a ds_bpermute); the packed arguments equal the code object's
 metadata. The lane rules themselves: tests/test_fragment_model.py."""
 import re
-import subprocess
 
 import pytest
 
 from fusedgemm.runtime.build import BuildSpec, code_object_dir
 from fusedgemm.runtime.codeobject import hsaco_kernels, hsaco_params
-from fusedgemm.runtime.compilers import find_nvidia_tool
 from fusedgemm.runtime.gemm_a8_spec import GemmA8Kernel
 from fusedgemm.runtime.kernels import GEMM_A8_CONFIGS
 from fusedgemm.swiglu import glu_expression
 from fusedgemm.epilogue.codegen import EpilogueSpec
+
+from code_objects import sass
 
 SWIGLU_16 = EpilogueSpec.of(glu_expression("silu", bias=True), {"bias_gate": "bf16", "bias_up": "bf16"})
 GEGLU_EXACT = EpilogueSpec.of(glu_expression("gelu", exact_dtype="bf16"), {})
@@ -50,9 +50,7 @@ def test_sm90_paired_kernels(config, kind, out, epi):
     spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
     assert spills and all(s == ("0", "0", "0") for s in spills), spills
     assert not re.search(r"C75\d\d", log), "ptxas serialised the wgmma pipeline"
-    sass = subprocess.run([find_nvidia_tool("cuobjdump"), "-sass", str(d / build.file_name())], check=True,
-                          capture_output=True, text=True).stdout
-    shuffles = len(re.findall(r"\bSHFL\.BFLY\b", sass))
+    shuffles = len(re.findall(r"\bSHFL\.BFLY\b", sass(d / build.file_name())))
     if GEMM_A8_CONFIGS[config].swap_ab:  # store_swapped pairs weight rows across threads t, t ^ 4
         assert shuffles > 0
     else:  # the D fragment (and mma.sync's) already holds column pairs: no exchange

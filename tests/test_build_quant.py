@@ -3,15 +3,16 @@ packed argument layout, nothing spills to memory, and the ISA is what the design
 pack path, IEEE division for the scale, no FMA fused into the per-element product, hardware e4m3fn
 conversion on sm_90a)."""
 import re
-import subprocess
 from collections import Counter
 
 import pytest
 
 from fusedgemm.runtime import kernels
 from fusedgemm.runtime.arch import SUPPORTED_ARCHES
-from fusedgemm.runtime.build import BuildSpec, code_object_dir, find_nvidia_tool
+from fusedgemm.runtime.build import BuildSpec, code_object_dir
 from fusedgemm.runtime.codeobject import cubin_params, hsaco_kernels, hsaco_params
+
+from code_objects import sass_functions
 
 NAMES = kernels.quantize_rows_kernel_names()
 
@@ -42,20 +43,6 @@ def built(request):
     return request.param, d, (d / spec.file_name()).read_bytes()
 
 
-def _sass_bodies(path) -> dict:
-    text = subprocess.run([find_nvidia_tool("cuobjdump"), "-sass", str(path)], check=True, capture_output=True,
-                          text=True).stdout
-    funcs, cur = {}, None
-    for line in text.splitlines():
-        m = re.match(r"\s*Function : (\S+)", line)
-        if m:
-            cur = m.group(1)
-            funcs[cur] = []
-        elif cur:
-            funcs[cur].append(line)
-    return {k: "\n".join(v) for k, v in funcs.items()}
-
-
 def _amdgcn_bodies(text: str) -> dict:
     return {m.group(1): m.group(2) for m in re.finditer(r"^(fg_\w+):[^\n]*$(.*?)^\.Lfunc_end", text, re.S | re.M)}
 
@@ -71,7 +58,7 @@ def test_quantize_rows_code_object(built):
         log = (d / "quantize_rows.log").read_text()
         spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
         assert len(spills) == len(NAMES) and all(s == ("0", "0", "0") for s in spills), spills
-        bodies = _sass_bodies(d / "quantize_rows.cubin")
+        bodies = sass_functions(d / "quantize_rows.cubin")
         for name in NAMES:
             body = bodies[name]
             ops = Counter(re.findall(r"/\*[0-9a-f]{4}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", body))

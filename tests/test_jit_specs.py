@@ -9,9 +9,11 @@ import pytest
 
 import fusedgemm.epilogue as E
 from fusedgemm.epilogue.codegen import EpilogueSpec
-from fusedgemm.runtime.build import BuildSpec, code_object_dir, find_nvidia_tool
+from fusedgemm.runtime.build import BuildSpec, code_object_dir
 from fusedgemm.runtime.codeobject import cubin_params, hsaco_kernels, hsaco_params
 from fusedgemm.runtime.gemm_a8_spec import GemmA8Kernel, preset_kernel
+
+from code_objects import sass
 
 EXPR = E.parse("clamp(save(gelu(acc * m_vec(sa) + n_vec(bias)), bf16) + aux(res) * scalar(beta), -8.0, 8.0)")
 SPEC = EpilogueSpec.of(EXPR, {"sa": "f32", "bias": "bf16", "res": "f16"})
@@ -55,10 +57,9 @@ def test_generated_kernel_builds_with_layout_isa_and_no_spills(arch, config, kin
     if arch == "sm_90a":
         params = cubin_params(data)
         assert [(p.offset, p.size) for p in params[spec.kernel_name]] == want
-        sass = subprocess.run([find_nvidia_tool("cuobjdump"), "-sass", str(d / build.file_name())], check=True,
-                              capture_output=True, text=True).stdout
-        assert re.search(mma, sass), f"no {mma}"
-        assert not re.search(r"\b(LDL|STL)\b", sass), "local memory traffic"
+        text = sass(d / build.file_name())
+        assert re.search(mma, text), f"no {mma}"
+        assert not re.search(r"\b(LDL|STL)\b", text), "local memory traffic"
         log = (d / f"{spec.unit}.log").read_text()
         assert re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores", log) == [("0", "0")], log[-2000:]
     else:

@@ -2,7 +2,6 @@
 plans of the 16/32-bit kinds, the backward's formulas against torch autograd in float64, FusedLinear's CPU
 path, and (slow) the sm_90a kernels' build: wgmma of each kind in the SASS, no spills, kernarg layout."""
 import re
-import subprocess
 
 import pytest
 import torch
@@ -15,6 +14,8 @@ from fusedgemm.epilogue.evaluate import _UNARY
 from fusedgemm.plan import choose_config, plans
 from fusedgemm.runtime import kernels
 from fusedgemm.runtime.gemm_a8_spec import GemmA8Kernel
+
+from code_objects import sass
 
 BF = torch.bfloat16
 
@@ -213,7 +214,7 @@ def test_fp32_ieee_takes_the_split_tf32_kernel_on_sm90():
     ("f32x3", "t128n128", r"\bHGMMA\.64x128x8\.F32\.TF32\b", "nk"),
 ])
 def test_sm90_kernels_build_with_wgmma_no_spills_and_layout(kind, config, mma, layout):
-    from fusedgemm.runtime.build import BuildSpec, code_object_dir, find_nvidia_tool
+    from fusedgemm.runtime.build import BuildSpec, code_object_dir
     from fusedgemm.runtime.codeobject import cubin_params
 
     spec = EpilogueSpec.of(matmul_expression("gelu", "aux", True, None), {"c": "f32", "bias": "bf16"})
@@ -223,10 +224,9 @@ def test_sm90_kernels_build_with_wgmma_no_spills_and_layout(kind, config, mma, l
     path = d / build.file_name()
     params = cubin_params(path.read_bytes())
     assert [(p.offset, p.size) for p in params[k.kernel_name]] == list(zip(k.signature.offsets, k.signature.sizes))
-    sass = subprocess.run([find_nvidia_tool("cuobjdump"), "-sass", str(path)], check=True, capture_output=True,
-                          text=True).stdout
-    assert re.search(mma, sass), f"no {mma}"
-    assert not re.search(r"\b(LDL|STL)\b", sass), "local memory traffic"
+    text = sass(path)
+    assert re.search(mma, text), f"no {mma}"
+    assert not re.search(r"\b(LDL|STL)\b", text), "local memory traffic"
     log = (d / f"{k.unit}.log").read_text()
     assert re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores", log) == [("0", "0")], log[-2000:]
     # ptxas serialising the wgmma chain (fence_regs in sm90_async.hpp) says so in the log

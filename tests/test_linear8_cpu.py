@@ -72,8 +72,10 @@ def test_error_from_the_full_precision_linear_is_within_the_quantization_bound(q
     bound = LIPSCHITZ * quantized_linear_bound(x.float(), lin.weight.detach(), qdtype)
     allowed = bound + (ref.abs() + bound) * HALF_ULP[dtype] * 1.01 + 1e-30
     assert ((y - ref).abs() <= allowed).all(), ((y - ref).abs() / allowed).max()
-    # and the bound is not vacuous: the error is a small part of the output's size
-    assert (y - ref).norm() / ref.norm() < (0.05 if qdtype != torch.int8 else 0.02)
+    # and the bound is not vacuous: the error is a small part of the output's size -- for fp8, under e4m3's
+    # relative half-step 2^-4 (3 mantissa bits; 0.05 failed about one run in six, 0.050-0.055 measured; 0.0549 the
+    # worst of 150 seeds x every case)
+    assert (y - ref).norm() / ref.norm() < (2.0 ** -4 if qdtype != torch.int8 else 0.02)
 
 
 def test_state_dict_round_trip_through_torch_save(tmp_path):

@@ -172,15 +172,6 @@ struct alignas(sizeof(typename In::Storage) * kPack) QuantPack {
   typename In::Storage v[kPack];
 };
 
-template <int kBytes>
-struct CodesOf;
-template <>
-struct CodesOf<1> { using type = u8; };
-template <>
-struct CodesOf<4> { using type = u32; };
-template <>
-struct CodesOf<8> { using type = unsigned long long; };
-
 template <class In, int kPack>
 FG_DEVICE u32 pack_abs_key(const QuantPack<In, kPack>& p) {
   u32 m = 0;
@@ -192,7 +183,7 @@ FG_DEVICE u32 pack_abs_key(const QuantPack<In, kPack>& p) {
 // The pack's codes as one store (kPack bytes: 8 for 16-bit inputs, 4 for f32, 1 on the element path).
 template <class In, class Q, int kPack>
 FG_DEVICE void store_codes(u8* dst, const QuantPack<In, kPack>& p, float inv) {
-  using Codes = typename CodesOf<kPack>::type;
+  using Codes = typename epi::UintOf<8 * kPack>::type;  // one byte per code
   Codes c = 0;
   if constexpr (kPack == 1) {
     c = Q::from_float(mul_rn(In::to_float(p.v[0]), inv));

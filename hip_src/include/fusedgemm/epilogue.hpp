@@ -148,7 +148,9 @@ FG_DEVICE float round_f16(float x) { return arch::half_bits_to_float(arch::float
 
 // ---- stores -----------------------------------------------------------------------------------------------
 template <int kBits>
-struct UintOf;
+struct UintOf;  // the unsigned integer of kBits bits
+template <>
+struct UintOf<8> { using type = u8; };
 template <>
 struct UintOf<16> { using type = u16; };
 template <>

@@ -378,7 +378,7 @@ def check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, op
             if bias.device != device:
                 raise ValueError(f"{op}: bias is on {bias.device}, expected {device} (the device of A)")
             ops["bias"] = bias.reshape(n)
-        save_dtype = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[a.dtype]
+        save_dtype = _epi.DTYPE_NAMES[a.dtype]
         expr = matmul_expression(activation, c_kind, bias is not None,
                                  save_dtype if save_pre and activation != "none" else None)
     if out is not None:

@@ -26,7 +26,6 @@ from . import epilogue as _epi
 from .preshuffle import PreshuffledWeight, preshuffle as _preshuffle, unshuffle as _unshuffle
 
 ACTIVATIONS = ("silu", "gelu", "gelu_erf", "relu")  # gelu: tanh approximation; gelu_erf: exact (torch's default)
-_IR_DTYPE = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _CACHE_ATTR = "_fusedgemm_gate_up_interleaved"
 
 
@@ -207,7 +206,7 @@ def _exact_dtype(exact: bool, dtype: torch.dtype) -> str | None:
     if dtype not in (torch.bfloat16, torch.float16):
         raise ValueError(f"swiglu: exact=True rounds at the input type's points: x must be bfloat16 or float16, "
                          f"got {dtype}")
-    return _IR_DTYPE[dtype]
+    return _epi.DTYPE_NAMES[dtype]
 
 
 def _swiglu_a8(x, w, bias, activation, exact, out_dtype, scale_a, scale_b):

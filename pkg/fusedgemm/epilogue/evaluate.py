@@ -8,6 +8,7 @@ import torch
 from . import ir
 
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}  # torch dtype -> the IR's name of it
 FP8_MAX = {torch.float8_e4m3fn: 448.0, torch.float8_e4m3fnuz: 240.0}
 
 

@@ -18,7 +18,8 @@ import torch
 import torch.fx
 import torch.nn.functional as F
 
-from .program import NONE, Gemm, Program, Step, C, I, T, V, DTYPE_NAMES
+from ..epilogue import DTYPE_NAMES
+from .program import NONE, Gemm, Program, Step, C, I, T, V
 
 _WINDOW = 48  # nodes scanned past the region's last member before growth stops (graphs are long; regions short)
 

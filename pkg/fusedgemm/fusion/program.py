@@ -22,7 +22,7 @@ import operator
 import torch
 import torch.nn.functional as F
 
-from ..epilogue import ir
+from ..epilogue import DTYPE_NAMES, TORCH_DTYPES, ir
 
 # ---- values ----------------------------------------------------------------------------------------------------
 
@@ -83,8 +83,6 @@ def loads(text: str) -> Program:
 
 # ---- the steps: torch meaning and IR meaning ---------------------------------------------------------------------
 
-_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-DTYPE_NAMES = {v: k for k, v in _DTYPES.items()}
 
 
 def _pow_ir(x, e):
@@ -130,7 +128,7 @@ STEP_OPS = {
     "leaky_relu": (F.leaky_relu, lambda a, slope: ir.unary("leaky_relu", a, float(slope))),
     "clamp": (torch.clamp, _clamp_ir),
     "pow": (torch.pow, _pow_ir),
-    "cast": (lambda a, name: a.to(_DTYPES[name]), _cast_ir),
+    "cast": (lambda a, name: a.to(TORCH_DTYPES[name]), _cast_ir),
     "identity": (lambda a: a, lambda a: a),
     # reshape(x, *sizes): sizes are values (ints); the epilogue sees the same [M, N] elements (last dim kept)
     "reshape": (lambda a, *sizes: a.reshape(_flat_sizes(sizes)), None),

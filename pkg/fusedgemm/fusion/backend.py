@@ -65,14 +65,14 @@ def _int_arg(graph, x):
     return graph.call_function(operator.getitem, x) if isinstance(x, tuple) else x
 
 
-def _value_ok(node, want_tensor: bool) -> str:
+def _value_ok(node, want_tensor: bool, devices: str = "cuda") -> str:
     v = match._meta_value(node)
     if want_tensor:
         if not isinstance(v, torch.Tensor):
             return f"{getattr(node, 'name', node)} is not a tensor"
         if v.dtype not in (torch.bfloat16, torch.float16, torch.float32):
             return f"{node.name} is {v.dtype}"
-        if v.device.type != "cuda":
+        if v.device.type != "cuda" and devices != "any":
             return f"{node.name} is on {v.device}"
         return ""
     if isinstance(node, tuple):
@@ -93,19 +93,20 @@ def _hint(x):
     return x.node.hint if isinstance(x, (torch.SymInt, torch.SymFloat)) else x
 
 
-def _faster_fused(site) -> tuple[bool, str]:
+def _faster_fused(site, rounding: str) -> tuple[bool, str]:
     """At compile time, on random inputs shaped like the example values (sizes at their hints): whether the fused
     kernel beats the region's eager torch calls (runtime._decide, cached and persisted). A region that loses is
     left to Inductor, which fuses its elementwise tail itself -- the rewrite must never make a graph slower."""
     from . import runtime
 
-    if runtime._mode() != "auto":
-        return runtime._mode() == "always", "FUSEDGEMM_FUSION=never"
+    mode = runtime._mode()
+    if mode != "auto":
+        return mode == "always", f"FUSEDGEMM_FUSION={mode}"
     with _real_tensors():
-        return _measure(site, runtime)
+        return _measure(site, runtime, rounding)
 
 
-def _measure(site, runtime) -> tuple[bool, str]:
+def _measure(site, runtime, rounding: str) -> tuple[bool, str]:
     tensors, ints = [], []
     for t in site.tensors:
         if isinstance(t, tuple):  # a float made a one-element tensor at rewrite
@@ -117,7 +118,7 @@ def _measure(site, runtime) -> tuple[bool, str]:
         v = match._meta_value(i[0] if isinstance(i, tuple) else i)
         ints.append(_hint(v[i[1]] if isinstance(i, tuple) else v))
     text = site.program.dumps()
-    lw = runtime.lowered_for(text, tensors, ints)
+    lw = runtime.lowered_for(text, tensors, ints, rounding)
     if not isinstance(lw, runtime.Lowered):
         return False, str(lw)
     with torch.no_grad():
@@ -135,13 +136,13 @@ def rewrite_graph(gm: torch.fx.GraphModule, *, rounding: str = "fp32", devices: 
         if site.program is not None:
             _flatten_int_tuples(site)
             _scalars_to_tensors(site)
-            why = [_value_ok(t, True) for t in site.tensors if not isinstance(t, (str, tuple))]
+            why = [_value_ok(t, True, devices) for t in site.tensors if not isinstance(t, (str, tuple))]
             why += [_value_ok(i, False) for i in site.ints]
-            why = [w for w in why if w and not (devices == "any" and " is on " in w)]
+            why = [w for w in why if w]
             reason = "; ".join(why)
         ok = site.program is not None and not reason
         if ok and devices == "cuda":
-            ok, reason = _faster_fused(site)
+            ok, reason = _faster_fused(site, rounding)
         report.sites.append(SiteReport("", site.name, ok, site.ops, reason,
                                        site.program.dumps() if ok else ""))
         if ok:

@@ -213,6 +213,23 @@ def test_bound_launch_matches_the_checked_call(drv, be):
     assert third[5] is None and third[1:5] == first[1:5]
 
 
+def test_bound_launch_with_a_fixed_tail_packs_the_same_bytes(drv, be):
+    """bind(tail=...) packs the trailing arguments once; each call packs only the leading ones, into a buffer
+    of its own (another kernel's launches must not overwrite the tail)."""
+    k = make_kernel(be)
+    lead = 2
+    go = k.bind((4, 1, 1), (1, 1, 1), 64, 0, tail=ARGS[lead:])
+    go(STREAM, *ARGS[:lead])
+    k((4, 1, 1), 64, 0, STREAM, *[7] * len(ARGS[:lead]), *ARGS[lead:])  # the kernel's shared buffer moves on
+    go(STREAM, *ARGS[:lead])
+    bound1, checked, bound2 = launches(drv)
+    assert bound1[-1] == bound2[-1] == SIG.struct.pack(*ARGS)
+    assert bound1[-2] != checked[-2]  # not the kernel's own buffer
+    with pytest.raises(ValueError, match="scalars or pointers"):
+        k.bind((4, 1, 1), (1, 1, 1), 64, 0, tail=())  # every parameter 'leading' is fine ...
+        k.signature.prefix_struct(len(SIG.params) + 1)  # ... past the end is not
+
+
 def test_bind_checks_once(drv, be):
     k = make_kernel(be)
     with pytest.raises(TypeError):

@@ -70,6 +70,15 @@ class Signature:
         items = ((*_ctype_info(ctype)[:2], off) for (_name, ctype), off in zip(self.params, self.offsets))
         return struct.Struct("<" + _pack_format(items)[0])
 
+    def prefix_struct(self, count: int) -> struct.Struct:
+        """The packing of the first `count` parameters alone (scalars and pointers only), at their offsets: a
+        bound launch with fixed trailing arguments repacks just these (runtime.launch.Kernel.bind)."""
+        params = self.params[:count]
+        if len(params) != count or any(isinstance(c, StructType) for _n, c in params):
+            raise ValueError(f"prefix_struct({count}): the first {count} parameters must be scalars or pointers")
+        items = ((*_ctype_info(ctype)[:2], off) for (_name, ctype), off in zip(params, self.offsets))
+        return struct.Struct("<" + _pack_format(items)[0])
+
     @property
     def flat_names(self) -> tuple[str, ...]:
         """The packed values in order: struct parameters contribute their fields ('ep.out', ...)."""

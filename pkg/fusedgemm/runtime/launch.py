@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import operator
 import os
+import struct
 import threading
 import warnings
 from pathlib import Path
@@ -94,6 +95,15 @@ class _ArgBuffer(threading.local):
                                            ctypes.addressof(self.size), end_tag)
         self.extra_addr = ctypes.addressof(self.extra)
         self.extra_ptr = ctypes.c_void_p(self.extra_addr)  # pre-converted for the ctypes launch
+
+
+class _BoundArgBuffer(_ArgBuffer):
+    """A bound launch's per-thread buffer with its fixed trailing arguments packed in (the leading ones are
+    zeros until the first call packs them)."""
+
+    def __init__(self, full: "struct.Struct", lead: int, tail: tuple, tags: tuple[int, int, int]):
+        super().__init__(full.size, tags)
+        full.pack_into(self.buf, 0, *((0,) * lead), *tail)
 
 
 class _TensorMapArgs(threading.local):
@@ -440,15 +450,31 @@ class Kernel:
             raise ValueError(f"grid {grid} is not a whole number of clusters {cluster}")
         self._be.launch_cluster(self._func, gx, gy, gz, cx, cy, cz, bx, by, bz, operator.index(smem), stream, a)
 
-    def bind(self, grid, cluster, block, smem: int):
+    def bind(self, grid, cluster, block, smem: int, tail: tuple | None = None):
         """-> launch(stream, *args): this kernel with a fixed grid, cluster, block and shared memory, checked
-        once here, so a repeated call does only the packing and the driver call (the eager hot path)."""
+        once here, so a repeated call does only the packing and the driver call (the eager hot path).
+        With `tail` (the values of the last len(tail) flat arguments), those are packed once into the bound
+        launch's own buffer and launch takes only the leading arguments: a call packs three pointers, not the
+        twenty-odd sizes and strides behind them."""
         (gx, gy, gz), (cx, cy, cz), (bx, by, bz) = _dim3(grid), _dim3(cluster), _dim3(block)
         smem = operator.index(smem)
         if gx % cx or gy % cy or gz % cz:
             raise ValueError(f"grid {grid} is not a whole number of clusters {cluster}")
         be, func, pack_into, buffers = self._be, self._func, self._pack_into, self._args  # buffers: per thread
-        if (cx, cy, cz) == (1, 1, 1):
+        if tail is not None:
+            lead = len(self.signature.flat_names) - len(tail)
+            pack_into, buffers = self.signature.prefix_struct(lead).pack_into, _BoundArgBuffer(
+                self.signature.struct, lead, tuple(tail), be.tags)
+        raw = getattr(be, "cuLaunchKernel", None)  # ctypes: call the driver from here (one frame less)
+        if (cx, cy, cz) == (1, 1, 1) and raw is not None:
+            be_launch = be.launch
+
+            def launch(stream: int, *args):
+                b = buffers
+                pack_into(b.buf, 0, *args)
+                if raw(func, gx, gy, gz, bx, by, bz, smem, _VoidP(stream), None, b.extra_ptr):
+                    be_launch(func, gx, gy, gz, bx, by, bz, smem, stream, b)  # not launched: retry or raise
+        elif (cx, cy, cz) == (1, 1, 1):
             be_launch = be.launch
 
             def launch(stream: int, *args):

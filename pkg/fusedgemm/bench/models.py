@@ -1,10 +1,13 @@
 """python -m fusedgemm.bench models: whole transformers models (random init from configs, nothing downloaded) under
-eager, torch.compile (Inductor), fg.fuse and torch.compile(backend=fg.backend); prefill and single-token forwards;
-plus the MLP block alone (eager vs fg.fuse). Device time per forward (CUDA events, L2 flushed, the host's issue
-time excluded) and wall time per call (what a serving loop sees at decode sizes)."""
+eager, torch.compile (Inductor), fg.fuse, torch.compile(backend=fg.backend) and fp8 (fg.quantize: every nn.Linear
+but lm_head as a Linear8, eager); prefill and single-token forwards; plus the MLP block alone (eager vs fg.fuse vs
+fp8). Device time per forward (CUDA events, L2 flushed, the host's issue time excluded) and wall time per call
+(what a serving loop sees at decode sizes). --compile-time: first-call seconds of torch.compile with the default
+backend and with fg.backend, cold and again with warm caches (each after torch._dynamo.reset())."""
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import time
@@ -64,7 +67,9 @@ def run(argv) -> int:
     ap.add_argument("--models", default="llama,gpt2,vit")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated keys of: " + ", ".join(SHAPES))
     ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--modes", default="eager,compile,fuse,fg_backend")
+    ap.add_argument("--modes", default="eager,compile,fuse,fg_backend,fp8")
+    ap.add_argument("--compile-time", action="store_true",
+                    help="only the first-call (compile) seconds of each model at the first shape")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
     problem = gpu_problem("models")
@@ -75,6 +80,8 @@ def run(argv) -> int:
 
     import fusedgemm as fg
 
+    if args.compile_time:
+        return _compile_times(args, transformers, fg)
     timer = Timer(reps=10, warmup=3)
     rows, info = [], device_info()
     modes = args.modes.split(",")
@@ -90,8 +97,11 @@ def run(argv) -> int:
             runners["compile"] = torch.compile(model, dynamic=True)
         if "fg_backend" in modes:
             runners["fg_backend"] = torch.compile(model, backend=fg.backend, dynamic=True)
+        if "fp8" in modes:
+            runners["fp8"] = fg.quantize(copy.deepcopy(model), "fp8", skip=["lm_head"])
         mlp, hidden = _mlp_of(name, model)
         fused_mlp = fg.fuse(mlp)
+        fp8_mlp = fg.quantize(copy.deepcopy(mlp), "fp8") if "fp8" in modes else None
         for shape in args.shapes.split(","):
             batch, seq = SHAPES[shape]
             x = _inputs(name, batch, seq)
@@ -109,9 +119,14 @@ def run(argv) -> int:
                 row["mlp_eager"] = timer(lambda: mlp(h))
                 fused_mlp(h)
                 row["mlp_fuse"] = timer(lambda: fused_mlp(h))
+                if fp8_mlp is not None:
+                    fp8_mlp(h)
+                    row["mlp_fp8"] = timer(lambda: fp8_mlp(h))
             for mode in runners:
                 row["x_" + mode] = row["eager"] / row[mode]
             row["x_mlp"] = row["mlp_eager"] / row["mlp_fuse"]
+            if fp8_mlp is not None:
+                row["x_mlp_fp8"] = row["mlp_eager"] / row["mlp_fp8"]
             rows.append(row)
             print(json.dumps(row), flush=True)
         print(f"{name}: first-call seconds (compile / fusion decisions): "
@@ -123,11 +138,53 @@ def run(argv) -> int:
     cols += [(m, f"{m} us", ".0f") for m in ["eager", *[m for m in modes if m != "eager"]]]
     cols += [("x_" + m, f"x {m}", ".2f") for m in modes if m != "eager"]
     cols += [("mlp_eager", "mlp us", ".0f"), ("mlp_fuse", "mlp fused", ".0f"), ("x_mlp", "x mlp", ".2f")]
+    if "fp8" in modes:
+        cols += [("mlp_fp8", "mlp fp8", ".0f"), ("x_mlp_fp8", "x mlp fp8", ".2f")]
     print(f"\n{info['gpu']}, torch {info['torch']}, {info['date']}; device us per forward (x = eager / mode)")
     print_table(rows, cols)
     for m in modes:
         if m != "eager":
             print(f"geomean x {m}: {geomean(r['x_' + m] for r in rows):.3f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"device": info, "rows": rows}, f, indent=1)
+    return 0
+
+
+def _compile_times(args, transformers, fg) -> int:
+    """First-call seconds (trace + compile + run, synchronised) of torch.compile(dynamic=True) with Inductor and
+    with fg.backend, each cold (first in this process; fusedgemm's kernels and decisions may already be cached
+    on disk) and warm (again after torch._dynamo.reset(): Inductor's and fusedgemm's caches are filled)."""
+    shape = args.shapes.split(",")[0]
+    batch, seq = SHAPES[shape]
+    rows = []
+    for name in args.models.split(","):
+        cls, cfg = _configs(transformers, args.layers)[name]
+        torch.manual_seed(0)
+        model = cls(cfg).cuda().bfloat16().eval()
+        x = _inputs(name, batch, seq)
+        row = {"model": name, "layers": args.layers, "shape": shape}
+        for label, backend in (("inductor", "inductor"), ("fg_backend", fg.backend)):
+            for trial in ("cold", "warm"):
+                torch._dynamo.reset()
+                compiled = torch.compile(model, backend=backend, dynamic=True)
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                with torch.no_grad():
+                    compiled(x)
+                torch.cuda.synchronize()
+                row[f"{label}_{trial}"] = time.perf_counter() - t0
+        row["warm_extra"] = row["fg_backend_warm"] - row["inductor_warm"]
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del model
+        torch.cuda.empty_cache()
+    info = device_info()
+    print(f"\n{info['gpu']}, torch {info['torch']}, {info['date']}; first-call seconds, torch.compile(dynamic=True)")
+    print_table(rows, [("model", "model", ""), ("layers", "layers", ""), ("shape", "shape", ""),
+                       ("inductor_cold", "inductor cold", ".1f"), ("inductor_warm", "inductor warm", ".1f"),
+                       ("fg_backend_cold", "fg.backend cold", ".1f"), ("fg_backend_warm", "fg.backend warm", ".1f"),
+                       ("warm_extra", "fg.backend - inductor, warm", ".1f")])
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": info, "rows": rows}, f, indent=1)

@@ -262,12 +262,162 @@ def find_gated_pairs(graph: torch.fx.Graph, modules: dict, order: dict) -> list[
     return sites
 
 
+# ---- one merged gate_up GEMM, split in halves: Phi-3's MLP, vLLM's merged column-parallel layer -------------------
+
+_SPLIT_FUNCS = {torch.chunk: "chunk", torch.split: "split"}
+_SPLIT_METHODS = {"chunk": "chunk", "split": "split"}
+
+
+def _split_args(node):
+    """-> (name, size, dim) of a chunk / split node (size: chunks, or split_size / sections), else None."""
+    if node.op == "call_function" and node.target in _SPLIT_FUNCS:
+        name = _SPLIT_FUNCS[node.target]
+    elif node.op == "call_method" and node.target in _SPLIT_METHODS:
+        name = _SPLIT_METHODS[node.target]
+    else:
+        return None
+    a, kw = list(node.args), dict(node.kwargs)
+    size = a[1] if len(a) > 1 else kw.get("chunks", kw.get("split_size", kw.get("split_size_or_sections")))
+    return name, size, a[2] if len(a) > 2 else kw.get("dim", 0)
+
+
+def _slice_bounds(node, h, ndim):
+    """-> (start, stop) of `h[..., start:stop]` on the last dim (or `h[:, :, start:stop]`, every other dim whole,
+    when h's rank is known), else None."""
+    if not (node.op == "call_function" and node.target is operator.getitem and node.args[0] is h):
+        return None
+    idx = node.args[1]
+    if not isinstance(idx, tuple) or not idx or not isinstance(idx[-1], slice):
+        return None
+    whole = slice(None)
+    lead = idx[:-1]
+    if not (lead == (Ellipsis,) or (ndim is not None and len(idx) == ndim and all(x == whole for x in lead))):
+        return None
+    last = idx[-1]
+    return (last.start, last.stop) if last.step in (None, 1) else None
+
+
+def _weight_rows(w, modules):
+    """Rows of a GEMM's weight ([N, K]): an attribute name, a get_attr node, or a node with an example value."""
+    if isinstance(w, str) or (isinstance(w, torch.fx.Node) and w.op == "get_attr"):
+        path, _, attr = (w if isinstance(w, str) else w.target).rpartition(".")
+        t = getattr(modules.get(path), attr, None)
+    else:
+        t = _meta_value(w)
+    return t.shape[0] if isinstance(t, torch.Tensor) and t.dim() == 2 else None
+
+
+def _halves(h, rows, ndim):
+    """-> (first half, second half, the chunk / split node or None) of the merged GEMM output h, where h's only
+    use is to be cut in two equal halves on its last dim; raises _NotAStep with the reason otherwise."""
+    users = list(h.users)
+    cut = next((u for u in users if _split_args(u) is not None), None)
+    if rows is None:
+        raise _NotAStep("the merged weight's shape is unknown")
+    if cut is None:
+        half = None if rows % 2 else rows // 2
+        parts = {}
+        for u in users:
+            bounds = _slice_bounds(u, h, ndim)
+            if bounds is None:
+                raise _NotAStep(f"h has another user ({u.name})")
+            k = {(None, half): 0, (0, half): 0, (half, None): 1, (half, rows): 1}.get(bounds)
+            if half is None or k is None:
+                raise _NotAStep(f"a slice [{bounds[0]}:{bounds[1]}] of its {rows} columns is not one half")
+            if k in parts:
+                raise _NotAStep(f"h has another user ({u.name})")
+            parts[k] = u
+        if len(parts) != 2:
+            raise _NotAStep("only one half of h is used")
+        return parts[0], parts[1], None
+    if len(users) != 1:
+        raise _NotAStep(f"h has another user ({next(u for u in users if u is not cut).name})")
+    name, size, dim = _split_args(cut)
+    if not (dim == -1 or (ndim is not None and dim == ndim - 1)):
+        raise _NotAStep(f"{name} on dim {dim} of a {ndim}-D h, not the last" if ndim is not None else
+                        f"{name} on dim {dim} (only dim=-1 is known to be the last here)")
+    even = rows % 2 == 0 and rows > 0
+    if name == "chunk":
+        halves = size == 2
+    elif isinstance(size, (list, tuple)):  # split([I, I])
+        halves = list(size) == [rows // 2] * 2
+    else:  # split(I)
+        halves = size == rows // 2
+    if not (even and halves):
+        raise _NotAStep(f"{name}({size}) of {rows} columns is not two equal halves")
+    parts = {}
+    for u in cut.users:
+        k = u.args[1] if u.op == "call_function" and u.target is operator.getitem else None
+        if k not in (0, 1) or isinstance(k, bool) or k in parts:
+            raise _NotAStep(f"the {name} result has another user ({u.name})")
+        parts[k] = u
+    if len(parts) != 2:
+        raise _NotAStep(f"only one half of the {name} is used")
+    return parts[0], parts[1], cut
+
+
+def _combine(first, second, modules):
+    """-> (act, mul, act node, gate-half index) for act(one half) * the other half, both halves used only there;
+    raises _NotAStep otherwise."""
+    for half in (first, second):
+        if len(half.users) != 1:
+            raise _NotAStep(f"the half {half.name} has another user")
+    for k, (gate, up) in enumerate(((first, second), (second, first))):
+        act_node = next(iter(gate.users))
+        act = _glu_act(act_node, modules)
+        if act is None or act_node.all_input_nodes != [gate]:
+            continue
+        mul = next(iter(up.users))
+        try:
+            op, args, _ = step_of(mul, modules)
+        except _NotAStep:
+            continue
+        if op != "mul" or set(args) != {act_node, up} or len(args) != 2:
+            continue
+        if len(act_node.users) != 1:
+            raise _NotAStep(f"the activation {act_node.name} has another user")
+        return act, mul, act_node, k
+    raise _NotAStep("the halves are not combined as act(gate) * up")
+
+
+def find_merged_gated(graph: torch.fx.Graph, modules: dict, order: dict) -> tuple[list[Site], dict]:
+    """h = linear(x, W [2I, K], b [2I]); gate, up = h.chunk(2, -1) (or split / h[..., :I], h[..., I:]);
+    act(gate) * up -- a SwiGLU MLP with one merged gate_up weight (gate rows first) -- each as one Site of kind
+    glu_gate_up:<act> (glu_up_gate:<act> when the activation is on the second half). -> (sites, {GEMM node:
+    why it was not taken}) for GEMMs whose output is cut in halves but not in a form this takes."""
+    sites, refused = [], {}
+    for h in graph.nodes:
+        g = gemm_of(h, modules)
+        if g is None or g[0] != "linear":
+            continue
+        ndim = getattr(_meta_value(h), "ndim", None)
+        pieces = [p for u in h.users for p in (u.users if _split_args(u) is not None else
+                                                [u] if _slice_bounds(u, h, ndim) is not None else [])]
+        if not any(_glu_act(u, modules) for p in pieces for u in p.users):
+            continue  # not cut in pieces with an activation after one: q / k / v slices, say
+        try:
+            first, second, cut = _halves(h, _weight_rows(g[1][1], modules), ndim)
+            act, mul, act_node, gate_half = _combine(first, second, modules)
+        except _NotAStep as why:
+            refused[h] = str(why)
+            continue
+        inputs = _Inputs()
+        refs = tuple(NONE if x is None else inputs.tensor(x) for x in g[1])
+        program = Program(Gemm(f"glu_{('gate_up', 'up_gate')[gate_half]}:{act}", refs), (), (0,))
+        nodes = [n for n in (h, cut, first, second, act_node, mul) if n is not None]
+        sites.append(Site(h.target if h.op == "call_module" else h.name, [f"glu:{act}"], program,
+                          nodes=sorted(nodes, key=order.get), outputs=[mul], tensors=inputs.tensors,
+                          insert_after=mul.prev))
+    return sites, refused
+
+
 def find_regions(graph: torch.fx.Graph, modules: dict, skip=frozenset()) -> list[Site]:
-    """Every GEMM node of the graph as a Site: gated pairs first (find_gated_pairs), then each other GEMM with
-    its region's program where one can be cut."""
+    """Every GEMM node of the graph as a Site: gated pairs first (find_gated_pairs, find_merged_gated), then each
+    other GEMM with its region's program where one can be cut."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     nodes = list(graph.nodes)
-    sites = find_gated_pairs(graph, modules, order)
+    merged, merged_refused = find_merged_gated(graph, modules, order)
+    sites = find_gated_pairs(graph, modules, order) + merged
     claimed: set = set(skip)
     for site in sites:
         claimed.update(site.nodes)
@@ -278,6 +428,8 @@ def find_regions(graph: torch.fx.Graph, modules: dict, skip=frozenset()) -> list
         if g is None:
             continue
         site = _grow(node, g, nodes, order, modules, claimed)
+        if site.program is None and node in merged_refused:
+            site.reason = f"merged gate_up GEMM cut in halves, not a gated pair: {merged_refused[node]}"
         sites.append(site)
         if site.program is not None:
             claimed.update(site.nodes)

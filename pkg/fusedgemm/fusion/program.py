@@ -50,6 +50,9 @@ NONE = ("n", None)
 class Gemm:
     kind: str          # "linear" (x, w [N, K], bias|NONE) | "mm" (x, w [K, N]) | "addmm" (c, x, w [K, N])
     #                    | "glu:<act>" (x, w_gate, b_gate|NONE, w_up, b_up|NONE): act(x Wg^T + bg) * (x Wu^T + bu)
+    #                    | "glu_gate_up:<act>" (x, w [2I, K], b [2I]|NONE): h = x W^T + b; act(h[..., :I]) * h[..., I:]
+    #                    | "glu_up_gate:<act>" (the same weights, the activation on the second half):
+    #                      act(h[..., I:]) * h[..., :I]
     args: tuple
     alpha: float = 1.0  # addmm only
     beta: float = 1.0
@@ -143,6 +146,13 @@ def _flat_sizes(sizes) -> list:
     return out
 
 
+def glu_form(kind: str) -> str:
+    """The gated form of a GEMM kind: "pair" (two weights), "gate_up" / "up_gate" (one merged [2I, K] weight,
+    the gate half first / second), or "" (not gated)."""
+    family = kind.partition(":")[0]
+    return {"glu": "pair", "glu_gate_up": "gate_up", "glu_up_gate": "up_gate"}.get(family, "")
+
+
 GLU_ACTIVATIONS = {"silu": F.silu, "gelu": lambda t: F.gelu(t, approximate="tanh"), "gelu_erf": F.gelu,
                    "relu": torch.relu}  # names as fg.swiglu takes them
 
@@ -180,6 +190,10 @@ def execute(program: Program, tensors, ints=(), *, all_values: bool = False):
         y = torch.addmm(a[0], a[1], a[2], beta=g.beta, alpha=g.alpha)
     elif g.kind.startswith("glu:"):
         y = GLU_ACTIVATIONS[g.kind[4:]](F.linear(a[0], a[1], a[2])) * F.linear(a[0], a[3], a[4])
+    elif glu_form(g.kind):
+        first, second = F.linear(a[0], a[1], a[2]).chunk(2, dim=-1)
+        gate, up = (first, second) if glu_form(g.kind) == "gate_up" else (second, first)
+        y = GLU_ACTIVATIONS[g.kind.partition(":")[2]](gate) * up
     else:
         raise ValueError(f"unknown GEMM kind {g.kind!r}")
     vals = [y]
@@ -204,7 +218,9 @@ class Lowered:
     out_dtype: torch.dtype
     out_shape: tuple       # of the main output (the region's final shape)
     saved_shape: tuple | None
-    glu: str = ""          # a gated pair (fg.swiglu with this activation): a = x, b = w_gate; expr unused
+    glu: str = ""          # a gated GEMM (fg.swiglu with this activation): a = x, b = w_gate (pair) or the merged
+    #                        weight; expr unused
+    glu_form: str = ""     # "pair" | "gate_up" | "up_gate" (see glu_form): which of GLU_ARGS the operands name
 
 
 def _meta(t):
@@ -220,7 +236,7 @@ def lower(program: Program, tensors, ints=(), rounding: str = "fp32") -> Lowered
     16-bit, so the kernel rounds where eager does."""
     vals = execute(program, [_meta(t) for t in tensors], ints, all_values=True)
     g = program.gemm
-    if g.kind.startswith("glu:"):
+    if glu_form(g.kind):
         return _lower_glu(program, tensors, vals)
     y0 = vals[0]
     if y0.dtype not in (torch.bfloat16, torch.float16, torch.float32):
@@ -348,26 +364,41 @@ def _replace_once(expr: ir.Node, target: ir.Node, new: ir.Node) -> ir.Node:
 
 
 def _lower_glu(program: Program, tensors, vals) -> Lowered:
-    """act(x Wg^T + bg) * (x Wu^T + bu) as fg.swiglu: one GEMM over the interleaved [Wg; Wu]."""
+    """act(x Wg^T + bg) * (x Wu^T + bu) as fg.swiglu: one GEMM over the interleaved [Wg; Wu] -- of two weights
+    (pair) or of the halves of one merged [2I, K] weight (gate_up / up_gate)."""
     if program.steps:
         raise Refused("elementwise steps after a gated pair")
-    x, wg, bg, wu, bu = (None if r == NONE else tensors[r[1]] for r in program.gemm.args)
-    if x.dtype not in (torch.bfloat16, torch.float16) or wg.dtype != x.dtype or wu.dtype != x.dtype:
-        raise Refused(f"gated pair of {x.dtype} x and {wg.dtype} / {wu.dtype} weights (the fused one is bf16 / "
-                      "fp16)")
-    if wg.shape != wu.shape:
-        raise Refused(f"gate {tuple(wg.shape)} and up {tuple(wu.shape)} weights differ")
-    if (bg is None) != (bu is None):
-        raise Refused("a bias on one of gate / up only")
+    form = glu_form(program.gemm.kind)
+    args = program.gemm.args
+    x, *ws = (None if r == NONE else tensors[r[1]] for r in args)
+    if form == "pair":
+        wg, bg, wu, bu = ws
+        if wg.shape != wu.shape:
+            raise Refused(f"gate {tuple(wg.shape)} and up {tuple(wu.shape)} weights differ")
+        if (bg is None) != (bu is None):
+            raise Refused("a bias on one of gate / up only")
+        weights = (wg, wu)
+    else:
+        w, b = ws
+        if w.dim() != 2 or w.shape[0] % 2:
+            raise Refused(f"merged gate_up weight of shape {tuple(w.shape)} (expected [2I, K])")
+        if b is not None and tuple(b.shape) != (w.shape[0],):
+            raise Refused(f"merged gate_up bias of shape {tuple(b.shape)} (expected [2I={w.shape[0]}])")
+        weights = (w,)
+    if x.dtype not in (torch.bfloat16, torch.float16) or any(w.dtype != x.dtype for w in weights):
+        raise Refused(f"gated pair of {x.dtype} x and {' / '.join(str(w.dtype) for w in weights)} weights (the "
+                      "fused one is bf16 / fp16)")
     y = vals[0]
-    where = {name: (None if r == NONE else r[1], "glu") for name, r in zip(GLU_ARGS, program.gemm.args)}
-    return Lowered(program.gemm.args[0][1], program.gemm.args[1][1], "glu", False, None, where, y.dtype,
-                   tuple(y.shape), None, glu=program.gemm.kind[4:])
+    where = {name: (None if r == NONE else r[1], "glu") for name, r in zip(GLU_ARGS[form], args)}
+    return Lowered(args[0][1], args[1][1], "glu", False, None, where, y.dtype, tuple(y.shape), None,
+                   glu=program.gemm.kind.partition(":")[2], glu_form=form)
 
 
-GLU_ARGS = ("x", "w_gate", "b_gate", "w_up", "b_up")
+GLU_ARGS = {"pair": ("x", "w_gate", "b_gate", "w_up", "b_up"),   # GEMM args of each gated form, in order
+            "gate_up": ("x", "w_gate_up", "b_gate_up"), "up_gate": ("x", "w_gate_up", "b_gate_up")}
 
 
 def glu_inputs(lw: Lowered, tensors) -> list:
-    """[x, w_gate, b_gate, w_up, b_up] (biases may be None) of a lowered gated pair."""
-    return [None if lw.operands[n][0] is None else tensors[lw.operands[n][0]] for n in GLU_ARGS]
+    """The GEMM args of a lowered gated GEMM (biases may be None): [x, w_gate, b_gate, w_up, b_up] of a pair,
+    [x, w_gate_up, b_gate_up] of a merged weight."""
+    return [None if lw.operands[n][0] is None else tensors[lw.operands[n][0]] for n in GLU_ARGS[lw.glu_form]]

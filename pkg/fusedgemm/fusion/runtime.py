@@ -138,17 +138,37 @@ def _operand_values(lw: Lowered, tensors) -> dict:
     return vals
 
 
-def _glu_operands(tensors) -> tuple:
-    """The interleaved [2I, K] copy of (w_gate, w_up) and the merged bias, cached on w_gate (freed with it) and
-    remade when either weight or bias changes in place (its _version moves): never stale."""
+def _glu_operands(lw: Lowered, args) -> tuple:
+    """(the interleaved [2I, K] InterleavedGateUp, the bias [2I] in fg.swiglu's gate-half-first order or None) of
+    a gated GEMM's args. Cached on the weight tensor the model holds -- w_gate of a pair, the merged parameter
+    itself of a merged one (never a slice view, which would be a new tensor each call) -- freed with it, and
+    remade when a weight or bias changes in place (its _version moves) or is another tensor: never stale.
+    Inference tensors (no version counter) get a fresh copy per call."""
     from ..swiglu import InterleavedGateUp, cached_on, interleave_rows
 
-    _x, wg, bg, wu, bu = tensors
-    key = tuple(None if t is None else (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t._version)
-                for t in (wg, wu, bg, bu))
-    return cached_on(wg, "_fusedgemm_gated_pair", key, lambda: (
-        InterleavedGateUp(interleave_rows(wg.detach(), wu.detach())),
-        None if bg is None else torch.cat((bg.detach(), bu.detach()))))
+    weights = args[1:]
+    if lw.glu_form == "pair":
+        wg, bg, wu, bu = (None if t is None else t.detach() for t in weights)
+        owner, attr = weights[0], "_fusedgemm_gated_pair"
+        gate, up = (wg, bg), (wu, bu)
+    else:
+        w, b = (None if t is None else t.detach() for t in weights)
+        owner, attr = weights[0], "_fusedgemm_merged_glu"
+        half = w.shape[0] // 2
+        first, second = (w[:half], None if b is None else b[:half]), (w[half:], None if b is None else b[half:])
+        # the activation on the second half (up_gate): its rows are the gate
+        gate, up = (first, second) if lw.glu_form == "gate_up" else (second, first)
+
+    def make():
+        return (InterleavedGateUp(interleave_rows(gate[0], up[0])),
+                None if gate[1] is None else torch.cat((gate[1], up[1])))
+
+    if any(t is not None and t.is_inference() for t in weights):  # no version counter: an update is unseen
+        with torch.no_grad():
+            return make()
+    key = (lw.glu_form, *(None if t is None else (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t._version)
+                          for t in weights))
+    return cached_on(owner, attr, key, make)
 
 
 def _run_kernel(lw: Lowered, tensors) -> list:
@@ -156,7 +176,7 @@ def _run_kernel(lw: Lowered, tensors) -> list:
         from ..swiglu import swiglu
 
         args = glu_inputs(lw, tensors)
-        w, bias = _glu_operands(args)
+        w, bias = _glu_operands(lw, args)
         return [swiglu(args[0], w, bias, activation=lw.glu).reshape(lw.out_shape)]
     a, b = tensors[lw.a], tensors[lw.b]
     if lw.transpose_b:
@@ -178,7 +198,7 @@ def _run_oracle(lw: Lowered, tensors) -> list:
         from ..swiglu import glu_expression
 
         args = glu_inputs(lw, tensors)
-        w, bias = _glu_operands(args)
+        w, bias = _glu_operands(lw, args)
         acc = args[0].double().reshape(-1, args[0].shape[-1]) @ w.weight.double().t()
         n = w.weight.shape[0] // 2
         ops = {} if bias is None else {"bias_gate": bias[:n], "bias_up": bias[n:]}

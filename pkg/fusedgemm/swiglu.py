@@ -104,6 +104,8 @@ def cached_on(owner: torch.Tensor, attr: str, key, make):
 
 def _cached_interleaved(w: torch.Tensor) -> torch.Tensor:
     """The interleaved copy of a merged weight, cached on the tensor and keyed by everything an update changes."""
+    if w.is_inference():  # no version counter, so an in-place update could not be seen: no cache
+        return _interleave(w.detach())
     key = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, w.device, w._version)
     return cached_on(w, _CACHE_ATTR, key, lambda: _interleave(w.detach()))
 

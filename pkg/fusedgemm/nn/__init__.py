@@ -3,8 +3,10 @@
     FusedLinear    nn.Linear + activation (+ scale, residual) as one matmul_fused kernel     (linear.py)
     Linear8        nn.Linear quantized to fp8 / int8: quantize_rows + one gemm_a8 per call   (linear8.py)
     quantize       every eligible nn.Linear of a model -> Linear8, in place                  (linear8.py)
+    GatedMLP       gate/up/down MLP (Llama, Qwen2, Phi-3): gate and up as one fg.swiglu GEMM (gated_mlp.py)
 """
+from .gated_mlp import GatedMLP
 from .linear import FusedLinear
 from .linear8 import Linear8, quantize
 
-__all__ = ["FusedLinear", "Linear8", "quantize"]
+__all__ = ["FusedLinear", "GatedMLP", "Linear8", "quantize"]

@@ -24,6 +24,7 @@ def main():
     p.add_argument("--json")
     p.add_argument("--small-tiles-up-to", type=int, default=64,
                    help="also time the 64-row tiles (w64n128) for M up to this (default: decode sizes only)")
+    p.add_argument("--configs", default=None, help="comma-separated config names to time (default: every plan)")
     args = p.parse_args()
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}[args.dtype]
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -41,6 +42,8 @@ def main():
                                args.dtype)
         line = {"shape": name, "M": m, "N": n, "K": k, "torch.mm": t_mm, "heuristic": f"{cfg.name}:{s}"}
         for cname, splits in plans("sm_90a", args.dtype):
+            if args.configs and cname not in args.configs.split(","):
+                continue
             if GEMM_A8_CONFIGS[cname].unit != "gemm_a8_sm90" or (m > args.small_tiles_up_to
                                                                   and GEMM_A8_CONFIGS[cname].block_m <= 64):
                 continue

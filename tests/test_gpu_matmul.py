@@ -110,6 +110,22 @@ def test_every_config_ragged(dtype):
             check(out, a, w, bias=b, act="gelu")
 
 
+@pytest.mark.parametrize("layout", ["nk", "kn"])
+def test_b_multicast_pairs_with_an_odd_last_row_block(layout):
+    """c128n256: 3 row blocks (the last pair's second CTA has no rows but still copies its half of B for its
+    peer) and a ragged last column tile (half of its B rows past N)."""
+    if arch() != "sm_90a":
+        pytest.skip("B-multicast pairs are sm_90a's")
+    m, n, k = 300, 600, 264
+    a = rand((m, k), torch.bfloat16, 140)
+    w = rand((n, k) if layout == "nk" else (k, n), torch.bfloat16, 141, 1 / math.sqrt(k))
+    b = rand(n, torch.bfloat16, 142)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    with forced_config("c128n256", 1):
+        fg.matmul_fused(a, w, b, layout=layout, activation="silu", out=out)
+    check(out, a, w, bias=b, act="silu", layout=layout)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_kn_layout_every_config_reads_b_in_place(dtype, recwarn):
     """B as [K, N] (N contiguous): the MN-major kernels on sm_90a, each plan, ragged shapes, no copy warning."""

@@ -107,9 +107,33 @@ def test_specs_and_plans_of_the_wide_kinds():
     # the 128 x 256 one (6 waves against 8; TILE_RATE_WIDE measured on an H100), short K the
     # persistent one.
     assert choose_config(1024, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "w128n192"
-    assert choose_config(4096, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "w128n256"
+    assert choose_config(4096, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "c128n256"  # in pairs
     assert choose_config(8192, 7168, 2048, "sm_90a", 132, True, "bf16")[0].name == "p128n128"
     assert choose_config(1, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "v16n128"
+
+
+def test_b_multicast_pairs_plan_without_split_k_and_with_two_row_blocks():
+    """c128n256 (w128n256 in clusters of two CTAs sharing B by TMA multicast): the wide kinds only, never split-K
+    (its cluster is the pair), only where M has two row blocks, and its CTA count includes the idle partner of
+    an odd last row block."""
+    from fusedgemm.plan import forced_config
+    from fusedgemm.plan.sm90 import tile_count
+
+    pair, single = kernels.GEMM_A8_CONFIGS["c128n256"], kernels.GEMM_A8_CONFIGS["w128n256"]
+    assert pair.pair_b and not single.pair_b and pair.smem == single.smem and pair.in_kinds == single.in_kinds
+    for kind in ("bf16", "fp16", "tf32"):
+        assert [p for p in plans("sm_90a", kind) if p[0] == "c128n256"] == [("c128n256", 1)]
+    assert all(name != "c128n256" for kind in ("fp8", "int8") for name, _s in plans("sm_90a", kind))
+    with pytest.raises(ValueError, match="B-multicast pairs"):
+        with forced_config("c128n256", 2):
+            pass
+    assert tile_count(pair, 384, 512) == 2 * 4 and tile_count(single, 384, 512) == 2 * 3
+    for m in (65, 128):
+        cfg, _s = choose_config(m, 28672, 4096, "sm_90a", 132, True, "bf16")
+        assert not cfg.pair_b, (m, cfg.name)
+    for m, n, k in ((4096, 4096, 14336), (2048, 28672, 4096), (8192, 6144, 4096)):
+        cfg, splits = choose_config(m, n, k, "sm_90a", 132, True, "bf16")
+        assert (cfg.name, splits) == ("c128n256", 1), (m, n, k)
 
 
 def test_the_256_wide_tile_serves_the_wide_kinds_only():
@@ -211,6 +235,8 @@ def test_fp32_ieee_takes_the_split_tf32_kernel_on_sm90():
     ("bf16", "w128n256", r"\bHGMMA\.64x256x16\.F32\.BF16\b", "nk"),
     ("fp16", "w128n256", r"\bHGMMA\.64x256x16\.F32\b", "kn"),
     ("tf32", "w128n256", r"\bHGMMA\.64x256x8\.F32\.TF32\b", "nk"),
+    ("bf16", "c128n256", r"\bHGMMA\.64x256x16\.F32\.BF16\b", "nk"),
+    ("fp16", "c128n256", r"\bHGMMA\.64x256x16\.F32\b", "kn"),
     ("f32x3", "t128n128", r"\bHGMMA\.64x128x8\.F32\.TF32\b", "nk"),
 ])
 def test_sm90_kernels_build_with_wgmma_no_spills_and_layout(kind, config, mma, layout):

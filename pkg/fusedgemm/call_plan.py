@@ -95,7 +95,7 @@ class CallPlan:
     in_kind: fp8 / int8 (gemm_a8: B preshuffled) or bf16 / fp16 / tf32 (matmul_fused: B a plain [N, K] matrix
     with row stride ldb, or with b_layout 'kn' a [K, N] one; A's row stride lda). op: the name errors carry."""
 
-    __slots__ = ("dev", "m", "n", "n_out", "k", "launch", "tma", "block_m", "block_n", "template", "slots", "a_map",
+    __slots__ = ("dev", "m", "n", "n_out", "k", "launch", "tma", "block_m", "b_box_rows", "template", "slots", "a_map",
                  "b_map", "l2", "bias_align", "kind", "lda", "ldb", "b_layout")
 
     def __init__(self, dev: int, arch: str, in_kind: str, m: int, n: int, k: int, out_dtype: torch.dtype, epi,
@@ -121,6 +121,9 @@ class CallPlan:
             raise ValueError(f"{op}: config {cfg.name} cannot run the epilogue {epi.expr}: it hoists more row and "
                              "column values than the persistent kernel stages (at most 3)")
         grid = (-(-n // cfg.block_n), -(-m // cfg.block_m), splits)
+        cluster = (1, 1, splits)
+        if cfg.pair_b:  # two CTAs per column tile and pair of row blocks, clustered along x (no split-K)
+            grid, cluster = (2 * grid[0], -(-grid[1] // 2), 1), (2, 1, 1)
         if cfg.persistent:  # one wave of CTAs, each looping over tiles
             grid = (min(grid[0] * grid[1], sm_count(dev) * cfg.min_blocks_per_sm), 1, 1)
         if grid[1] > _MAX_GRID_Y:
@@ -134,10 +137,12 @@ class CallPlan:
             dict(values, M=m, N=n, K=k, ld_out=self.n_out, ld_saved=self.n_out, **{p: 0 for p in pointers}), skip=2)
         self.slots = tuple(names.index(p) for p in pointers)
         self.tma = cfg.unit == "gemm_a8_sm90"
-        self.block_m, self.block_n = cfg.block_m, cfg.block_n
+        # B's box rows: a B-multicast pair's CTAs each copy half of the tile (K-major B; an MN-major B's boxes
+        # are 64-column blocks either way).
+        self.block_m, self.b_box_rows = cfg.block_m, cfg.block_n // (2 if cfg.pair_b else 1)
         self.l2 = _TMAP_L2_DECODE if cfg.swap_ab else _TMAP_L2_256B
         warp = 32 if torch.version.hip is None else 64
-        self.launch = kernel.bind(grid, (1, 1, splits), cfg.warps * (32 if self.tma else warp), cfg.smem)
+        self.launch = kernel.bind(grid, cluster, cfg.warps * (32 if self.tma else warp), cfg.smem)
 
     def run(self, a_ptr: int, b_ptr: int, *pointers: int) -> None:
         """Launch on the current stream of the plan's device (the caller made it current). 0: no tensor."""
@@ -162,11 +167,11 @@ class CallPlan:
         b_last, b_map = self.b_map
         if b_last != b_ptr:
             if self.b_layout == "kn":
-                b_map = _tensor_map_b_mn(b_ptr, self.n, self.k, self.block_n, self.l2, self.kind, self.ldb)
+                b_map = _tensor_map_b_mn(b_ptr, self.n, self.k, self.b_box_rows, self.l2, self.kind, self.ldb)
             elif self.kind in MATMUL_IN:
-                b_map = _tensor_map_k_major(b_ptr, self.n, self.k, self.block_n, self.l2, self.kind, self.ldb)
+                b_map = _tensor_map_k_major(b_ptr, self.n, self.k, self.b_box_rows, self.l2, self.kind, self.ldb)
             else:
-                b_map = _tensor_map_b(b_ptr, self.n, self.k, self.block_n, self.l2)
+                b_map = _tensor_map_b(b_ptr, self.n, self.k, self.b_box_rows, self.l2)
             self.b_map = (b_ptr, b_map)
         self.launch(stream, a_map, b_map, *args)
 

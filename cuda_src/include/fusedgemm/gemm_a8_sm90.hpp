@@ -82,11 +82,16 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   const int warp = tid >> 5;
   const int lane = tid & 31;
   int m_block, n_block;
-  tile_of_block(N, K * InTraits<In>::kBytes, m_block, n_block);
+  // The cluster is a B-multicast pair (Cfg::kPairB) or the split-K group (split-K over K blocks), never both.
+  const int pair_rank = Cfg::kPairB ? static_cast<int>(sm90::cluster_rank()) : 0;
+  if constexpr (Cfg::kPairB)
+    tile_of_pair_block(N, K * InTraits<In>::kBytes, pair_rank, m_block, n_block);
+  else
+    tile_of_block(N, K * InTraits<In>::kBytes, m_block, n_block);
   const int m0 = m_block * Cfg::kBlockM;
   const int n0 = n_block * Cfg::kBlockN;
-  const int splits = static_cast<int>(sm90::cluster_size());
-  const int rank = static_cast<int>(sm90::cluster_rank());
+  const int splits = Cfg::kPairB ? 1 : static_cast<int>(sm90::cluster_size());
+  const int rank = Cfg::kPairB ? 0 : static_cast<int>(sm90::cluster_rank());
   const int k_blocks = k_block_count<In, Cfg>(K);
   const int kb_begin = rank * k_blocks / splits;
   const int kb_count = (rank + 1) * k_blocks / splits - kb_begin;
@@ -94,11 +99,14 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   if (tid == 0) {
     for (int s = 0; s < Cfg::kStages; ++s) {
       sm90::mbar_init(&full[s], 1);
-      sm90::mbar_init(&empty[s], Cfg::kConsumerThreads / 32);
+      sm90::mbar_init(&empty[s], Cfg::kPair * Cfg::kConsumerThreads / 32);
     }
     sm90::fence_mbar_init();
   }
-  __syncthreads();
+  if constexpr (Cfg::kPairB)
+    sm90::cluster_sync();  // the peer's copies and arrives may reach this CTA's barriers from the start
+  else
+    __syncthreads();
 
   if (warp >= Cfg::kConsumerThreads / 32) {
     // ---- producer: one lane issues the copies ------------------------------------------------------------
@@ -115,13 +123,14 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
           continue;
         }
         copy_k_block<In, Cfg, kProbe>(stage_a + s * Cfg::kStageBytesA, stage_b + s * Cfg::kStageBytesB, a_map, b_map,
-                                      &full[s], a_rows, kb_begin + i, m0, n0);
+                                      &full[s], a_rows, kb_begin + i, m0, n0, pair_rank);
       }
     }
     if (splits > 1) {  // the cluster barriers of the split-K reduction count every thread
       sm90::cluster_sync();
       sm90::cluster_sync();
     }
+    if constexpr (Cfg::kPairB) sm90::cluster_sync();  // a pair's exit barrier, which counts every thread too
     return;
   }
 
@@ -133,6 +142,8 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   FG_PROBE_STAMP(1, false);
   FG_PROBE_STAMP(4, true);
   consumer_mainloop<In, Cfg, kProbe>(acc, 0, kb_count, stage_a, stage_b, full, empty, warp >> 2, lane);
+  // A pair: done with the peer (its last remote arrive is behind); its wait is at the end, after the stores.
+  if constexpr (Cfg::kPairB) sm90::cluster_arrive();
   FG_PROBE_STAMP(5, true);
   FG_PROBE_STAMP(2, false);
   // ---- epilogue -------------------------------------------------------------------------------------------
@@ -162,6 +173,7 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
         }
       }
       FG_PROBE_STAMP(3, false);
+      if constexpr (Cfg::kPairB) sm90::cluster_wait();  // the peer may arrive on this CTA's barriers until then
       return;
     }
 

@@ -27,8 +27,16 @@ namespace fg {
 // finished tile's fp32 accumulators in shared memory and start the next tile's K blocks at once, so the
 // epilogue (scales, bias, activation, stores: 2.7 of a tile's 17.4 us on H100, qkv M = 8192) and the CTA
 // start-up run under the next tile's MMAs instead of between them.
+//
+// kPairB (matmul_fused's plain B, CTA per tile, one chain, no split-K): CTAs run in clusters of two along grid x
+// that compute row blocks 2p and 2p + 1 of one column tile, so both read the same B tile. Each copies half of B's
+// rows (or column blocks) and the copy engine multicasts that half into both CTAs' stages: a CTA reads 16 + 16
+// KB from L2 per K block of a 128 x 256 tile instead of 16 + 32. Either CTA's stage is then written by both, so
+// a stage is refilled only when the consumers of both have released it ("empty" barriers count both CTAs'
+// consumer warps: one local and one remote arrive per warp), and the pair starts and ends behind cluster
+// barriers (the peer's copies and arrives may reach this CTA's barriers from its first to its last K block).
 template <int kBlockM_, int kStages_, int kMinBlocksPerSm_, int kBlockN_ = 128, bool kSwapAB_ = false,
-          int kChains_ = 1, bool kPersistent_ = false>
+          int kChains_ = 1, bool kPersistent_ = false, bool kPairB_ = false>
 struct WgmmaConfig {
   static constexpr int kBlockM = kBlockM_;
   // One m64nBN wgmma per warpgroup per K step of 32 bytes: 128, 192 or 256 (256: the 16/32-bit kinds only).
@@ -39,6 +47,8 @@ struct WgmmaConfig {
   static constexpr bool kSwapAB = kSwapAB_;
   static constexpr int kChains = kChains_;
   static constexpr bool kPersistent = kPersistent_;
+  static constexpr bool kPairB = kPairB_;
+  static constexpr int kPair = kPairB ? 2 : 1;  // CTAs whose consumers release each stage
   static constexpr bool kBMnMajor = false;  // B [K, N] (N contiguous): MnMajorB<Config>
   static constexpr bool kSplitTf32 = false;  // two buffers of a stage's small TF32 parts: SplitTf32<Config>
   static constexpr int kConsumerWarpgroups = kSwapAB ? 1 : kBlockM / 64;
@@ -87,6 +97,8 @@ struct WgmmaConfig {
                 "two chains: fp8 needs 3 x 64 accumulators per thread, which fits 2 consumer warpgroups of n128 only");
   static_assert(!kPersistent || (!kSwapAB && kConsumerWarpgroups == 2 && kBlockN == 128),
                 "persistent: the parked-tile layout and the epilogue warps' row mapping assume a 128 x 128 tile");
+  static_assert(!kPairB || (!kSwapAB && !kPersistent && kChains == 1 && kBlockN % 128 == 0),
+                "B-multicast pairs: CTA-per-tile, one chain, halves of whole 64-column blocks");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
 };
 
@@ -107,7 +119,7 @@ struct SplitTf32 : Cfg {
   static constexpr int kSmallOffset = (Cfg::kBarrierOffset + Cfg::kBarriers * 8 + 1023) / 1024 * 1024;
   static constexpr int kSmemBytes = kSmallOffset + 2 * Cfg::kStageBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
-  static_assert(!Cfg::kSwapAB && !Cfg::kPersistent && Cfg::kChains == 1 && !Cfg::kBMnMajor,
+  static_assert(!Cfg::kSwapAB && !Cfg::kPersistent && Cfg::kChains == 1 && !Cfg::kBMnMajor && !Cfg::kPairB,
                 "F32x3 runs on the CTA-per-tile, one-chain, K-major-B main loop");
 };
 
@@ -130,6 +142,8 @@ using ConfigW128N192 = WgmmaConfig<128, 5, 1, 192>;
 // (n128), and the block's per-K-block overhead (wait, barrier) is shared by more MMA work. 4 x 48 KB stages (5
 // would need 241 KB).
 using ConfigW128N256 = WgmmaConfig<128, 4, 1, 256>;
+// The same tile in B-multicast pairs (kPairB; matmul_fused only).
+using ConfigC128N256 = WgmmaConfig<128, 4, 1, 256, false, 1, false, true>;
 using ConfigW192N128 = WgmmaConfig<192, 5, 1>;  // large M: three consumer warpgroups keep the tensor core fed
                                                 // while one of them promotes; 5 x 40 KB stages
 // M > 64, many tiles: persistent, epilogue warps, 5 x 32 KB stages (the parked tile takes 64 KB).
@@ -164,6 +178,17 @@ FG_DEVICE void tile_of_block(int N, int k_bytes, int& m_block, int& n_block) {
   const int num_n = static_cast<int>(gridDim.x), num_m = static_cast<int>(gridDim.y);
   tile_of(static_cast<int>(blockIdx.y) * num_n + static_cast<int>(blockIdx.x), num_n, num_m, N, k_bytes, m_block,
           n_block);
+}
+
+// A B-multicast pair's tile (Cfg::kPairB; grid (2 x column tiles, pairs of row blocks), clusters of 2 along x):
+// pair p = blockIdx.y * column tiles + blockIdx.x / 2 takes tile p of the row-block pairs in tile_of's order,
+// and the pair's CTA of cluster rank r row block 2 m + r of it (past M when the row blocks are odd in number:
+// that CTA still copies its half of B for its peer and stores nothing).
+FG_DEVICE void tile_of_pair_block(int N, int k_bytes, u32 rank, int& m_block, int& n_block) {
+  const int num_n = static_cast<int>(gridDim.x) / 2, num_pairs = static_cast<int>(gridDim.y);
+  tile_of(static_cast<int>(blockIdx.y) * num_n + static_cast<int>(blockIdx.x) / 2, num_n, num_pairs, N, k_bytes,
+          m_block, n_block);
+  m_block = 2 * m_block + static_cast<int>(rank);
 }
 
 // Rows of A one TMA copy brings: the whole tile, except when all of M fits in one tile: then M rounded up to
@@ -360,12 +385,28 @@ constexpr bool kPlainB = !InTraits<In>::kPreshuffledB || probe_plain_b(kProbe);
 // The producer's copies of K block kb of the tile at (m0, n0) into stage buffers a_dst / b_dst, counted on `bar`.
 // a_rows: rows of A one copy brings (a_box_rows). Coordinates are in elements, innermost first.
 template <class In, class Cfg, int kProbe>
+// pair_rank (Cfg::kPairB): this CTA's rank in its pair; it copies that half of B into both CTAs' stages, and the
+// barrier counts the whole stage (the other half comes from the peer's copy).
 FG_DEVICE void copy_k_block(u8* a_dst, u8* b_dst, const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map,
-                            sm90::u64* bar, int a_rows, int kb, int m0, int n0) {
+                            sm90::u64* bar, int a_rows, int kb, int m0, int n0, int pair_rank = 0) {
   constexpr int kValues = kStageValues<In, Cfg>;
   sm90::mbar_arrive_expect_tx(bar, a_rows * Cfg::kBlockK + Cfg::kStageBytesB);
   sm90::tma_load_2d(a_dst, &a_map, bar, kb * kValues, m0);
-  if constexpr (Cfg::kBMnMajor) {
+  if constexpr (Cfg::kPairB) {
+    static_assert(kPlainB<In, kProbe>, "B-multicast pairs: a plain (not preshuffled) B");
+    constexpr int kHalfN = Cfg::kBlockN / 2;
+    constexpr u16 kBoth = 0x3;
+    if constexpr (Cfg::kBMnMajor) {
+#pragma unroll
+      for (int h = 0; h < kHalfN / 64; ++h) {  // this CTA's column blocks of the stage
+        const int j = pair_rank * (kHalfN / 64) + h;
+        sm90::tma_load_2d_multicast(b_dst + j * kValues * 128, &b_map, bar, n0 + 64 * j, kb * kValues, kBoth);
+      }
+    } else {  // this CTA's kHalfN rows (the host encodes B's box with kHalfN rows)
+      sm90::tma_load_2d_multicast(b_dst + pair_rank * kHalfN * Cfg::kBlockK, &b_map, bar, kb * kValues,
+                                  n0 + pair_rank * kHalfN, kBoth);
+    }
+  } else if constexpr (Cfg::kBMnMajor) {
     static_assert(!InTraits<In>::kPreshuffledB && InTraits<In>::kBytes == 2, "MN-major B: 16-bit kinds only");
 #pragma unroll
     for (int j = 0; j < Cfg::kBlockN / 64; ++j)  // column block j: N n0 + 64 j .. + 63, all kValues K rows
@@ -519,9 +560,14 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
     sm90::wgmma_commit();
   };
   // K block i's MMAs are complete: its stage can be refilled.
+  // In a B-multicast pair the peer's producer also writes this stage: it waits for this warp's arrival too.
   auto release = [&](int i) {
     __syncwarp();
-    if (lane == 0) sm90::mbar_arrive(&empty[(g0 + i) % Cfg::kStages]);
+    if (lane == 0) {
+      sm90::u64* bar = &empty[(g0 + i) % Cfg::kStages];
+      sm90::mbar_arrive(bar);
+      if constexpr (Cfg::kPairB) sm90::mbar_arrive_cluster(bar, sm90::cluster_rank() ^ 1u);
+    }
   };
   if constexpr (Mma::kExactAccumulator) {
     // int8 (int32 sums are exact) and the 16/32-bit kinds (the tensor core keeps fp32 sums): every K block

@@ -4,8 +4,8 @@ M <= 64 is weight streaming: M <= 16 on the swapped 16 x 128 tiles (the weight's
 activation's its N: a quarter of the tensor-core work of an m64 tile at M = 1; three CTAs per SM), else 64 x 128
 tiles (rows past M cost nothing, TMA zero-fills them), two CTAs per SM. M > 64: the persistent 128 x 128 kernel
 when there are at least as many tiles as SMs and K <= PERSISTENT_MAX_K (and the epilogue fits its staging),
-else 128 x 128, 128 x 192 or 192 x 128 tiles (matmul_fused's 16/32-bit kinds also 128 x 256), whichever
-modelled_time says. When there are too few output tiles to fill the SMs, K is split over a cluster of 2 or 4
+else 128 x 128, 128 x 192 or 192 x 128 tiles (matmul_fused's 16/32-bit kinds also 128 x 256, alone or in
+B-multicast pairs), whichever modelled_time says. When there are too few output tiles to fill the SMs, K is split over a cluster of 2 or 4
 CTAs (2 for M > 64), while every CTA keeps >= 4 K blocks of 128.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 from ..runtime import kernels
 
 CONFIGS = ("v16n128", "w64n128", "w128n128", "w128n192", "w192n128", "p128n128")  # gemm_a8 (fp8 / int8)
-CONFIGS_WIDE = CONFIGS + ("w128n256",)  # matmul_fused (bf16 / fp16 / tf32): also the 256-wide tile
+CONFIGS_WIDE = CONFIGS + ("w128n256", "c128n256")  # matmul_fused (bf16 / fp16 / tf32): also the 256-wide tiles
 
 # p128n128 (persistent CTAs, the epilogue on spare warps under the next tile's MMAs) where every SM gets a tile
 # and K is not long: the epilogue it hides is a fixed cost per tile, so its share shrinks with K while the
@@ -42,11 +42,18 @@ PERSISTENT_MIN_WAVES_WIDE = 4
 # against 355 w128n192 / 359 persistent / 404 w128n128; down M = 4096 660 against 726 persistent / 796 / 829;
 # qkv M = 1024 109 against 94 on w128n192 (whole waves: the model's job); moe_dn M = 8192 446 against 428
 # persistent. Rates below: outputs per unit time relative to w128n128 at M = 4096 (the two shapes' mean).
-TILE_RATE_WIDE = {"w128n128": 1.0, "w128n192": 1.1, "w192n128": 1.05, "w128n256": 1.23}
+# c128n256 (w128n256 in B-multicast pairs: a CTA reads 32 KB per K block from L2 instead of 48), H100, bf16 silu,
+# every plan forced in one process (docs/perf-notes.md): qkv M = 4096 / 8192 321 / 630 us against 331 / 667 on
+# w128n256, o_proj 4096 217 / 227, gate_up 4096 1422 / 1472, down 4096 632 / 656, moe_dn 8192 448 / 452 (the
+# persistent kernel 427): 1.01-1.06x, mean 1.04.
+TILE_RATE_WIDE = {"w128n128": 1.0, "w128n192": 1.1, "w192n128": 1.05, "w128n256": 1.23, "c128n256": 1.28}
 
 
 def tile_count(cfg: kernels.TileConfig, m: int, n: int) -> int:
-    return -(-n // cfg.block_n) * -(-m // cfg.block_m)
+    """CTAs of a CTA-per-tile launch: one per tile; B-multicast pairs also run the idle partner of an odd last
+    row block."""
+    rows = -(-m // cfg.block_m)
+    return -(-n // cfg.block_n) * (-(-rows // 2) * 2 if cfg.pair_b else rows)
 
 
 def modelled_time(cfg: kernels.TileConfig, m: int, n: int, sms: int, rates: dict = TILE_RATE) -> float:
@@ -71,14 +78,15 @@ def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str =
         cfg = configs["v16n128" if m <= 16 else "w64n128"]
     elif persistent_ok and k <= max_k and tile_count(configs["p128n128"], m, n) >= min_waves * sms:
         return configs["p128n128"], 1
-    else:
-        cfg = min((configs[name] for name in rates), key=lambda c: modelled_time(c, m, n, sms, rates))
+    else:  # pairs need two row blocks: with one, half of their CTAs would only copy B for the other
+        cfg = min((configs[name] for name in rates if m > configs[name].block_m or not configs[name].pair_b),
+                  key=lambda c: modelled_time(c, m, n, sms, rates))
     tiles = tile_count(cfg, m, n)
     k_blocks = -(-k // 128)
     slots = sms * cfg.min_blocks_per_sm
     # Split-K caps: 4 for the decode tiles (8 was slower on every decode shape), 2 for the larger ones (4
     # was 10-35% slower than 2 at M = 128 and 256: o_proj M=128 26.9 against 22.0 us, down 45.3 / 40.4).
-    max_splits = 4 if cfg.block_m <= 64 else 2
+    max_splits = 4 if cfg.block_m <= 64 else 1 if cfg.pair_b else 2  # a pair's cluster is not a split-K one
     splits = 1
     while splits < max_splits and tiles * splits * 2 <= slots and k_blocks >= 4 * splits * 2:
         splits *= 2

@@ -161,6 +161,9 @@ class TileConfig:
     # The input kinds with kernels on this config: the 8-bit gemm_a8 kinds (ahead-of-time presets and generated
     # epilogues) and matmul_fused's 16/32-bit ones; a config without the 8-bit kinds has no preset kernels.
     in_kinds: tuple[str, ...] = ALL_IN
+    # CTAs in clusters of two along grid x that share B's tile by TMA multicast (WgmmaConfig::kPairB): the grid
+    # is (2 x column tiles, pairs of row blocks), no split-K, and each CTA's B box holds half of the tile.
+    pair_b: bool = False
 
     def serves(self, in_kind: str) -> bool:
         return in_kind in self.in_kinds
@@ -168,7 +171,7 @@ class TileConfig:
 
 def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n: int = 128,
                   swap_ab: bool = False, chains: int = 1, persistent: bool = False,
-                  in_kinds: tuple[str, ...] = ALL_IN, split_tf32: bool = False) -> TileConfig:
+                  in_kinds: tuple[str, ...] = ALL_IN, split_tf32: bool = False, pair_b: bool = False) -> TileConfig:
     """Mirror of WgmmaConfig (and SplitTf32) in hip_src/include/fusedgemm/gemm_a8_sm90_common.hpp (K step 128 B)."""
     # stages, then (persistent) the parked fp32 tile, its rows' scales, its columns' scales and biases, then the
     # barriers (+2 persistent); SplitTf32: then, 1024-aligned, two stage-sized buffers of small parts
@@ -181,7 +184,7 @@ def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n
     # producer is a warpgroup, else one warp
     producer_warps = 4 if consumer_warps == 12 or block_n > 128 or chains > 1 or persistent else 1
     return TileConfig(name, block_m, block_n, consumer_warps + producer_warps, "gemm_a8_sm90", smem, min_blocks,
-                      swap_ab, persistent, in_kinds)
+                      swap_ab, persistent, in_kinds, pair_b)
 
 
 # Must match the Config* aliases in hip_src/include/fusedgemm/gemm_a8.hpp / gemm_a8_sm90_common.hpp and (the
@@ -195,6 +198,8 @@ GEMM_A8_CONFIGS = {
     "w128n192": _wgmma_config("w128n192", 128, 5, 1, block_n=192),
     # matmul_fused only (ConfigW128N256: no 8-bit wgmma of N = 256 is built; not in FG_GEMM_A8_INSTANCES)
     "w128n256": _wgmma_config("w128n256", 128, 4, 1, block_n=256, in_kinds=WIDE_IN),
+    # the same in B-multicast pairs (ConfigC128N256), matmul_fused only
+    "c128n256": _wgmma_config("c128n256", 128, 4, 1, block_n=256, in_kinds=WIDE_IN, pair_b=True),
     "w192n128": _wgmma_config("w192n128", 192, 5, 1),
     "p128n128": _wgmma_config("p128n128", 128, 5, 1, persistent=True),
     "v16n128": _wgmma_config("v16n128", 16, 4, 3, swap_ab=True),

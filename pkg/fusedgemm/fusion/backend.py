@@ -65,12 +65,26 @@ def _int_arg(graph, x):
     return graph.call_function(operator.getitem, x) if isinstance(x, tuple) else x
 
 
+_8BIT = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.int8)  # an 8-bit GEMM's operands (program_a8.py)
+
+
+def _example(v):
+    """A random tensor like the example value v (sizes and strides at their hints: a W.t() view stays one)."""
+    sizes, strides = [_hint(d) for d in v.shape], [_hint(d) for d in v.stride()]
+    if 0 in strides:  # an expanded value: copying into it would write one element many times
+        strides = torch.empty(sizes, device="meta").stride()
+    t = torch.empty_strided(sizes, strides, dtype=v.dtype, device=v.device)
+    if v.dtype == torch.int8:
+        return t.copy_(torch.randint(-127, 128, sizes, dtype=torch.int8, device=v.device))
+    return t.copy_(torch.randn(sizes, device=v.device) * (1.0 if v.dtype in _8BIT else 0.1))
+
+
 def _value_ok(node, want_tensor: bool, devices: str = "cuda") -> str:
     v = match._meta_value(node)
     if want_tensor:
         if not isinstance(v, torch.Tensor):
             return f"{getattr(node, 'name', node)} is not a tensor"
-        if v.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        if v.dtype not in (torch.bfloat16, torch.float16, torch.float32, *_8BIT):
             return f"{node.name} is {v.dtype}"
         if v.device.type != "cuda" and devices != "any":
             return f"{node.name} is on {v.device}"
@@ -112,8 +126,7 @@ def _measure(site, runtime, rounding: str) -> tuple[bool, str]:
         if isinstance(t, tuple):  # a float made a one-element tensor at rewrite
             tensors.append(torch.ones(1, device=t[2]))
             continue
-        v = match._meta_value(t)
-        tensors.append(torch.randn([_hint(d) for d in v.shape], dtype=v.dtype, device=v.device) * 0.1)
+        tensors.append(_example(match._meta_value(t)))
     for i in site.ints:
         v = match._meta_value(i[0] if isinstance(i, tuple) else i)
         ints.append(_hint(v[i[1]] if isinstance(i, tuple) else v))

@@ -18,7 +18,7 @@ import logging
 import torch
 import torch.fx
 
-from . import match, runtime
+from . import match, match_a8, runtime
 
 log = logging.getLogger("fusedgemm.fusion")
 
@@ -65,7 +65,7 @@ def _call_region(graph, text, tensors, ints, rounding):
 def _fuse_traced(mod: torch.nn.Module, name: str, report: FusionReport, rounding: str):
     """-> a GraphModule of `mod` with its regions rewritten, or None (untraceable, or nothing to fuse)."""
     try:
-        graph = torch.fx.Tracer().trace(mod)
+        graph = match_a8.A8Tracer().trace(mod)  # Linear8 modules stay leaves: GEMM nodes
     except Exception as exc:  # noqa: BLE001 -- any failure to trace means: try the children
         return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
     modules = dict(mod.named_modules())
@@ -88,12 +88,13 @@ def _fuse_traced(mod: torch.nn.Module, name: str, report: FusionReport, rounding
 
 
 def _has_gemm(mod: torch.nn.Module) -> bool:
-    return any(isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D" for m in mod.modules())
+    return (any(isinstance(m, torch.nn.Linear) or type(m).__name__ == "Conv1D" for m in mod.modules())
+            or match_a8.has_a8(mod))
 
 
 def _walk(mod: torch.nn.Module, name: str, report: FusionReport, rounding: str):
     """Fuse `mod` or, when it does not trace, its children (in place in the copy). -> replacement or None."""
-    if isinstance(mod, torch.nn.Linear) or not _has_gemm(mod):
+    if isinstance(mod, (torch.nn.Linear, match_a8.Linear8)) or not _has_gemm(mod):
         return None
     gm, why = _fuse_traced(mod, name, report, rounding)
     if gm is not None or why is None:

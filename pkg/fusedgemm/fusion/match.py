@@ -19,7 +19,8 @@ import torch.fx
 import torch.nn.functional as F
 
 from ..epilogue import DTYPE_NAMES
-from .program import NONE, Gemm, Program, Step, C, I, T, V
+from .match_a8 import expr_op_node, gemm_a8_of
+from .program import NONE, Gemm, Program, Step, C, I, T, V, a8_family
 
 _WINDOW = 48  # nodes scanned past the region's last member before growth stops (graphs are long; regions short)
 
@@ -100,7 +101,11 @@ def _meta_value(node):
 
 def gemm_of(node: torch.fx.Node, modules: dict):
     """-> (kind, [x, w, bias-or-c], alpha, beta) when `node` is a GEMM the kernels may take, else None.
-    Weight and bias of an nn.Linear module are returned as their qualified attribute names (str)."""
+    Weight and bias of an nn.Linear module are returned as their qualified attribute names (str). 8-bit GEMMs
+    (torch._scaled_mm, torch._int_mm, fg.gemm_a8's ops, Linear8): match_a8.py."""
+    g8 = gemm_a8_of(node, modules)
+    if g8 is not None:
+        return g8 if isinstance(g8, tuple) else None
     if node.op == "call_module" and type(modules.get(node.target)) is torch.nn.Linear and len(node.args) == 1:
         mod = modules[node.target]
         return "linear", [node.args[0], f"{node.target}.weight",
@@ -201,6 +206,8 @@ def step_of(node: torch.fx.Node, modules: dict):
         dtype = dtype or (dts[0] if dts else None)
         if rest or kw or dtype is None:
             raise _NotAStep(".to() of a device or with options")
+        if dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz):  # an 8-bit GEMM's fp8 store (program_a8.py)
+            return "to_fp8", a[:1], (str(dtype).rpartition(".")[2],)
         if dtype not in DTYPE_NAMES:
             raise _NotAStep(f"a cast to {dtype}")
         return "cast", a[:1], (DTYPE_NAMES[dtype],)
@@ -426,8 +433,14 @@ def find_regions(graph: torch.fx.Graph, modules: dict, skip=frozenset()) -> list
             continue
         g = gemm_of(node, modules)
         if g is None:
+            why = gemm_a8_of(node, modules)
+            if isinstance(why, str):
+                sites.append(Site(node.target if node.op == "call_module" else node.name, [],
+                                  reason=f"8-bit GEMM: {why}"))
             continue
         site = _grow(node, g, nodes, order, modules, claimed)
+        if site.program is not None and g[0].startswith("gemm_a8_expr:"):
+            site.nodes.insert(0, expr_op_node(node))  # the op whose output [0] is the GEMM: rewritten away too
         if site.program is None and node in merged_refused:
             site.reason = f"merged gate_up GEMM cut in halves, not a gated pair: {merged_refused[node]}"
         sites.append(site)
@@ -528,6 +541,9 @@ def _site(gemm, kind, gargs, alpha, beta, region, inside, out, ext, order, name)
     ops = [s.op for s in steps]
     if all(op in ("identity", "reshape", "cast") for op in ops):
         return None
+    if "to_fp8" in ops:  # the fp8 store: 8-bit GEMMs only, as the region's result (a shorter region otherwise)
+        if not a8_family(kind) or any(op not in ("identity", "reshape") for op in ops[ops.index("to_fp8") + 1:]):
+            return None
     program = Program(gemm_def, tuple(steps), outputs)
     return Site(name, ops, program, nodes=members, outputs=[out, *ext], tensors=tensors, ints=ints,
                 insert_after=anchor if anchor is not None and order[anchor] > order[gemm] else gemm)

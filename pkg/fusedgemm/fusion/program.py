@@ -53,6 +53,7 @@ class Gemm:
     #                    | "glu_gate_up:<act>" (x, w [2I, K], b [2I]|NONE): h = x W^T + b; act(h[..., :I]) * h[..., I:]
     #                    | "glu_up_gate:<act>" (the same weights, the activation on the second half):
     #                      act(h[..., I:]) * h[..., :I]
+    #                    | an 8-bit GEMM: scaled_mm / int_mm / gemm_a8 / gemm_a8_expr / linear8 (program_a8.py)
     args: tuple
     alpha: float = 1.0  # addmm only
     beta: float = 1.0
@@ -133,6 +134,8 @@ STEP_OPS = {
     "pow": (torch.pow, _pow_ir),
     "cast": (lambda a, name: a.to(TORCH_DTYPES[name]), _cast_ir),
     "identity": (lambda a: a, lambda a: a),
+    # to_fp8(x, "float8_e4m3fn" | "float8_e4m3fnuz"): the region's fp8 output (an 8-bit GEMM's saturating store)
+    "to_fp8": (lambda a, name: a.to(getattr(torch, name)), None),
     # reshape(x, *sizes): sizes are values (ints); the epilogue sees the same [M, N] elements (last dim kept)
     "reshape": (lambda a, *sizes: a.reshape(_flat_sizes(sizes)), None),
 }
@@ -151,6 +154,21 @@ def glu_form(kind: str) -> str:
     the gate half first / second), or "" (not gated)."""
     family = kind.partition(":")[0]
     return {"glu": "pair", "glu_gate_up": "gate_up", "glu_up_gate": "up_gate"}.get(family, "")
+
+
+A8_FAMILIES = ("scaled_mm", "int_mm", "gemm_a8", "gemm_a8_expr", "linear8")  # 8-bit kinds: program_a8.py
+
+
+def a8_family(kind: str) -> str:
+    """The 8-bit GEMM family of a kind ("scaled_mm:bf16:w" -> "scaled_mm"), or "" (not an 8-bit GEMM)."""
+    family = kind.partition(":")[0]
+    return family if family in A8_FAMILIES else ""
+
+
+def execute_a8(g, args):
+    from .program_a8 import execute_a8 as run
+
+    return run(g, args)
 
 
 GLU_ACTIVATIONS = {"silu": F.silu, "gelu": lambda t: F.gelu(t, approximate="tanh"), "gelu_erf": F.gelu,
@@ -190,6 +208,8 @@ def execute(program: Program, tensors, ints=(), *, all_values: bool = False):
         y = torch.addmm(a[0], a[1], a[2], beta=g.beta, alpha=g.alpha)
     elif g.kind.startswith("glu:"):
         y = GLU_ACTIVATIONS[g.kind[4:]](F.linear(a[0], a[1], a[2])) * F.linear(a[0], a[3], a[4])
+    elif a8_family(g.kind):
+        y = execute_a8(g, a)
     elif glu_form(g.kind):
         first, second = F.linear(a[0], a[1], a[2]).chunk(2, dim=-1)
         gate, up = (first, second) if glu_form(g.kind) == "gate_up" else (second, first)
@@ -221,6 +241,8 @@ class Lowered:
     glu: str = ""          # a gated GEMM (fg.swiglu with this activation): a = x, b = w_gate (pair) or the merged
     #                        weight; expr unused
     glu_form: str = ""     # "pair" | "gate_up" | "up_gate" (see glu_form): which of GLU_ARGS the operands name
+    a8: object = None      # an 8-bit GEMM: program_a8.A8Call (gemm_a8 over a preshuffled weight; a, b, expr,
+    #                        operands, out_* as above, b the weight's index)
 
 
 def _meta(t):
@@ -228,31 +250,24 @@ def _meta(t):
         else t
 
 
-def lower(program: Program, tensors, ints=(), rounding: str = "fp32") -> Lowered:
-    """The region as one matmul_fused call for inputs of these shapes / dtypes, or Refused(reason).
+class Operands:
+    """The region's tensors the epilogue reads, each as one IR leaf named t<j>: name -> (tensor index, kind), kind
+    "scalar" | "n_vec" | "m_vec" | "aux" (what the runtime binds)."""
 
-    rounding "fp32": every step in fp32, rounded once at the end (more accurate than eager, which rounds each
-    16-bit intermediate); "eager": a rounding point after the GEMM and after each step whose eager result is
-    16-bit, so the kernel rounds where eager does."""
-    vals = execute(program, [_meta(t) for t in tensors], ints, all_values=True)
-    g = program.gemm
-    if glu_form(g.kind):
-        return _lower_glu(program, tensors, vals)
-    y0 = vals[0]
-    if y0.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-        raise Refused(f"GEMM output dtype {y0.dtype}")
-    n = y0.shape[-1]
-    m = math.prod(y0.shape[:-1])
-    operands: dict = {}
+    def __init__(self, tensors, n: int):
+        self.tensors, self.n, self.found = tensors, n, {}
 
-    def operand(j: int, shape) -> ir.Node:
-        t = tensors[j]
+    def __call__(self, j: int, shape, kind: str | None = None) -> ir.Node:
+        """The leaf of tensor j used against a value of `shape` (its kind read off the shapes unless given)."""
+        t, n = self.tensors[j], self.n
         name = f"t{j}"
         if not isinstance(t, torch.Tensor):
             raise Refused(f"input {j} is not a tensor")
         if t.dtype not in (torch.bfloat16, torch.float16, torch.float32):
             raise Refused(f"operand {tuple(t.shape)} {t.dtype} (the epilogue reads bf16 / fp16 / fp32)")
-        if t.numel() == 1:
+        if kind is not None:
+            pass
+        elif t.numel() == 1:
             kind = "scalar"
         elif t.dim() <= len(shape) and t.shape[-1] == n and all(d == 1 for d in t.shape[:-1]) and n > 1:
             kind = "n_vec"
@@ -263,16 +278,38 @@ def lower(program: Program, tensors, ints=(), rounding: str = "fp32") -> Lowered
         else:
             raise Refused(f"operand of shape {tuple(t.shape)} broadcasts against [{', '.join(map(str, shape))}] "
                           "in a way the epilogue does not express ([N], [M, 1], [M, N] or one value)")
-        if operands.get(name, (j, kind))[1] != kind:
+        if self.found.get(name, (j, kind))[1] != kind:
             raise Refused(f"input {j} is used with two shapes")
-        operands[name] = (j, kind)
+        self.found[name] = (j, kind)
         return {"scalar": ir.scalar, "n_vec": ir.n_vec, "m_vec": ir.m_vec, "aux": ir.aux}[kind](name)
 
-    def rounded(node, v):
-        if rounding == "eager" and v.dtype in (torch.bfloat16, torch.float16):
-            return ir.cast(node, DTYPE_NAMES[v.dtype])
-        return node
 
+def rounded(node: ir.Node, v, rounding: str) -> ir.Node:
+    """node with eager's rounding point when rounding == "eager" and its eager value v is 16-bit."""
+    if rounding == "eager" and v.dtype in (torch.bfloat16, torch.float16):
+        return ir.cast(node, DTYPE_NAMES[v.dtype])
+    return node
+
+
+def lower(program: Program, tensors, ints=(), rounding: str = "fp32") -> Lowered:
+    """The region as one fused GEMM call for inputs of these shapes / dtypes, or Refused(reason): matmul_fused
+    for the 16-bit kinds, fg.swiglu for the gated ones, gemm_a8 for the 8-bit ones (program_a8.lower_a8).
+
+    rounding "fp32": every step in fp32, rounded once at the end (more accurate than eager, which rounds each
+    16-bit intermediate); "eager": a rounding point after the GEMM and after each step whose eager result is
+    16-bit, so the kernel rounds where eager does."""
+    vals = execute(program, [_meta(t) for t in tensors], ints, all_values=True)
+    g = program.gemm
+    if glu_form(g.kind):
+        return _lower_glu(program, tensors, vals)
+    if a8_family(g.kind):
+        from .program_a8 import lower_a8
+
+        return lower_a8(program, tensors, vals, rounding)
+    y0 = vals[0]
+    if y0.dtype not in (torch.bfloat16, torch.float16, torch.float32):
+        raise Refused(f"GEMM output dtype {y0.dtype}")
+    operand = Operands(tensors, y0.shape[-1])
     # the GEMM and its bias / C term
     acc = ir.acc
     transpose_b = False
@@ -303,16 +340,43 @@ def lower(program: Program, tensors, ints=(), rounding: str = "fp32") -> Lowered
                           "fp16, fp32)")
     if tensors[a_i].dtype != tensors[b_i].dtype:
         raise Refused(f"A is {tensors[a_i].dtype} and B is {tensors[b_i].dtype}")
-    env = [rounded(env0, y0)]
+    expr, out_v, saved_shape = lower_steps(program, vals, rounded(env0, y0, rounding), operand, rounding)
+    return Lowered(a_i, b_i, layout, transpose_b, expr, operand.found, out_v.dtype, tuple(out_v.shape),
+                   saved_shape)
+
+
+FP8_OUT = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
+
+
+def lower_steps(program: Program, vals, env0: ir.Node, operand: Operands, rounding: str, fp8_out: bool = False):
+    """The region's steps over the GEMM's term env0 -> (the epilogue expression, the result's (meta) value, the
+    second output's shape or None). fp8_out: the result may be a to_fp8 step (an 8-bit GEMM's fp8 store)."""
+    y0 = vals[0]
+    n = y0.shape[-1]
+    m = math.prod(y0.shape[:-1])
+    env = [env0]
+    fp8 = set()  # values that are the fp8 cast (or a reshape of it)
     for i, s in enumerate(program.steps):
         v = vals[i + 1]
         if s.op == "reshape":
             if v.shape[-1] != n or v.numel() != m * n:
                 raise Refused(f"a reshape to {tuple(v.shape)} changes the last dimension ({n})")
             env.append(env[s.args[0][1]])
+            if s.args[0][1] in fp8:
+                fp8.add(i + 1)
+            continue
+        if any(r[0] == "v" and r[1] in fp8 for r in s.args):
+            raise Refused(f"{s.op} of the fp8 value (a cast to fp8 is fused only as the region's result)")
+        if s.op == "to_fp8":
+            if not fp8_out:
+                raise Refused(f"a cast to {v.dtype} (matmul_fused writes bf16 / fp16 / fp32)")
+            env.append(env[s.args[0][1]])
+            fp8.add(i + 1)
             continue
         if s.op == "cast" and v.dtype not in (torch.bfloat16, torch.float16, torch.float32):
             raise Refused(f"a cast to {v.dtype} (fused outputs are bf16 / fp16 / fp32)")
+        if not v.dtype.is_floating_point:
+            raise Refused(f"{s.op} gives {v.dtype} (the epilogue computes in fp32)")
         args = []
         for r in s.args:
             if r[0] == "v":
@@ -323,11 +387,11 @@ def lower(program: Program, tensors, ints=(), rounding: str = "fp32") -> Lowered
                 args.append(ir.const(float(r[1])))
             else:
                 raise Refused(f"{s.op} takes a {r[0]!r} argument")
-        env.append(rounded(STEP_OPS[s.op][1](*args, *s.attrs), v))
+        env.append(rounded(STEP_OPS[s.op][1](*args, *s.attrs), v, rounding))
     out_v = vals[program.outputs[0]]
     if out_v.shape[-1] != n or out_v.numel() != m * n:
         raise Refused(f"the result {tuple(out_v.shape)} is not the GEMM's [M, N] elements")
-    if out_v.dtype not in DTYPE_NAMES:
+    if out_v.dtype not in DTYPE_NAMES and not (fp8_out and program.outputs[0] in fp8):
         raise Refused(f"result dtype {out_v.dtype}")
     expr = env[program.outputs[0]]
     saved_shape = None
@@ -342,7 +406,7 @@ def lower(program: Program, tensors, ints=(), rounding: str = "fp32") -> Lowered
         ir.validate(expr)
     except ir.EpilogueError as exc:
         raise Refused(f"epilogue: {exc}") from None
-    return Lowered(a_i, b_i, layout, transpose_b, expr, operands, out_v.dtype, tuple(out_v.shape), saved_shape)
+    return expr, out_v, saved_shape
 
 
 def _replace_once(expr: ir.Node, target: ir.Node, new: ir.Node) -> ir.Node:

@@ -1,4 +1,4 @@
-"""Running a fused region: one matmul_fused kernel when the inputs allow it and it is not slower, else the
+"""Running a fused region: one matmul_fused (or gemm_a8, fg.swiglu) kernel when the inputs allow it and it is not slower, else the
 region's own torch calls (program.execute) -- the answer never depends on which.
 
     run_region(program_text, tensors, ints) -> [outputs]
@@ -172,6 +172,10 @@ def _glu_operands(lw: Lowered, args) -> tuple:
 
 
 def _run_kernel(lw: Lowered, tensors) -> list:
+    if lw.a8 is not None:  # an 8-bit GEMM: one gemm_a8 call (program_a8.py)
+        from .program_a8 import run_kernel_a8
+
+        return run_kernel_a8(lw, tensors, _operand_values)
     if lw.glu:
         from ..swiglu import swiglu
 
@@ -194,6 +198,10 @@ def _run_oracle(lw: Lowered, tensors) -> list:
     from ..epilogue import TORCH_DTYPES, saved_node
     from ..epilogue.evaluate import evaluate_outputs
 
+    if lw.a8 is not None:
+        from .program_a8 import run_oracle_a8
+
+        return run_oracle_a8(lw, tensors, _operand_values)
     if lw.glu:  # the interleaved weight and the paired epilogue, as the kernel gets them
         from ..swiglu import glu_expression
 

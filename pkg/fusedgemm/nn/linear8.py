@@ -111,20 +111,8 @@ class Linear8(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.shape[-1] != self.in_features:
             raise ValueError(f"Linear8: x must be [..., {self.in_features}], got {tuple(x.shape)}")
-        lead = x.shape[:-1]
-        xq, sx = quantize_rows(x, self.weight.dtype)
-        epilogue = _epilogue_name(self.activation, self.bias is not None)
-        bias = self.bias
-        if x.is_cuda:
-            if bias is not None and bias.dtype not in (torch.float32, x.dtype):
-                bias = bias.float()  # a module cast to another 16-bit type than x's: gemm_a8 takes fp32 too
-            y = gemm_a8(xq, self.preshuffled_weight(), bias, scale_a=sx, scale_b=self.weight_scale,
-                        epilogue=epilogue, out_dtype=x.dtype)
-        else:
-            w = unshuffle(PreshuffledWeight(self.weight))
-            y = gemm_a8_reference(xq, w, bias, scale_a=sx, scale_b=self.weight_scale, epilogue=epilogue,
-                                  out_dtype=x.dtype)
-        return y.reshape(*lead, self.out_features)
+        return linear8_forward(x, self.weight, self.weight_scale, self.bias, self.activation,
+                               self.preshuffled_weight())
 
     # ---- state ----------------------------------------------------------------------------------------------
     def _apply(self, fn, recurse=True):
@@ -152,6 +140,25 @@ class Linear8(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
                 f"dtype={self.weight.dtype}, activation={self.activation!r}")
+
+
+def linear8_forward(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias, activation: str,
+                    wq: PreshuffledWeight | None = None) -> torch.Tensor:
+    """Linear8's forward on its state tensors (weight: the preshuffled codes; wq: a PreshuffledWeight of them, made
+    here when None): quantize_rows(x), then gemm_a8 on the GPU or the float64 oracle on the CPU. The fusion pass
+    runs a Linear8 region's unfused meaning with it (fusedgemm.fusion.program_a8)."""
+    lead = x.shape[:-1]
+    xq, sx = quantize_rows(x, weight.dtype)
+    epilogue = _epilogue_name(activation, bias is not None)
+    if x.is_cuda:
+        if bias is not None and bias.dtype not in (torch.float32, x.dtype):
+            bias = bias.float()  # a module cast to another 16-bit type than x's: gemm_a8 takes fp32 too
+        y = gemm_a8(xq, PreshuffledWeight(weight) if wq is None else wq, bias, scale_a=sx, scale_b=weight_scale,
+                    epilogue=epilogue, out_dtype=x.dtype)
+    else:
+        y = gemm_a8_reference(xq, unshuffle(PreshuffledWeight(weight)), bias, scale_a=sx, scale_b=weight_scale,
+                              epilogue=epilogue, out_dtype=x.dtype)
+    return y.reshape(*lead, weight.shape[0])
 
 
 # ---- whole models -------------------------------------------------------------------------------------------------

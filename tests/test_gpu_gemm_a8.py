@@ -125,7 +125,7 @@ def test_every_plan_against_the_oracle(kind, plan, seed):
             assert torch.equal(again, got), (m, n, k)
 
 
-@pytest.mark.parametrize("config", ["v16n128", "w64n128", "w128n128", "w192n128", "p128n128"])
+@pytest.mark.parametrize("config", ["v16n128", "w64n128", "w128n128", "w192n128", "p128n128", "cp128n128"])
 def test_grouped_tile_order_for_weights_larger_than_l2(config, seed):
     """Weights over 48 MiB take tiles in groups of 8 row blocks (tile_of_block in gemm_a8_sm90.hpp): every
     tile is computed once, including the ragged last group and ragged last column tile."""
@@ -177,23 +177,25 @@ def test_out_into_a_slice_detects_writes_past_the_end(seed):
     assert not torch.isnan(out).any()
 
 
+@pytest.mark.parametrize("config, m", [("p128n128", 2000), ("cp128n128", 2000), ("cp128n128", 1900)])
 @pytest.mark.parametrize("kind", ["fp8", "int8"])
 @pytest.mark.parametrize("scalar_scales", [False, True])
-def test_persistent_ctas_loop_over_tiles(kind, scalar_scales, seed):
+def test_persistent_ctas_loop_over_tiles(config, m, kind, scalar_scales, seed):
     """p128n128 with more tiles than SMs (16 x 17 = 272: each CTA takes 2-3, so the parked tile, its barriers'
     phases and the staged row and column operands are reused), ragged M and N, a partial last K block, and an
     output that is only 4-byte aligned (the epilogue warps' 8-byte stores become two 4-byte ones); nothing is
-    written outside it."""
+    written outside it. cp128n128 (B-multicast pairs) also with an odd number of row blocks (M = 1900: 15), whose
+    last pair's second CTA has no rows."""
     from fusedgemm.gemm_a8 import forced_config
 
     if arch() != "sm_90a":
         pytest.skip("sm_90a persistent kernel")
-    m, n, k = 2000, 2064, 1040
+    n, k = 2064, 1040
     a, w, bias, sa, sb = make_problem(kind, m, n, k, scalar_scales=scalar_scales)
     guard = 4098  # an odd number of 4-byte words: out starts 4-byte but not 8-byte aligned
     buf = torch.full((guard + m * n + guard,), float("nan"), dtype=torch.bfloat16, device="cuda")
     out = buf[guard: guard + m * n].view(m, n)
-    with forced_config("p128n128", 1):
+    with forced_config(config, 1):
         got = fg.gemm_a8(a, fg.preshuffle(w), bias, scale_a=sa, scale_b=sb, epilogue="bias_silu", out=out)
         torch.cuda.synchronize()
         assert torch.isnan(buf[:guard]).all() and torch.isnan(buf[guard + m * n:]).all(), "wrote outside out"

@@ -108,7 +108,8 @@ def test_specs_and_plans_of_the_wide_kinds():
     # persistent one.
     assert choose_config(1024, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "w128n192"
     assert choose_config(4096, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "c128n256"  # in pairs
-    assert choose_config(8192, 7168, 2048, "sm_90a", 132, True, "bf16")[0].name == "p128n128"
+    assert choose_config(8192, 7168, 2048, "sm_90a", 132, True, "bf16")[0].name == "cp128n128"  # short K: pairs
+    assert choose_config(128, 131072, 2048, "sm_90a", 132, True, "bf16")[0].name == "p128n128"  # one row block
     assert choose_config(1, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "v16n128"
 
 

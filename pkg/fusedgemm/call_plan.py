@@ -59,12 +59,13 @@ def _tensor_map_k_major(ptr: int, rows: int, k: int, box_rows: int, l2: int, kin
                        (ld * nbytes,), (128 // nbytes, box_rows), (1, 1), 0, _TMAP_SWIZZLE_128B, l2, 0)
 
 
-def _tensor_map_b(ptr: int, n: int, k: int, block_n: int, l2: int = _TMAP_L2_256B) -> bytes:
+def _tensor_map_b(ptr: int, n: int, k: int, block_n: int, l2: int = _TMAP_L2_256B, chunks: int = 8) -> bytes:
     """Preshuffled B as a 3-D map ordered (256 B, row block of 16, K chunk of 16 B): strides 16 K, 256. One copy
     (box 256 x block_n/16 x 8) gathers a 128-byte K step of the tile's row blocks, landing [K chunk][row][16 B]:
-    the K-major core-matrix layout the wgmma B descriptor reads (gemm_a8_sm90.hpp)."""
-    return _tensor_map(("b", ptr, n, k, block_n, l2), _TMAP_UINT8, 3, ptr, (256, n // 16, k // 16),
-                       (16 * k, 256), (256, block_n // 16, 8), (1, 1, 1), 0, _TMAP_SWIZZLE_NONE, l2, 0)
+    the K-major core-matrix layout the wgmma B descriptor reads (gemm_a8_sm90.hpp). chunks = 4: a B-multicast
+    pair's CTA copies half of the K step."""
+    return _tensor_map(("b", ptr, n, k, block_n, l2, chunks), _TMAP_UINT8, 3, ptr, (256, n // 16, k // 16),
+                       (16 * k, 256), (256, block_n // 16, chunks), (1, 1, 1), 0, _TMAP_SWIZZLE_NONE, l2, 0)
 
 
 def _tensor_map_b_mn(ptr: int, n: int, k: int, block_n: int, l2: int, kind: str, ld: int) -> bytes:
@@ -95,8 +96,8 @@ class CallPlan:
     in_kind: fp8 / int8 (gemm_a8: B preshuffled) or bf16 / fp16 / tf32 (matmul_fused: B a plain [N, K] matrix
     with row stride ldb, or with b_layout 'kn' a [K, N] one; A's row stride lda). op: the name errors carry."""
 
-    __slots__ = ("dev", "m", "n", "n_out", "k", "launch", "tma", "block_m", "b_box_rows", "template", "slots", "a_map",
-                 "b_map", "l2", "bias_align", "kind", "lda", "ldb", "b_layout")
+    __slots__ = ("dev", "m", "n", "n_out", "k", "launch", "tma", "block_m", "b_box_rows", "b_chunks", "template",
+                 "slots", "a_map", "b_map", "l2", "bias_align", "kind", "lda", "ldb", "b_layout")
 
     def __init__(self, dev: int, arch: str, in_kind: str, m: int, n: int, k: int, out_dtype: torch.dtype, epi,
                  values: dict, pointers: tuple[str, ...], bias_align: int = 1, lda: int | None = None,
@@ -124,8 +125,8 @@ class CallPlan:
         cluster = (1, 1, splits)
         if cfg.pair_b:  # two CTAs per column tile and pair of row blocks, clustered along x (no split-K)
             grid, cluster = (2 * grid[0], -(-grid[1] // 2), 1), (2, 1, 1)
-        if cfg.persistent:  # one wave of CTAs, each looping over tiles
-            grid = (min(grid[0] * grid[1], sm_count(dev) * cfg.min_blocks_per_sm), 1, 1)
+        if cfg.persistent:  # one wave of CTAs, each looping over tiles (pairs: a whole number of clusters)
+            grid = (min(grid[0] * grid[1], sm_count(dev) * cfg.min_blocks_per_sm) // cluster[0] * cluster[0], 1, 1)
         if grid[1] > _MAX_GRID_Y:
             raise ValueError(f"{op}: M={m} is too large for one launch (at most {_MAX_GRID_Y * cfg.block_m} rows)")
         spec = GemmA8Kernel(arch, cfg.name, in_kind, OUT_CODEGEN[str(out_dtype).split(".")[-1]], epi, b_layout)
@@ -137,9 +138,12 @@ class CallPlan:
             dict(values, M=m, N=n, K=k, ld_out=self.n_out, ld_saved=self.n_out, **{p: 0 for p in pointers}), skip=2)
         self.slots = tuple(names.index(p) for p in pointers)
         self.tma = cfg.unit == "gemm_a8_sm90"
-        # B's box rows: a B-multicast pair's CTAs each copy half of the tile (K-major B; an MN-major B's boxes
-        # are 64-column blocks either way).
-        self.block_m, self.b_box_rows = cfg.block_m, cfg.block_n // (2 if cfg.pair_b else 1)
+        # B's box: a B-multicast pair's CTAs each copy half of the tile: half of a plain K-major B's rows, half of
+        # a preshuffled B's K chunks (an MN-major B's boxes are 64-column blocks either way).
+        self.block_m = cfg.block_m
+        plain = in_kind in MATMUL_IN
+        self.b_box_rows = cfg.block_n // (2 if cfg.pair_b and plain else 1)
+        self.b_chunks = 4 if cfg.pair_b and not plain else 8
         self.l2 = _TMAP_L2_DECODE if cfg.swap_ab else _TMAP_L2_256B
         warp = 32 if torch.version.hip is None else 64
         self.launch = kernel.bind(grid, cluster, cfg.warps * (32 if self.tma else warp), cfg.smem)
@@ -171,7 +175,7 @@ class CallPlan:
             elif self.kind in MATMUL_IN:
                 b_map = _tensor_map_k_major(b_ptr, self.n, self.k, self.b_box_rows, self.l2, self.kind, self.ldb)
             else:
-                b_map = _tensor_map_b(b_ptr, self.n, self.k, self.b_box_rows, self.l2)
+                b_map = _tensor_map_b(b_ptr, self.n, self.k, self.b_box_rows, self.l2, self.b_chunks)
             self.b_map = (b_ptr, b_map)
         self.launch(stream, a_map, b_map, *args)
 

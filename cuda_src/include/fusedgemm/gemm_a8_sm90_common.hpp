@@ -97,8 +97,8 @@ struct WgmmaConfig {
                 "two chains: fp8 needs 3 x 64 accumulators per thread, which fits 2 consumer warpgroups of n128 only");
   static_assert(!kPersistent || (!kSwapAB && kConsumerWarpgroups == 2 && kBlockN == 128),
                 "persistent: the parked-tile layout and the epilogue warps' row mapping assume a 128 x 128 tile");
-  static_assert(!kPairB || (!kSwapAB && !kPersistent && kChains == 1 && kBlockN % 128 == 0),
-                "B-multicast pairs: CTA-per-tile, one chain, halves of whole 64-column blocks");
+  static_assert(!kPairB || (!kSwapAB && kChains == 1 && kBlockN % 128 == 0),
+                "B-multicast pairs: unswapped, one chain, halves of whole 64-column blocks");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
 };
 
@@ -148,6 +148,8 @@ using ConfigW192N128 = WgmmaConfig<192, 5, 1>;  // large M: three consumer warpg
                                                 // while one of them promotes; 5 x 40 KB stages
 // M > 64, many tiles: persistent, epilogue warps, 5 x 32 KB stages (the parked tile takes 64 KB).
 using ConfigP128N128 = WgmmaConfig<128, 5, 1, 128, false, 1, true>;
+// The same in B-multicast pairs (kPairB): a CTA reads 16 + 8 KB from L2 per K block instead of 16 + 16.
+using ConfigCP128N128 = WgmmaConfig<128, 5, 1, 128, false, 1, true, true>;
 // F32x3 (matmul_fused's exact fp32) only: 128 x 128, one chain, 4 x 32 KB stages + 2 x 32 KB of small parts.
 using ConfigT128N128 = SplitTf32<WgmmaConfig<128, 4, 1>>;
 using ConfigV16N128 = WgmmaConfig<16, 4, 3, 128, true>;  // M <= 16, swapped: 4 x 18 KB stages, 3 CTAs per SM
@@ -393,10 +395,15 @@ FG_DEVICE void copy_k_block(u8* a_dst, u8* b_dst, const sm90::TmaDesc& a_map, co
   sm90::mbar_arrive_expect_tx(bar, a_rows * Cfg::kBlockK + Cfg::kStageBytesB);
   sm90::tma_load_2d(a_dst, &a_map, bar, kb * kValues, m0);
   if constexpr (Cfg::kPairB) {
-    static_assert(kPlainB<In, kProbe>, "B-multicast pairs: a plain (not preshuffled) B");
     constexpr int kHalfN = Cfg::kBlockN / 2;
     constexpr u16 kBoth = 0x3;
-    if constexpr (Cfg::kBMnMajor) {
+    if constexpr (!kPlainB<In, kProbe>) {
+      // Preshuffled: this CTA's half of the stage's 8 K chunks, all row blocks (the host encodes the box with 4
+      // chunks). The stage is [K chunk][row block][256 B], so that is one contiguous half of it.
+      constexpr int kChunks = Cfg::kBlockK / 32;
+      sm90::tma_load_3d_multicast(b_dst + pair_rank * (Cfg::kStageBytesB / 2), &b_map, bar, 0, n0 / 16,
+                                  kb * (Cfg::kBlockK / 16) + pair_rank * kChunks, kBoth);
+    } else if constexpr (Cfg::kBMnMajor) {
 #pragma unroll
       for (int h = 0; h < kHalfN / 64; ++h) {  // this CTA's column blocks of the stage
         const int j = pair_rank * (kHalfN / 64) + h;

@@ -76,6 +76,28 @@ struct PersistentSmem {
 //    scales and biases into shared memory (while the consumers still compute), then wait for the parked tile and
 //    store it through the epilogue.
 // Two barriers hand the parked tile over: parked_full (256 consumer arrivals) and parked_empty (96).
+// B-multicast pairs (Cfg::kPairB, clusters of two along x): the units of work are pairs of row blocks of one column
+// tile (tile_of's order over them); cluster c of gridDim.x / 2 takes units c, c + gridDim.x / 2, ..., and its CTA
+// of rank r row block 2 m + r of each (the partner of an odd last row block copies B for its peer, computes on
+// zero rows and stores nothing). The pair starts, and each role ends, behind a cluster barrier.
+template <class Cfg>
+FG_DEVICE int persistent_first() {
+  return Cfg::kPairB ? static_cast<int>(blockIdx.x) / 2 : static_cast<int>(blockIdx.x);
+}
+template <class Cfg>
+FG_DEVICE int persistent_step() {
+  return Cfg::kPairB ? sm90::grid_ctas_x() / 2 : sm90::grid_ctas_x();
+}
+template <class In, class Cfg>
+FG_DEVICE void persistent_tile(int t, int num_n, int num_m, int N, int K, int& m_block, int& n_block) {
+  if constexpr (Cfg::kPairB) {
+    tile_of(t, num_n, (num_m + 1) / 2, N, K * InTraits<In>::kBytes, m_block, n_block);
+    m_block = 2 * m_block + static_cast<int>(sm90::cluster_rank());
+  } else {
+    tile_of(t, num_n, num_m, N, K * InTraits<In>::kBytes, m_block, n_block);
+  }
+}
+
 template <class In, class Epi, class Cfg, int kProbe>
 FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map, int M, int N, int K,
                                         const typename Epi::Params& ep) {
@@ -97,18 +119,22 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
     const PersistentSmem<Cfg> sm;
     for (int s = 0; s < Cfg::kStages; ++s) {
       sm90::mbar_init(&sm.full()[s], 1);
-      sm90::mbar_init(&sm.empty()[s], kConsumerWarps);
+      sm90::mbar_init(&sm.empty()[s], Cfg::kPair * kConsumerWarps);
     }
     sm90::mbar_init(sm.parked_full(), Cfg::kConsumerThreads);
     sm90::mbar_init(sm.parked_empty(), Cfg::kEpilogueThreads);
     sm90::fence_mbar_init();
   }
-  __syncthreads();
-  // Per role, after its setmaxnreg (see above): tiles along N and M, all tiles, K blocks per tile.
+  if constexpr (Cfg::kPairB)
+    sm90::cluster_sync();  // the peer's copies and arrives may reach this CTA's barriers from the start
+  else
+    __syncthreads();
+  // Per role, after its setmaxnreg (see above): tiles along N and M, units of work (tiles, or pairs of row
+  // blocks of a column tile), K blocks per tile.
   auto counts = [&](int& num_n, int& num_m, int& num_tiles, int& kb_count) {
     num_n = (N + Cfg::kBlockN - 1) / Cfg::kBlockN;
     num_m = (M + Cfg::kBlockM - 1) / Cfg::kBlockM;
-    num_tiles = num_n * num_m;
+    num_tiles = num_n * (Cfg::kPairB ? (num_m + 1) / 2 : num_m);
     kb_count = k_block_count<In, Cfg>(K);
   };
 
@@ -127,9 +153,10 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
         const int a_rows = a_box_rows<Cfg>(M);
         sm90::prefetch_tma_desc(&a_map);
         sm90::prefetch_tma_desc(&b_map);
-        for (int t = blockIdx.x, g = 0; t < num_tiles; t += gridDim.x) {
+        const int pair_rank = Cfg::kPairB ? static_cast<int>(sm90::cluster_rank()) : 0;
+        for (int t = persistent_first<Cfg>(), g = 0; t < num_tiles; t += persistent_step<Cfg>()) {
           int m_block, n_block;
-          tile_of(t, num_n, num_m, N, K * InTraits<In>::kBytes, m_block, n_block);
+          persistent_tile<In, Cfg>(t, num_n, num_m, N, K, m_block, n_block);
           for (int i = 0; i < kb_count; ++i, ++g) {
             const int s = g % Cfg::kStages;
             sm90::mbar_wait(&empty[s], ((g / Cfg::kStages) & 1) ^ 1);
@@ -138,16 +165,18 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
               continue;
             }
             copy_k_block<In, Cfg, kProbe>(stage_a + s * Cfg::kStageBytesA, stage_b + s * Cfg::kStageBytesB, a_map,
-                                          b_map, &full[s], a_rows, i, m_block * Cfg::kBlockM, n_block * Cfg::kBlockN);
+                                          b_map, &full[s], a_rows, i, m_block * Cfg::kBlockM, n_block * Cfg::kBlockN,
+                                          pair_rank);
           }
         }
       }
+      if constexpr (Cfg::kPairB) sm90::cluster_sync();  // every thread of the pair, once, at its end
       return;
     }
     const int e = 32 * w + lane;  // epilogue thread 0..95
-    for (int t = blockIdx.x, it = 0; t < num_tiles; t += sm90::grid_ctas_x(), ++it) {
+    for (int t = persistent_first<Cfg>(), it = 0; t < num_tiles; t += persistent_step<Cfg>(), ++it) {
       int m_block, n_block;
-      tile_of(t, num_n, num_m, N, K * InTraits<In>::kBytes, m_block, n_block);
+      persistent_tile<In, Cfg>(t, num_n, num_m, N, K, m_block, n_block);
       const int m0 = m_block * Cfg::kBlockM;
       const int col = n_block * Cfg::kBlockN + 4 * lane;
       const int n0 = n_block * Cfg::kBlockN;
@@ -189,6 +218,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       sm90::mbar_arrive(tsm.parked_empty());
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // everyone is done with the staged values
     }
+    if constexpr (Cfg::kPairB) sm90::cluster_sync();
     return;
   }
 
@@ -205,8 +235,8 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
   counts(num_n, num_m, num_tiles, kb_count);
   // NOTE: the fp8 two-chain main loop needs 192 accumulators of the 232 registers; little else may stay live
   // across it (the tile count only; the rest is recomputed after), or ptxas spills inside the loop.
-  const int ctas = static_cast<int>(gridDim.x);
-  const int my_tiles = (num_tiles - static_cast<int>(blockIdx.x) + ctas - 1) / ctas;
+  const int step = persistent_step<Cfg>();
+  const int my_tiles = (num_tiles - persistent_first<Cfg>() + step - 1) / step;
   for (int it = 0; it < my_tiles; ++it) {
     Acc acc[kAcc];
 #pragma unroll
@@ -220,6 +250,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
           make_float2(static_cast<float>(acc[j]), static_cast<float>(acc[j + 1]));
     sm90::mbar_arrive(parked_full);
   }
+  if constexpr (Cfg::kPairB) sm90::cluster_sync();
 }
 
 }  // namespace fg

@@ -84,6 +84,13 @@ FG_DEVICE void tma_load_2d_multicast(void* dst, const TmaDesc* map, u64* bar, in
       "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "h"(cta_mask)
       : "memory");
 }
+FG_DEVICE void tma_load_3d_multicast(void* dst, const TmaDesc* map, u64* bar, int c0, int c1, int c2, u16 cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+      "[%0], [%1, {%3, %4, %5}], [%2], %6;" ::"r"(smem_addr(dst)),
+      "l"(map), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "h"(cta_mask)
+      : "memory");
+}
 FG_DEVICE void prefetch_tma_desc(const TmaDesc* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(map) : "memory");
 }

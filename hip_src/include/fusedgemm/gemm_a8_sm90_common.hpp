@@ -96,8 +96,8 @@ struct WgmmaConfig {
                 "two chains: fp8 needs 3 x 64 accumulators per thread, which fits 2 consumer warpgroups of n128 only");
   static_assert(!kPersistent || (!kSwapAB && kConsumerWarpgroups == 2 && kBlockN == 128),
                 "persistent: the parked-tile layout and the epilogue warps' row mapping assume a 128 x 128 tile");
-  static_assert(!kPairB || (!kSwapAB && kChains == 1 && kBlockN % 128 == 0),
-                "B-multicast pairs: unswapped, one chain, halves of whole 64-column blocks");
+  static_assert(!kPairB || (!kSwapAB && kChains == 1 && kBlockN % 32 == 0),
+                "B-multicast pairs: unswapped, one chain, halves of whole 16-row blocks");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
 };
 
@@ -403,6 +403,7 @@ FG_DEVICE void copy_k_block(u8* a_dst, u8* b_dst, const sm90::TmaDesc& a_map, co
       sm90::tma_load_3d_multicast(b_dst + pair_rank * (Cfg::kStageBytesB / 2), &b_map, bar, 0, n0 / 16,
                                   kb * (Cfg::kBlockK / 16) + pair_rank * kChunks, kBoth);
     } else if constexpr (Cfg::kBMnMajor) {
+      static_assert(kHalfN % 64 == 0, "an MN-major B's halves are whole 64-column blocks");
 #pragma unroll
       for (int h = 0; h < kHalfN / 64; ++h) {  // this CTA's column blocks of the stage
         const int j = pair_rank * (kHalfN / 64) + h;

@@ -99,6 +99,15 @@ def _meta_value(node):
     return node.meta.get("example_value", node.meta.get("val")) if isinstance(node, torch.fx.Node) else None
 
 
+def _called(node: torch.fx.Node, funcs: dict, methods: dict):
+    """funcs[target] of a call_function node, methods[target] of a call_method one; None otherwise."""
+    if node.op == "call_function":
+        return funcs.get(node.target)
+    if node.op == "call_method":
+        return methods.get(node.target)
+    return None
+
+
 def gemm_of(node: torch.fx.Node, modules: dict):
     """-> (kind, [x, w, bias-or-c], alpha, beta) when `node` is a GEMM the kernels may take, else None.
     Weight and bias of an nn.Linear module are returned as their qualified attribute names (str). 8-bit GEMMs
@@ -110,11 +119,8 @@ def gemm_of(node: torch.fx.Node, modules: dict):
         mod = modules[node.target]
         return "linear", [node.args[0], f"{node.target}.weight",
                           None if mod.bias is None else f"{node.target}.bias"], 1.0, 1.0
-    if node.op == "call_function" and node.target in _GEMM_FUNCS:
-        kind = _GEMM_FUNCS[node.target]
-    elif node.op == "call_method" and node.target in _GEMM_METHODS:
-        kind = _GEMM_METHODS[node.target]
-    else:
+    kind = _called(node, _GEMM_FUNCS, _GEMM_METHODS)
+    if kind is None:
         return None
     a, kw = list(node.args), dict(node.kwargs)
     if kind == "linear":
@@ -277,11 +283,8 @@ _SPLIT_METHODS = {"chunk": "chunk", "split": "split"}
 
 def _split_args(node):
     """-> (name, size, dim) of a chunk / split node (size: chunks, or split_size / sections), else None."""
-    if node.op == "call_function" and node.target in _SPLIT_FUNCS:
-        name = _SPLIT_FUNCS[node.target]
-    elif node.op == "call_method" and node.target in _SPLIT_METHODS:
-        name = _SPLIT_METHODS[node.target]
-    else:
+    name = _called(node, _SPLIT_FUNCS, _SPLIT_METHODS)
+    if name is None:
         return None
     a, kw = list(node.args), dict(node.kwargs)
     size = a[1] if len(a) > 1 else kw.get("chunks", kw.get("split_size", kw.get("split_size_or_sections")))

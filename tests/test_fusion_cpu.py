@@ -355,9 +355,9 @@ def test_gated_pair_needs_private_intermediates():
 
 
 def test_the_measured_decision_needs_a_clear_win(monkeypatch):
-    """FUSEDGEMM_FUSION=auto keeps the kernel only when it is at least 2% faster than the unfused ops (measured
-    alternately, runtime._time_pair): a near tie stays unfused, so noise cannot make a region slower. The
-    decision is stored with both times."""
+    """FUSEDGEMM_FUSION=auto keeps the kernel only when it is at least 5% faster than the unfused ops (measured
+    alternately from a flushed L2, runtime._time_pair): a near tie stays unfused, so noise cannot make a region
+    slower. The decision is stored with both times."""
     from fusedgemm.fusion import runtime as rt
 
     store = {}
@@ -366,7 +366,7 @@ def test_the_measured_decision_needs_a_clear_win(monkeypatch):
     monkeypatch.setattr(rt, "decision_key", lambda text, lw, tensors: text)
     monkeypatch.setattr(rt, "loads", lambda text: None)
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: False)
-    for (t_fused, t_unfused), want in (((99.0, 100.0), False), ((97.0, 100.0), True), ((101.0, 100.0), False)):
+    for (t_fused, t_unfused), want in (((96.0, 100.0), False), ((94.0, 100.0), True), ((101.0, 100.0), False)):
         monkeypatch.setattr(rt, "_time_pair", lambda f, g, tf=t_fused, tu=t_unfused: (tf, tu))
         key = f"program {t_fused}"
         assert rt._decide(key, None, (), ()) is want

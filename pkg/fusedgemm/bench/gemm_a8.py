@@ -34,6 +34,15 @@ def load_grid(path: str | None) -> tuple[list[int], dict]:
     return grid["M"], grid["shapes"]
 
 
+# --sweep: (N, K, M) off the LLM grid, spread over K 768-16384, N 1024-32768 and M 256-16384 (each K with two N
+# and two M, shifted so every N and M value appears), plus the smallest and largest corners.
+_SWEEP_K = (768, 1536, 3072, 5120, 8192, 16384)
+_SWEEP_N = (1024, 2560, 5120, 12288, 32768)
+_SWEEP_M = (256, 1024, 4096, 16384)
+SWEEP_CASES = ([(_SWEEP_N[(i + t) % 5], k, _SWEEP_M[(i + t) % 4]) for i, k in enumerate(_SWEEP_K) for t in (0, 2)]
+               + [(32768, 16384, 16384)])  # (1024, 768, 256) is already the first
+
+
 def _baselines(kind, a, w, bias, sa, sb, act_name, out_dtype, compile_it):
     act = ACTS[act_name]
     wt = w.T
@@ -88,6 +97,9 @@ def run(argv=None) -> int:
                    help="also time every (tile config, split-K) plan per shape (or only those listed, e.g. "
                         "w128n128:1 p128n128:1) and report the fastest beside the heuristic's choice (for tuning "
                         "the heuristic)")
+    p.add_argument("--sweep", action="store_true",
+                   help="instead of the grid, shapes off it: K 768-16384, N 1024-32768, M 256-16384 (SWEEP_CASES); "
+                        "prints the worst rows against (c) and how many are below 0.95x")
     p.add_argument("--json", help="write rows and summary as JSON here")
     p.add_argument("--kernel-time", action="store_true",
                    help="also the profiler's kernel-only times of fusedgemm, (a) and (c) (no CUDA-event overhead; "
@@ -116,6 +128,8 @@ def run(argv=None) -> int:
 
     rows = []
     cases = [(name, s, m) for name, s in shapes.items() for m in ms]
+    if args.sweep:
+        cases = [(f"n{n}k{k}", {"N": n, "K": k}, m) for n, k, m in SWEEP_CASES]
     for name, s, m in progress(cases, len(cases), "gemm_a8"):
         n, k = s["N"], s["K"]
         if in_dtype == torch.int8:
@@ -173,6 +187,10 @@ def run(argv=None) -> int:
             ("gbs", "GB/s", ".0f"), ("x_a", "x(a)", ".2f"), ("x_b", "x(b)", ".2f"), ("x_c", "x(c)", ".2f"),
             ("x_d", "x(d)", ".2f")]
     print_table(rows, cols)
+    if args.sweep:
+        ranked = sorted((r for r in rows if r.get("x_c")), key=lambda r: r["x_c"])
+        print(f"sweep: {sum(r['x_c'] < 0.95 for r in ranked)} of {len(ranked)} rows below 0.95x (c); worst: "
+              + ", ".join(f"{r['shape']} M={r['M']} {r['x_c']:.2f}x" for r in ranked[:5]))
     if args.compare_plans is not None:
         for r in rows:
             best = min(r["plans_us"], key=r["plans_us"].get)

@@ -27,7 +27,7 @@
 // one S-th of the tile's columns over all S CTAs' shared memory (fixed order: deterministic) and stores it.
 // No workspace, no atomics, one launch.
 #pragma once
-#include "gemm_a8_sm90_common.hpp"
+#include "gemm_a8_sm90_mainloop.hpp"
 #include "gemm_a8_sm90_persistent.hpp"
 
 #if defined(FG_NVIDIA)

@@ -1,7 +1,7 @@
 // gemm_a8 on sm_90a, persistent: one wave of CTAs looping over 128 x 128 tiles, the epilogue on the producer
 // warpgroup's spare warps under the next tile's MMAs (WgmmaConfig::kPersistent; gemm_a8_sm90.hpp dispatches).
 #pragma once
-#include "gemm_a8_sm90_common.hpp"
+#include "gemm_a8_sm90_mainloop.hpp"
 
 #if defined(FG_NVIDIA)
 namespace fg {

@@ -20,6 +20,8 @@ import torch.nn.functional as F
 from .common import (Timer, copy_bandwidth_gbs, device_info, geomean, gpu_problem, host_us_per_call, kernel_us,
                      print_table, progress)
 from ..gemm_a8 import forced_config, plan_for, plans
+from ..plan import choose_config, gpu_name, sm_count
+from ..plan import tuned as tuned_plans
 
 # Dense 8-bit tensor-core peaks (TFLOP/s, datasheet) by arch.
 PEAK_8BIT_TFLOPS = {"sm_90a": 1979.0, "gfx942": 2615.0, "gfx950": 4600.0}
@@ -32,6 +34,21 @@ def load_grid(path: str | None) -> tuple[list[int], dict]:
     text = Path(path).read_text() if path else resources.files(__package__).joinpath("llm_shapes.json").read_text()
     grid = json.loads(text)
     return grid["M"], grid["shapes"]
+
+
+def tune_entries(rows: list[dict], gpu: str, kind: str, margin: float = 0.98) -> list[dict]:
+    """Tuned-table entries (plan/tuned.py) of the rows whose fastest plan beat the heuristic's by the margin."""
+    out = []
+    for r in rows:
+        times, heuristic = r.get("plans_us", {}), r.get("heuristic")
+        if not times or heuristic not in times:
+            continue
+        best = min(times, key=times.get)
+        if times[best] <= margin * times[heuristic]:
+            out.append(dict(gpu=gpu, kind=kind, N=r["N"], K=r["K"], M_bucket=tuned_plans.m_bucket(r["M"]),
+                            plan=best, us=round(times[best], 1), heuristic=heuristic,
+                            heuristic_us=round(times[heuristic], 1)))
+    return out
 
 
 # --sweep: (N, K, M) off the LLM grid, spread over K 768-16384, N 1024-32768 and M 256-16384 (each K with two N
@@ -100,6 +117,9 @@ def run(argv=None) -> int:
     p.add_argument("--sweep", action="store_true",
                    help="instead of the grid, shapes off it: K 768-16384, N 1024-32768, M 256-16384 (SWEEP_CASES); "
                         "prints the worst rows against (c) and how many are below 0.95x")
+    p.add_argument("--tune", metavar="FILE",
+                   help="time every plan per row (as --compare-plans) and merge the plans that beat the heuristic's "
+                        "choice by >= 2%% into FILE, for this GPU (the package ships fusedgemm/plan/tuned_plans.json)")
     p.add_argument("--json", help="write rows and summary as JSON here")
     p.add_argument("--kernel-time", action="store_true",
                    help="also the profiler's kernel-only times of fusedgemm, (a) and (c) (no CUDA-event overhead; "
@@ -112,6 +132,8 @@ def run(argv=None) -> int:
         return 1
 
     arch = device_arch(torch.cuda.current_device())
+    if args.tune and args.compare_plans is None:
+        args.compare_plans = []  # every plan
     out_dtype = getattr(torch, args.out_dtype)
     in_dtype = torch.int8 if args.dtype == "int8" else fg.FP8_DTYPE_FOR_ARCH[arch]
     ms, shapes = load_grid(args.shapes)
@@ -152,6 +174,8 @@ def run(argv=None) -> int:
         if args.compare_plans is not None:
             cfg, splits = plan_for(m, n, k, torch.cuda.current_device())
             row["plan"] = f"{cfg.name}:{splits}"
+            h_cfg, h_splits = choose_config(m, n, k, arch, sm_count(torch.cuda.current_device()), True, args.dtype)
+            row["heuristic"] = f"{h_cfg.name}:{h_splits}"
             row["plans_us"] = {}
             for plan in plans(arch):
                 if args.compare_plans and f"{plan[0]}:{plan[1]}" not in args.compare_plans:
@@ -201,6 +225,10 @@ def run(argv=None) -> int:
         if args.compare_plans:  # a short list: every plan's time
             for r in rows:
                 print(f"{r['shape']:>8} {r['M']:6d}  " + "  ".join(f"{k} {v:.1f}" for k, v in r["plans_us"].items()))
+    if args.tune:
+        entries = tune_entries(rows, gpu_name(torch.cuda.current_device()), args.dtype)
+        total = tuned_plans.merge(Path(args.tune), entries)
+        print(f"--tune: {len(entries)} of {len(rows)} rows beat the heuristic by >= 2%; {args.tune} holds {total}")
     if args.kernel_time:
         print("kernel time only (profiler; no event-pair overhead on either side):")
         print_table(rows, [("shape", "shape", "s"), ("M", "M", "d"), ("fg_kern_us", "fg kernel us", ".1f"),

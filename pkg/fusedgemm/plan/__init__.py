@@ -1,5 +1,6 @@
 """Plans: which tile config and split-K factor a gemm_a8 call takes, one module per arch family (sm90.py,
-cdna.py). `FUSEDGEMM_PRINT_CONFIGS=1` prints each choice; `forced_config` pins one (tests, the bench)."""
+cdna.py), after the tuned table of measured exceptions (tuned.py). `FUSEDGEMM_PRINT_CONFIGS=1` prints each choice
+and what made it; `forced_config` pins one (tests, the bench)."""
 from __future__ import annotations
 
 import contextlib
@@ -7,7 +8,7 @@ import os
 
 from ..runtime import kernels
 from ..runtime.arch import device_arch
-from . import cdna, sm90
+from . import cdna, sm90, tuned
 
 SPLITS = (1, 2, 4, 8)  # split-K factors = cluster sizes (8 is the portable cluster limit)
 _PRINT_CONFIGS = os.environ.get("FUSEDGEMM_PRINT_CONFIGS", "") not in ("", "0")
@@ -66,11 +67,12 @@ def choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132,
         return kernels.GEMM_A8_CONFIGS[name], splits
     cfg, splits = sm90.choose(m, n, k, sms, persistent_ok, in_kind) if arch == "sm_90a" else cdna.choose(m, n, k)
     if _PRINT_CONFIGS:
-        print(f"[fusedgemm] gemm_a8 M={m} N={n} K={k} -> {cfg.name} split-K {splits}")
+        print(f"[fusedgemm] gemm_a8 M={m} N={n} K={k} {in_kind} -> {cfg.name} split-K {splits} (heuristic)")
     return cfg, splits
 
 
 _SM_COUNT: dict[int, int] = {}
+_GPU_NAME: dict[int, str] = {}
 
 
 def sm_count(device_index: int) -> int:
@@ -82,8 +84,37 @@ def sm_count(device_index: int) -> int:
     return n
 
 
+def gpu_name(device_index: int) -> str:
+    name = _GPU_NAME.get(device_index)
+    if name is None:
+        import torch
+
+        name = _GPU_NAME[device_index] = torch.cuda.get_device_name(device_index)
+    return name
+
+
+def tuned_plan(m: int, n: int, k: int, gpu: str, arch: str, persistent_ok: bool,
+               in_kind: str) -> tuple[kernels.TileConfig, int] | None:
+    """The tuned table's plan for this problem on this GPU, if it has one that can run here: a config of this arch
+    that serves the kind, a split the arch's plans list (so the GPU tests ran it), and, if persistent, an epilogue
+    that fits its staging."""
+    hit = tuned.lookup(gpu, in_kind, n, k, m)
+    if hit is None or _FORCED is not None:
+        return None
+    cfg = kernels.GEMM_A8_CONFIGS.get(hit[0])
+    if cfg is None or hit not in plans(arch, in_kind) or (cfg.persistent and not persistent_ok):
+        return None
+    if _PRINT_CONFIGS:
+        print(f"[fusedgemm] gemm_a8 M={m} N={n} K={k} {in_kind} -> {cfg.name} split-K {hit[1]} (tuned: {gpu})")
+    return cfg, hit[1]
+
+
 def plan_for(m: int, n: int, k: int, device_index: int, persistent_ok: bool = True,
              in_kind: str = "fp8") -> tuple[kernels.TileConfig, int]:
-    """The (tile config, split-K) a call of this shape and input kind takes on device `device_index`."""
+    """The (tile config, split-K) a call of this shape and input kind takes on device `device_index`: the pinned
+    plan, else the tuned table's for this GPU, else the arch's heuristic."""
     arch = device_arch(device_index)
+    hit = tuned_plan(m, n, k, gpu_name(device_index), arch, persistent_ok, in_kind)
+    if hit is not None:
+        return hit
     return choose_config(m, n, k, arch, sm_count(device_index) if arch == "sm_90a" else 0, persistent_ok, in_kind)

@@ -1,0 +1,89 @@
+"""The tuned-plan table (fusedgemm/plan/tuned.py): measured exceptions to the heuristic per GPU, kind, N, K and M
+bucket; plan_for takes them before the heuristic, only on the GPU they were measured on; bench --tune writes them."""
+import json
+
+import pytest
+
+import fusedgemm.plan as plan_mod
+from fusedgemm.bench.gemm_a8 import tune_entries
+from fusedgemm.plan import choose_config, forced_config, plans, tuned
+from fusedgemm.runtime import kernels
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+@pytest.mark.parametrize("m, bucket", [(0, 1), (1, 1), (2, 2), (3, 4), (1024, 1024), (1025, 2048), (8192, 8192)])
+def test_m_bucket_is_the_next_power_of_two(m, bucket):
+    assert tuned.m_bucket(m) == bucket
+
+
+def test_the_shipped_table_holds_plans_the_gpu_tests_run():
+    entries = tuned.read(tuned.TABLE_FILE)
+    assert entries, "the package ships measured entries"
+    keys = [(e["gpu"], e["kind"], e["N"], e["K"], e["M_bucket"]) for e in entries]
+    assert len(set(keys)) == len(keys)
+    for e in entries:
+        name, splits = e["plan"].split(":")
+        assert (name, int(splits)) in plans("sm_90a", e["kind"]), e
+        assert e["M_bucket"] == tuned.m_bucket(e["M_bucket"]), e
+        assert min(e["us"] if isinstance(e["us"], list) else [e["us"]]) < min(
+            e["heuristic_us"] if isinstance(e["heuristic_us"], list) else [e["heuristic_us"]]), e
+
+
+@pytest.fixture
+def h100(monkeypatch):
+    """plan_for on a fake sm_90a device 0 named like the H100 the shipped table was measured on."""
+    monkeypatch.setattr(plan_mod, "device_arch", lambda index: "sm_90a")
+    monkeypatch.setattr(plan_mod, "_SM_COUNT", {0: 132})
+    names = {0: H100}
+    monkeypatch.setattr(plan_mod, "_GPU_NAME", names)
+    monkeypatch.delenv("FUSEDGEMM_TUNED", raising=False)
+    return names
+
+
+def test_plan_for_takes_the_tuned_plan_on_its_gpu_only(h100, monkeypatch):
+    down = (4096, 4096, 14336)  # fp8 'down' at M = 4096: the table's p128n128 where the heuristic takes w192n128
+    heuristic = choose_config(*down, "sm_90a", 132, True, "fp8")
+    assert (heuristic[0].name, heuristic[1]) != ("p128n128", 1)
+    got = plan_mod.plan_for(*down, 0)
+    assert (got[0].name, got[1]) == ("p128n128", 1)
+    assert plan_mod.plan_for(3000, 4096, 14336, 0)[0].name == "p128n128"  # same bucket (2048, 4096]
+    assert plan_mod.plan_for(2048, 4096, 14336, 0) == choose_config(2048, 4096, 14336, "sm_90a", 132, True, "fp8")
+    assert plan_mod.plan_for(*down, 0, in_kind="int8")[0] is choose_config(*down, "sm_90a", 132, True, "int8")[0]
+    # the epilogue does not fit the persistent staging: the heuristic's plan, not the tuned persistent one
+    assert plan_mod.plan_for(*down, 0, persistent_ok=False) == choose_config(*down, "sm_90a", 132, False, "fp8")
+    with forced_config("w128n128", 2):
+        assert plan_mod.plan_for(*down, 0) == (kernels.GEMM_A8_CONFIGS["w128n128"], 2)
+    monkeypatch.setenv("FUSEDGEMM_TUNED", "0")
+    assert plan_mod.plan_for(*down, 0) == heuristic
+    monkeypatch.delenv("FUSEDGEMM_TUNED")
+    h100[0] = "NVIDIA H200"
+    assert plan_mod.plan_for(*down, 0) == heuristic
+
+
+def test_print_configs_says_what_decided(h100, monkeypatch, capsys):
+    monkeypatch.setattr(plan_mod, "_PRINT_CONFIGS", True)
+    plan_mod.plan_for(4096, 4096, 14336, 0)
+    plan_mod.plan_for(4096, 6144, 4096, 0)
+    out = capsys.readouterr().out
+    assert f"-> p128n128 split-K 1 (tuned: {H100})" in out and "(heuristic)" in out
+
+
+def test_merge_replaces_same_keys_and_sorts(tmp_path):
+    path = tmp_path / "t.json"
+    e = dict(gpu="G", kind="fp8", N=64, K=128, M_bucket=1024, plan="w128n192:1", us=1.0, heuristic="w192n128:1",
+             heuristic_us=2.0)
+    assert tuned.merge(path, [e, dict(e, N=32)]) == 2
+    assert tuned.merge(path, [dict(e, plan="p128n128:1")]) == 2
+    rows = json.loads(path.read_text())["entries"]
+    assert [r["N"] for r in rows] == [32, 64] and rows[1]["plan"] == "p128n128:1"
+
+
+def test_tune_entries_keep_only_clear_wins():
+    base = dict(shape="s", N=4096, K=14336, heuristic="w192n128:1")
+    rows = [dict(base, M=4096, plans_us={"w192n128:1": 100.0, "p128n128:1": 97.0}),    # 3% faster: kept
+            dict(base, M=8192, plans_us={"w192n128:1": 100.0, "w128n192:1": 99.0}),    # 1%: not
+            dict(base, M=1024, plans_us={"p128n128:1": 50.0})]                         # heuristic not timed
+    (e,) = tune_entries(rows, "G", "fp8")
+    assert (e["plan"], e["M_bucket"], e["heuristic"], e["us"], e["heuristic_us"]) == (
+        "p128n128:1", 4096, "w192n128:1", 97.0, 100.0)

@@ -65,10 +65,14 @@ class Signature:
     def sizes(self) -> tuple[int, ...]:
         return tuple(_ctype_info(c)[1] for _n, c in self.params)
 
+    def _packing(self, count: int) -> struct.Struct:
+        """The struct packing of the first `count` parameters at their offsets."""
+        items = ((*_ctype_info(ctype)[:2], off) for (_name, ctype), off in zip(self.params[:count], self.offsets))
+        return struct.Struct("<" + _pack_format(items)[0])
+
     @property
     def struct(self) -> struct.Struct:
-        items = ((*_ctype_info(ctype)[:2], off) for (_name, ctype), off in zip(self.params, self.offsets))
-        return struct.Struct("<" + _pack_format(items)[0])
+        return self._packing(len(self.params))
 
     def prefix_struct(self, count: int) -> struct.Struct:
         """The packing of the first `count` parameters alone (scalars and pointers only), at their offsets: a
@@ -76,8 +80,7 @@ class Signature:
         params = self.params[:count]
         if len(params) != count or any(isinstance(c, StructType) for _n, c in params):
             raise ValueError(f"prefix_struct({count}): the first {count} parameters must be scalars or pointers")
-        items = ((*_ctype_info(ctype)[:2], off) for (_name, ctype), off in zip(params, self.offsets))
-        return struct.Struct("<" + _pack_format(items)[0])
+        return self._packing(count)
 
     @property
     def flat_names(self) -> tuple[str, ...]:

@@ -74,8 +74,8 @@ def test_auto_measures_once_and_persists(mode, tmp_path):
         fused(x)
     saved = json.loads((tmp_path / "fusion_decisions.json").read_text())
     assert len(saved) == 2 and all(set(v) == {"fused", "us"} for v in saved.values()), saved
-    for key, v in saved.items():  # the choice is the faster one, as measured
-        assert v["fused"] == (v["us"][0] <= v["us"][1]), (key, v)
+    for key, v in saved.items():  # the kernel only where measured clearly faster (runtime.FUSED_MARGIN)
+        assert v["fused"] == (v["us"][0] <= runtime.FUSED_MARGIN * v["us"][1]), (key, v)
 
 
 def test_graph_capture_replays(mode):

@@ -142,6 +142,21 @@ def test_nan_propagates_through_every_op(tmp_path):
 
 
 # ---- random trees --------------------------------------------------------------------------------------------
+def check_random_trees(cases, data, tmp_path, what: str):
+    """Build `cases` into one library and check each functor against the float64 evaluator on its own fp32-exact
+    accumulators: the output within the tree's tolerance, a saved intermediate within one ulp of its type."""
+    lib = build_library(cases, tmp_path)
+    for i, ((spec, out, _v), (expr, ops, kinds)) in enumerate(zip(cases, data)):
+        acc = (torch.randn(M, N, generator=torch.Generator().manual_seed(i), dtype=torch.float64) * 2)
+        acc = acc.to(torch.float32).to(torch.float64)
+        y, saved = run_case(lib, i, spec, out, acc, ops, kinds)
+        ref, ref_saved = E.evaluate_outputs(expr, acc, ops)
+        check_close(y, ref, tolerance(expr, acc, ops, ref), f"{what} {i}: {expr}", allowed=0.02)
+        if ref_saved is not None:
+            tol = ref_saved.abs().nan_to_num(0.0, 0.0, 0.0) * 2 ** -7 + 1e-6  # one ulp of the save type, ~
+            check_close(saved, ref_saved, tol, f"{what} {i} saved: {expr}", allowed=0.05)
+
+
 def test_random_trees(tmp_path):
     """300 random trees (depth <= 6, every leaf and op, optional operands left out, dyn and typed operands,
     fp32 output through pair and quad stores): the functor matches the float64 evaluator."""
@@ -152,16 +167,7 @@ def test_random_trees(tmp_path):
         ops, dtypes, kinds = random_operands(rng, expr, M, N, dyn=True)
         cases.append((codegen.EpilogueSpec.of(expr, dtypes), "fp32", (1, 2, 4)[i % 3]))
         data.append((expr, ops, kinds))
-    lib = build_library(cases, tmp_path)
-    for i, ((spec, out, _v), (expr, ops, kinds)) in enumerate(zip(cases, data)):
-        acc = (torch.randn(M, N, generator=torch.Generator().manual_seed(i), dtype=torch.float64) * 2)
-        acc = acc.to(torch.float32).to(torch.float64)
-        y, saved = run_case(lib, i, spec, out, acc, ops, kinds)
-        ref, ref_saved = E.evaluate_outputs(expr, acc, ops)
-        check_close(y, ref, tolerance(expr, acc, ops, ref), f"tree {i}: {expr}", allowed=0.02)
-        if ref_saved is not None:
-            tol = ref_saved.abs().nan_to_num(0.0, 0.0, 0.0) * 2 ** -7 + 1e-6  # one ulp of the save type, ~
-            check_close(saved, ref_saved, tol, f"tree {i} saved: {expr}", allowed=0.05)
+    check_random_trees(cases, data, tmp_path, "tree")
 
 
 @pytest.mark.parametrize("out", ["bf16", "fp16", "fp8e4m3fn", "fp8e4m3fnuz"])
@@ -223,16 +229,7 @@ def test_paired_random_trees(tmp_path):
         ops, dtypes, kinds = random_operands(rng, expr, M, N // 2, dyn=True)
         cases.append((codegen.EpilogueSpec.of(expr, dtypes), "fp32", (2, 4)[i % 2]))
         data.append((expr, ops, kinds))
-    lib = build_library(cases, tmp_path)
-    for i, ((spec, out, _v), (expr, ops, kinds)) in enumerate(zip(cases, data)):
-        acc = (torch.randn(M, N, generator=torch.Generator().manual_seed(i), dtype=torch.float64) * 2)
-        acc = acc.to(torch.float32).to(torch.float64)
-        y, saved = run_case(lib, i, spec, out, acc, ops, kinds)
-        ref, ref_saved = E.evaluate_outputs(expr, acc, ops)
-        check_close(y, ref, tolerance(expr, acc, ops, ref), f"paired tree {i}: {expr}", allowed=0.02)
-        if ref_saved is not None:
-            tol = ref_saved.abs().nan_to_num(0.0, 0.0, 0.0) * 2 ** -7 + 1e-6
-            check_close(saved, ref_saved, tol, f"paired tree {i} saved: {expr}", allowed=0.05)
+    check_random_trees(cases, data, tmp_path, "paired tree")
 
 
 def test_paired_store_needs_even_v(tmp_path):

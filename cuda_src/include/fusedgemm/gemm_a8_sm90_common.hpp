@@ -182,15 +182,20 @@ FG_DEVICE void tile_of_block(int N, int k_bytes, int& m_block, int& n_block) {
           n_block);
 }
 
-// A B-multicast pair's tile (Cfg::kPairB; grid (2 x column tiles, pairs of row blocks), clusters of 2 along x):
-// pair p = blockIdx.y * column tiles + blockIdx.x / 2 takes tile p of the row-block pairs in tile_of's order,
-// and the pair's CTA of cluster rank r row block 2 m + r of it (past M when the row blocks are odd in number:
-// that CTA still copies its half of B for its peer and stores nothing).
-FG_DEVICE void tile_of_pair_block(int N, int k_bytes, u32 rank, int& m_block, int& n_block) {
-  const int num_n = static_cast<int>(gridDim.x) / 2, num_pairs = static_cast<int>(gridDim.y);
-  tile_of(static_cast<int>(blockIdx.y) * num_n + static_cast<int>(blockIdx.x) / 2, num_n, num_pairs, N, k_bytes,
-          m_block, n_block);
+// A B-multicast pair's tile (Cfg::kPairB): unit p of the num_n x num_pairs pairs of row blocks, in tile_of's
+// order, and for the pair's CTA of cluster rank r row block 2 m + r of it (past M when the row blocks are odd in
+// number: that CTA still copies its half of B for its peer and stores nothing).
+FG_DEVICE void pair_tile_of(int p, int num_n, int num_pairs, int N, int k_bytes, u32 rank, int& m_block,
+                            int& n_block) {
+  tile_of(p, num_n, num_pairs, N, k_bytes, m_block, n_block);
   m_block = 2 * m_block + static_cast<int>(rank);
+}
+// ... in a CTA-per-tile grid (2 x column tiles, pairs of row blocks), clusters of 2 along x: pair p = blockIdx.y x
+// column tiles + blockIdx.x / 2.
+FG_DEVICE void tile_of_pair_block(int N, int k_bytes, u32 rank, int& m_block, int& n_block) {
+  const int num_n = static_cast<int>(gridDim.x) / 2;
+  pair_tile_of(static_cast<int>(blockIdx.y) * num_n + static_cast<int>(blockIdx.x) / 2, num_n,
+               static_cast<int>(gridDim.y), N, k_bytes, rank, m_block, n_block);
 }
 
 // Rows of A one TMA copy brings: the whole tile, except when all of M fits in one tile: then M rounded up to

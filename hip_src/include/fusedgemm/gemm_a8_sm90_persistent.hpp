@@ -90,8 +90,7 @@ FG_DEVICE int persistent_step() {
 template <class In, class Cfg>
 FG_DEVICE void persistent_tile(int t, int num_n, int num_m, int N, int K, int& m_block, int& n_block) {
   if constexpr (Cfg::kPairB) {
-    tile_of(t, num_n, (num_m + 1) / 2, N, K * InTraits<In>::kBytes, m_block, n_block);
-    m_block = 2 * m_block + static_cast<int>(sm90::cluster_rank());
+    pair_tile_of(t, num_n, (num_m + 1) / 2, N, K * InTraits<In>::kBytes, sm90::cluster_rank(), m_block, n_block);
   } else {
     tile_of(t, num_n, num_m, N, K * InTraits<In>::kBytes, m_block, n_block);
   }

@@ -27,7 +27,7 @@ def forced_config(name: str, splits: int = 1):
     if name not in kernels.GEMM_A8_CONFIGS:
         raise ValueError(f"unknown gemm_a8 config {name!r}; expected one of {sorted(kernels.GEMM_A8_CONFIGS)}")
     cfg = kernels.GEMM_A8_CONFIGS[name]
-    if splits not in SPLITS or (splits > 1 and (cfg.unit != "gemm_a8_sm90" or cfg.persistent or cfg.pair_b)):
+    if splits not in SPLITS or (splits > 1 and not cfg.splits_k):
         raise ValueError(f"splits must be one of {SPLITS} (> 1 only for the sm_90 wgmma configs that are neither "
                          f"persistent nor B-multicast pairs), got {splits} for {name}")
     saved, _FORCED = _FORCED, (name, splits)
@@ -49,8 +49,7 @@ def plans(arch: str, in_kind: str = "fp8") -> list[tuple[str, int]]:
         if not cfg.serves(in_kind):
             continue
         if cfg.unit == "gemm_a8_sm90":
-            one = cfg.persistent or cfg.pair_b  # no split-K on these
-            out += [(name, s) for s in (SPLITS[:1] if one else SPLITS)] if arch == "sm_90a" else []
+            out += [(name, s) for s in (SPLITS if cfg.splits_k else SPLITS[:1])] if arch == "sm_90a" else []
         elif arch != "sm_90a":
             out.append((name, 1))
         elif name == "m128n128" and not wide:  # sm_90a keeps one mma.sync config reachable for gemm_a8, tested;

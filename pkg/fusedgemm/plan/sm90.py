@@ -4,17 +4,15 @@ M <= 64 is weight streaming: M <= 16 on the swapped 16 x 128 tiles (the weight's
 activation's its N: a quarter of the tensor-core work of an m64 tile at M = 1; three CTAs per SM), else 64 x 128
 tiles (rows past M cost nothing, TMA zero-fills them), two CTAs per SM. M > 64: the persistent 128 x 128 kernel
 when there are at least as many tiles as SMs and K <= PERSISTENT_MAX_K (and the epilogue fits its staging; in
-B-multicast pairs at short K),
-else 128 x 128, 128 x 192 or 192 x 128 tiles (matmul_fused's 16/32-bit kinds also 128 x 256, alone or in
-B-multicast pairs), whichever modelled_time says. When there are too few output tiles to fill the SMs, K is split over a cluster of 2 or 4
-CTAs (2 for M > 64), while every CTA keeps >= 4 K blocks of 128.
+B-multicast pairs at short K), else 128 x 128, 128 x 192 or 192 x 128 tiles (matmul_fused's 16/32-bit kinds also
+128 x 256, alone or in B-multicast pairs), whichever modelled_time says. When there are too few output tiles to fill
+the SMs, K is split over a cluster of 2 or 4 CTAs (2 for M > 64), while every CTA keeps >= 4 K blocks of 128.
+`plans("sm_90a", kind)` (plan/__init__.py) lists every config and split this may choose.
 """
 from __future__ import annotations
 
 from ..runtime import kernels
 
-CONFIGS = ("v16n128", "w64n128", "w128n128", "w128n192", "w192n128", "p128n128")  # gemm_a8 (fp8 / int8)
-CONFIGS_WIDE = CONFIGS + ("w128n256", "c128n256")  # matmul_fused (bf16 / fp16 / tf32): also the 256-wide tiles
 
 # p128n128 (persistent CTAs, the epilogue on spare warps under the next tile's MMAs) where every SM gets a tile
 # and K is not long: the epilogue it hides is a fixed cost per tile, so its share shrinks with K while the
@@ -97,7 +95,7 @@ def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str =
     slots = sms * cfg.min_blocks_per_sm
     # Split-K caps: 4 for the decode tiles (8 was slower on every decode shape), 2 for the larger ones (4
     # was 10-35% slower than 2 at M = 128 and 256: o_proj M=128 26.9 against 22.0 us, down 45.3 / 40.4).
-    max_splits = 4 if cfg.block_m <= 64 else 1 if cfg.pair_b else 2  # a pair's cluster is not a split-K one
+    max_splits = 1 if not cfg.splits_k else 4 if cfg.block_m <= 64 else 2
     splits = 1
     while splits < max_splits and tiles * splits * 2 <= slots and k_blocks >= 4 * splits * 2:
         splits *= 2

@@ -171,6 +171,12 @@ class TileConfig:
     def serves(self, in_kind: str) -> bool:
         return in_kind in self.in_kinds
 
+    @property
+    def splits_k(self) -> bool:
+        """Whether K may be split over a cluster: the sm_90 wgmma configs, but for the persistent ones and the
+        B-multicast pairs (whose cluster is the pair)."""
+        return self.unit == "gemm_a8_sm90" and not self.persistent and not self.pair_b
+
 
 def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n: int = 128,
                   swap_ab: bool = False, chains: int = 1, persistent: bool = False,

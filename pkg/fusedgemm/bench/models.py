@@ -33,6 +33,13 @@ def _configs(transformers, layers: int) -> dict:
     }
 
 
+def _model(transformers, name: str, layers: int):
+    """The named model, random weights from seed 0, bf16 on the GPU, eval mode."""
+    cls, cfg = _configs(transformers, layers)[name]
+    torch.manual_seed(0)
+    return cls(cfg).cuda().bfloat16().eval()
+
+
 def _inputs(name: str, batch: int, seq: int):
     if name == "vit":  # an image is 197 tokens; the shapes' batch is the number of images (seq unused)
         return torch.randn(batch, 3, 224, 224, device="cuda", dtype=torch.bfloat16)
@@ -86,9 +93,7 @@ def run(argv) -> int:
     rows, info = [], device_info()
     modes = args.modes.split(",")
     for name in args.models.split(","):
-        cls, cfg = _configs(transformers, args.layers)[name]
-        torch.manual_seed(0)
-        model = cls(cfg).cuda().bfloat16().eval()
+        model = _model(transformers, name, args.layers)
         runners, compile_s = {"eager": model}, {}
         if "fuse" in modes:
             runners["fuse"] = fg.fuse(model)
@@ -159,9 +164,7 @@ def _compile_times(args, transformers, fg) -> int:
     batch, seq = SHAPES[shape]
     rows = []
     for name in args.models.split(","):
-        cls, cfg = _configs(transformers, args.layers)[name]
-        torch.manual_seed(0)
-        model = cls(cfg).cuda().bfloat16().eval()
+        model = _model(transformers, name, args.layers)
         x = _inputs(name, batch, seq)
         row = {"model": name, "layers": args.layers, "shape": shape}
         for label, backend in (("inductor", "inductor"), ("fg_backend", fg.backend)):

@@ -23,6 +23,7 @@ import torch
 
 from ..matmul import matmul_fused
 from .program import Lowered, Refused, execute, glu_inputs, loads, lower
+from .program_a8 import run_kernel_a8, run_oracle_a8
 
 log = logging.getLogger("fusedgemm.fusion")
 
@@ -173,8 +174,6 @@ def _glu_operands(lw: Lowered, args) -> tuple:
 
 def _run_kernel(lw: Lowered, tensors) -> list:
     if lw.a8 is not None:  # an 8-bit GEMM: one gemm_a8 call (program_a8.py)
-        from .program_a8 import run_kernel_a8
-
         return run_kernel_a8(lw, tensors, _operand_values)
     if lw.glu:
         from ..swiglu import swiglu
@@ -199,8 +198,6 @@ def _run_oracle(lw: Lowered, tensors) -> list:
     from ..epilogue.evaluate import evaluate_outputs
 
     if lw.a8 is not None:
-        from .program_a8 import run_oracle_a8
-
         return run_oracle_a8(lw, tensors, _operand_values)
     if lw.glu:  # the interleaved weight and the paired epilogue, as the kernel gets them
         from ..swiglu import glu_expression

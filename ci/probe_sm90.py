@@ -30,7 +30,7 @@ CFGS = {"w64n128": "fg::ConfigW64N128", "w128n128": "fg::ConfigW128N128", "w128n
         "w192n128": "fg::ConfigW192N128", "v16n128": "fg::ConfigV16N128", "p128n128": "fg::ConfigP128N128"}
 # Probe kernel input name -> (C++ input type, the input kind of gemm_a8_spec).
 INPUTS = {"fp8": ("fg::Fp8E4M3", "fp8"), "i8": ("fg::Int8", "int8")}
-VARIANTS = {"default": []}
+VARIANTS = {"default": [], "old_desc": ["-DFG_PROBE_OLD_DESCRIPTORS"]}
 # The timeline build (--stamps): a variant of its own, with the SiLU epilogue the bench times.
 STAMPS_VARIANT = ("stamps", ["-DFG_PROBE_STAMPS"])
 # The preset epilogue each build variant's kernels run (bf16 out): the identity one, except the timeline's.
@@ -95,7 +95,7 @@ def check_layout(cubin: Path, variant: str) -> None:
 def build(out_dir: Path, variant: str) -> Path:
     from fusedgemm.epilogue.codegen import OUT_TYPES
     from fusedgemm.runtime.build import NVCC_FLAGS, find_nvidia_tool, source_root
-    from fusedgemm.runtime.gemm_a8_spec import struct_name
+    from fusedgemm.epilogue.presets import struct_name
 
     defines = dict(VARIANTS, **dict([STAMPS_VARIANT]))[variant]
     src = [PRELUDE.format(root=source_root())]
@@ -190,7 +190,11 @@ def main() -> int:
     ap.add_argument("--clocks", type=float, default=0.0, help="seconds of back-to-back runs per kernel while "
                     "sampling the SM clock and power (0: off)")
     ap.add_argument("--stamps", action="store_true", help="a per-CTA timeline of each case's normal kernel")
+    ap.add_argument("--configs", nargs="*", help="build only these configs' probe kernels (a faster build)")
     args = ap.parse_args()
+    if args.configs:
+        for name in [c for c in CFGS if c not in args.configs]:
+            del CFGS[name]
     if args.build_only:
         args.build_only.mkdir(parents=True, exist_ok=True)
         for v in [*VARIANTS, STAMPS_VARIANT[0]]:
@@ -226,7 +230,7 @@ def main() -> int:
     cols = [f"{mode}/{v}" if len(VARIANTS) > 1 else mode for mode in MODES for v in VARIANTS]
     print(f"{'case':28} " + " ".join(f"{c:>14}" for c in cols) + "   (event us, median)")
     for label, (m, n, k, cfg_name, splits, in_name, modes) in CASES.items():
-        if args.cases and not any(c in label for c in args.cases):
+        if (args.cases and not any(c in label for c in args.cases)) or cfg_name not in CFGS:
             continue
         cfg = kernels.GEMM_A8_CONFIGS[cfg_name]
         dtype = torch.float8_e4m3fn if in_name == "fp8" else torch.int8
@@ -244,7 +248,7 @@ def main() -> int:
         grid = ((n + cfg.block_n - 1) // cfg.block_n, (m + cfg.block_m - 1) // cfg.block_m, splits)
         if cfg.persistent:  # one wave of CTAs looping over the tiles (as gemm_a8.py launches it)
             grid = (min(grid[0] * grid[1], torch.cuda.get_device_properties(0).multi_processor_count), 1, 1)
-        row = {}
+        runs = {}
         for mode in modes:
             for v, mod in mods.items():
                 sig = probe_spec(v, cfg_name, in_name).signature
@@ -253,12 +257,13 @@ def main() -> int:
                 bm = plain_map if mode == "plain_b" else b_map
                 kargs = sig.values_in_order(dict(values, a_map=a_map, b_map=bm))
 
-                def run():
+                def run(kern=kern, kargs=kargs):
                     kern.launch_cluster(grid, (1, 1, splits), cfg.warps * 32, cfg.smem, stream, *kargs)
-                col = f"{mode}/{v}" if len(VARIANTS) > 1 else mode
-                row[col] = timer(run)
-                if args.clocks:
-                    clocks.append((label, col, *sustained(run, args.clocks)))
+                runs[f"{mode}/{v}" if len(VARIANTS) > 1 else mode] = run
+        row = dict(zip(runs, timer.interleaved(list(runs.values()))))  # rep by rep: one GPU clock for all
+        if args.clocks:
+            for col, run in runs.items():
+                clocks.append((label, col, *sustained(run, args.clocks)))
         print(f"{label:28} " + " ".join(f"{row[c]:14.1f}" if c in row else f"{'-':>14}" for c in cols), flush=True)
         if stamps_mod is not None and splits == 1 and not cfg.persistent:  # stamps: CTA-per-tile kernels
             sig = probe_spec(STAMPS_VARIANT[0], cfg_name, in_name).signature

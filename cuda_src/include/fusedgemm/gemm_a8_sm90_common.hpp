@@ -97,8 +97,8 @@ struct WgmmaConfig {
                 "two chains: fp8 needs 3 x 64 accumulators per thread, which fits 2 consumer warpgroups of n128 only");
   static_assert(!kPersistent || (!kSwapAB && kConsumerWarpgroups == 2 && kBlockN == 128),
                 "persistent: the parked-tile layout and the epilogue warps' row mapping assume a 128 x 128 tile");
-  static_assert(!kPairB || (!kSwapAB && kChains == 1 && kBlockN % 32 == 0),
-                "B-multicast pairs: unswapped, one chain, halves of whole 16-row blocks");
+  static_assert(!kPairB || (!kSwapAB && (kChains == 1 || kPersistent) && kBlockN % 32 == 0),
+                "B-multicast pairs: unswapped, one chain (two: persistent only), halves of whole 16-row blocks");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
 };
 
@@ -146,10 +146,12 @@ using ConfigW128N256 = WgmmaConfig<128, 4, 1, 256>;
 using ConfigC128N256 = WgmmaConfig<128, 4, 1, 256, false, 1, false, true>;
 using ConfigW192N128 = WgmmaConfig<192, 5, 1>;  // large M: three consumer warpgroups keep the tensor core fed
                                                 // while one of them promotes; 5 x 40 KB stages
-// M > 64, many tiles: persistent, epilogue warps, 5 x 32 KB stages (the parked tile takes 64 KB).
-using ConfigP128N128 = WgmmaConfig<128, 5, 1, 128, false, 1, true>;
+// M > 64, many tiles: persistent, epilogue warps, 5 x 32 KB stages (the parked tile takes 64 KB), two accumulator
+// chains (H100, every plan timed rep by rep, with tiles grouped: qkv M = 8192 349 us against 384 with one chain;
+// one chain and two measured alike with row-major tiles, 379 / 384: each bound shows only once the other goes).
+using ConfigP128N128 = WgmmaConfig<128, 5, 1, 128, false, 2, true>;
 // The same in B-multicast pairs (kPairB): a CTA reads 16 + 8 KB from L2 per K block instead of 16 + 16.
-using ConfigCP128N128 = WgmmaConfig<128, 5, 1, 128, false, 1, true, true>;
+using ConfigCP128N128 = WgmmaConfig<128, 5, 1, 128, false, 2, true, true>;
 // F32x3 (matmul_fused's exact fp32) only: 128 x 128, one chain, 4 x 32 KB stages + 2 x 32 KB of small parts.
 using ConfigT128N128 = SplitTf32<WgmmaConfig<128, 4, 1>>;
 using ConfigV16N128 = WgmmaConfig<16, 4, 3, 128, true>;  // M <= 16, swapped: 4 x 18 KB stages, 3 CTAs per SM
@@ -159,12 +161,16 @@ using ConfigV16N128 = WgmmaConfig<16, 4, 3, 128, true>;  // M <= 16, swapped: 4 
 // but a larger weight (gate_up: 117 MB of fp8) would then come again from DRAM for every row block of A.
 // For those, consecutive CTAs walk down a group of 8 row blocks before moving one column right: a wave of
 // 132 CTAs touches ~8 row blocks x ~17 column tiles of the operands. (Grouping weights that fit in L2
-// measured 2-6% slower on the H200, so they keep row-major order.)
+// measured 2-6% slower on the H200 with CTA-per-tile kernels, so those keep row-major order.) The persistent
+// kernel groups every weight (group_all): ncu, H100, qkv M = 8192, row-major order read 2.3x the DRAM bytes of
+// cuBLAS (L2 hit rate 73% against 84%), and grouped it ran 4-9% faster on qkv / o_proj.
 constexpr int kTileGroupRows = 8;
 constexpr i64 kGroupTilesAboveWeightBytes = i64(48) << 20;
-// Tile t (0 <= t < num_n * num_m, in the order CTAs take them) -> its row and column block. k_bytes: B's bytes per row.
-FG_DEVICE void tile_of(int t, int num_n, int num_m, int N, int k_bytes, int& m_block, int& n_block) {
-  if (static_cast<i64>(N) * k_bytes <= kGroupTilesAboveWeightBytes) {
+// Tile t (0 <= t < num_n * num_m, in the order CTAs take them) -> its row and column block. k_bytes: B's bytes per row;
+// group_all: groups of kTileGroupRows row blocks whatever the weight's size.
+FG_DEVICE void tile_of(int t, int num_n, int num_m, int N, int k_bytes, int& m_block, int& n_block,
+                       bool group_all = false) {
+  if (!group_all && static_cast<i64>(N) * k_bytes <= kGroupTilesAboveWeightBytes) {
     m_block = t / num_n;
     n_block = t - m_block * num_n;
     return;
@@ -186,8 +192,8 @@ FG_DEVICE void tile_of_block(int N, int k_bytes, int& m_block, int& n_block) {
 // order, and for the pair's CTA of cluster rank r row block 2 m + r of it (past M when the row blocks are odd in
 // number: that CTA still copies its half of B for its peer and stores nothing).
 FG_DEVICE void pair_tile_of(int p, int num_n, int num_pairs, int N, int k_bytes, u32 rank, int& m_block,
-                            int& n_block) {
-  tile_of(p, num_n, num_pairs, N, k_bytes, m_block, n_block);
+                            int& n_block, bool group_all = false) {
+  tile_of(p, num_n, num_pairs, N, k_bytes, m_block, n_block, group_all);
   m_block = 2 * m_block + static_cast<int>(rank);
 }
 // ... in a CTA-per-tile grid (2 x column tiles, pairs of row blocks), clusters of 2 along x: pair p = blockIdx.y x

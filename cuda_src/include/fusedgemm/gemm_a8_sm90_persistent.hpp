@@ -88,12 +88,14 @@ template <class Cfg>
 FG_DEVICE int persistent_step() {
   return Cfg::kPairB ? sm90::grid_ctas_x() / 2 : sm90::grid_ctas_x();
 }
+// Tiles always in groups of row blocks (tile_of's group_all: see there).
 template <class In, class Cfg>
 FG_DEVICE void persistent_tile(int t, int num_n, int num_m, int N, int K, int& m_block, int& n_block) {
   if constexpr (Cfg::kPairB) {
-    pair_tile_of(t, num_n, (num_m + 1) / 2, N, K * InTraits<In>::kBytes, sm90::cluster_rank(), m_block, n_block);
+    pair_tile_of(t, num_n, (num_m + 1) / 2, N, K * InTraits<In>::kBytes, sm90::cluster_rank(), m_block, n_block,
+                 true);
   } else {
-    tile_of(t, num_n, num_m, N, K * InTraits<In>::kBytes, m_block, n_block);
+    tile_of(t, num_n, num_m, N, K * InTraits<In>::kBytes, m_block, n_block, true);
   }
 }
 
@@ -240,7 +242,8 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
     Acc acc[kAcc];
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
-    consumer_mainloop<In, Cfg, kProbe>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty, warp >> 2, lane);
+    consumer_mainloop<In, Cfg, kProbe>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty,
+                                    sm90::warp_uniform(warp >> 2), lane);
     sm90::mbar_wait(parked_empty, (it & 1) ^ 1);  // the epilogue warps are done with the previous tile
     const int ct = tid & 127;  // thread within its consumer warpgroup
 #pragma unroll

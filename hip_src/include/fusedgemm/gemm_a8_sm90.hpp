@@ -140,7 +140,8 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
   FG_PROBE_STAMP(1, false);
   FG_PROBE_STAMP(4, true);
-  consumer_mainloop<In, Cfg, kProbe>(acc, 0, kb_count, stage_a, stage_b, full, empty, warp >> 2, lane);
+  consumer_mainloop<In, Cfg, kProbe>(acc, 0, kb_count, stage_a, stage_b, full, empty,
+                                    sm90::warp_uniform(warp >> 2), lane);
   // A pair: done with the peer (its last remote arrive is behind); its wait is at the end, after the stores.
   if constexpr (Cfg::kPairB) sm90::cluster_arrive();
   FG_PROBE_STAMP(5, true);

@@ -114,35 +114,33 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
     if constexpr (kProbe == kProbeNoMma) return;
     const u32 a_base = sm90::smem_addr(stage_a + s * Cfg::kStageBytesA + wg * 64 * Cfg::kBlockK);
     const u32 b_base = sm90::smem_addr(stage_b + s * Cfg::kStageBytesB);
+    // Each MMA's descriptors are the K step's offset added to the stage's (uniform-register adds, not a mask and
+    // shift of every address).
+    const sm90::u64 da0 = k_major_desc<Cfg>(a_base, 0);
+    // B's descriptor at K step 0 and the bytes one K step moves it: MN-major, 16 K rows (2048 B) per MMA, 64-column
+    // blocks kValues x 128 B apart (leading offset), 8-row K groups 1024 B apart (stride offset); plain, 32 B within
+    // the 128-byte swizzle; preshuffled, two 16-byte K chunks of every row.
+    const sm90::u64 db0 =
+        Cfg::kBMnMajor ? sm90::smem_desc(b_base, kValues * 128, 1024, sm90::kSwizzle128B)
+        : kPlainB<In, kProbe> ? k_major_desc<Cfg>(b_base, 0)
+                              : sm90::smem_desc(b_base, Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
+    constexpr u32 kStepB = Cfg::kBMnMajor ? 2048 : kPlainB<In, kProbe> ? 32 : 2 * Cfg::kBlockN * 16;
     sm90::wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBlockK / 32; ++kk) {
-      const sm90::u64 da = k_major_desc<Cfg>(a_base, kk);
+      const sm90::u64 da = sm90::desc_plus(da0, 32 * kk);
       if constexpr (Cfg::kSwapAB) {
         // Weight rows 64h..64h+63 (8 core matrices of 8 rows, 128 B apart) are the MMA's A, the activation
-        // its B: D[h] = B_h . A^T.
+        // its B: D[h] = B_h . A^T. Weight row block h: column block h (kValues x 128 B on) MN-major, 64 rows
+        // (64 x 128 B) plain, 8 core matrices (1024 B) preshuffled.
+        constexpr u32 kRowBlockB = Cfg::kBMnMajor ? kValues * 128 : kPlainB<In, kProbe> ? 64 * Cfg::kBlockK : 8 * 128;
 #pragma unroll
         for (int h = 0; h < Cfg::kMmasPerStep; ++h) {
-          // MN-major: weight rows 64h.. are column block h; 16 K rows (2048 B) per MMA; core matrices 1024 B
-          // apart along K (stride offset; the transpose swaps the roles of the two offsets).
-          const sm90::u64 dw =
-              Cfg::kBMnMajor
-                  ? sm90::smem_desc(b_base + h * kValues * 128 + kk * 2048, kValues * 128, 1024, sm90::kSwizzle128B)
-              : kPlainB<In, kProbe>
-                  ? k_major_desc<Cfg>(b_base + h * 64 * Cfg::kBlockK, kk)
-                  : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16 + h * 8 * 128, Cfg::kBlockN * 16, 128,
-                                    sm90::kNoSwizzle);
+          const sm90::u64 dw = sm90::desc_plus(db0, h * kRowBlockB + kk * kStepB);
           Mma::mma(*reinterpret_cast<Acc(*)[kAccPerMma]>(&d[h * kAccPerMma]), dw, da, accumulate || kk > 0);
         }
       } else {
-        // MN-major: 16 K rows (2048 B) per MMA; 64-column blocks kValues x 128 B apart (leading offset), 8-row K
-        // groups 1024 B apart (stride offset).
-        const sm90::u64 db =
-            Cfg::kBMnMajor ? sm90::smem_desc(b_base + kk * 2048, kValues * 128, 1024, sm90::kSwizzle128B)
-            : kPlainB<In, kProbe>
-                ? k_major_desc<Cfg>(b_base, kk)
-                : sm90::smem_desc(b_base + 2 * kk * Cfg::kBlockN * 16, Cfg::kBlockN * 16, 128, sm90::kNoSwizzle);
-        Mma::mma(d, da, db, accumulate || kk > 0);
+        Mma::mma(d, da, sm90::desc_plus(db0, kk * kStepB), accumulate || kk > 0);
       }
     }
     sm90::wgmma_commit();

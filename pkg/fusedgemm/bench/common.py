@@ -18,8 +18,7 @@ class Timer:
     (triton's do_bench): L2 is then full of dirty lines whose write-back lands inside the timed kernel,
     which inflates short, memory-bound kernels by several microseconds.
 
-    Each rep: flush, a spin kernel longer than the host needs to issue fn (measured during warm-up), start
-    event, fn, end event -- so the events time the GPU work of fn, never the host issuing it."""
+    Reps as in interleaved()."""
 
     def __init__(self, reps: int = 50, warmup: int = 5, flush: str = "read"):
         if flush not in ("read", "write"):
@@ -45,25 +44,38 @@ class Timer:
             self.flush_buf.zero_()
 
     def __call__(self, fn) -> float:
-        t0 = time.perf_counter()
-        for _ in range(self.warmup):
-            fn()
-        host_us = (time.perf_counter() - t0) / self.warmup * 1e6  # enqueue time per call (no sync inside)
+        return self.interleaved([fn])[0]
+
+    def interleaved(self, fns) -> list[float]:
+        """Median device times (us) of several fns measured in turn, one rep of each per round. For comparing
+        kernels with each other: the GPU's clock drifts over seconds at its power cap, and timed one after
+        another, two identical kernels measured up to 11% apart (H100, K = 14336).
+
+        Each rep: flush, a spin kernel longer than the host needs to issue fn (measured during warm-up), start
+        event, fn, end event -- so the events time the GPU work of fn, never the host issuing it."""
+        host_us = 0.0  # enqueue time per call (no sync inside), the slowest fn's
+        for fn in fns:
+            t0 = time.perf_counter()
+            for _ in range(self.warmup):
+                fn()
+            host_us = max(host_us, (time.perf_counter() - t0) / self.warmup * 1e6)
         torch.cuda.synchronize()
         # The GPU must not reach the start event before fn's work is queued, or the host's time to issue fn
         # (tens of us for a torch.compile'd function's guards) is measured as device time. So each rep
         # parks the GPU in a spin kernel for longer than the host needs to issue fn (cycles at <= 2 GHz).
         spin_cycles = int((2 * host_us + 20) * 2000)
-        starts = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
-        ends = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps)]
-        for s, e in zip(starts, ends):
-            self.flush_l2()
-            torch.cuda._sleep(spin_cycles)
-            s.record()
-            fn()
-            e.record()
+        pairs = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(self.reps)] for _ in fns]
+        for r in range(self.reps):
+            for fn, evs in zip(fns, pairs):
+                s, e = evs[r]
+                self.flush_l2()
+                torch.cuda._sleep(spin_cycles)
+                s.record()
+                fn()
+                e.record()
         torch.cuda.synchronize()
-        return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends)) * 1e3
+        return [statistics.median(s.elapsed_time(e) for s, e in evs) * 1e3 for evs in pairs]
 
 
 def kernel_us(fn, timer: Timer, reps: int = 30) -> float:

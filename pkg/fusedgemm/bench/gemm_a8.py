@@ -176,12 +176,17 @@ def run(argv=None) -> int:
             row["plan"] = f"{cfg.name}:{splits}"
             h_cfg, h_splits = choose_config(m, n, k, arch, sm_count(torch.cuda.current_device()), True, args.dtype)
             row["heuristic"] = f"{h_cfg.name}:{h_splits}"
-            row["plans_us"] = {}
-            for plan in plans(arch):
-                if args.compare_plans and f"{plan[0]}:{plan[1]}" not in args.compare_plans:
-                    continue
-                with forced_config(*plan):
-                    row["plans_us"][f"{plan[0]}:{plan[1]}"] = timer(ours)
+            names = [f"{c}:{s}" for c, s in plans(arch) if not args.compare_plans or f"{c}:{s}" in args.compare_plans]
+
+            def forced(plan):
+                def run():
+                    with forced_config(*plan):
+                        return ours()
+                return run
+
+            # every plan in turn, rep by rep (Timer.interleaved), so the comparison sees one GPU clock
+            times = timer.interleaved([forced((c, int(s))) for c, s in (p.split(":") for p in names)])
+            row["plans_us"] = dict(zip(names, times))
         if args.kernel_time:
             row["fg_kern_us"] = kernel_us(ours, timer)
         for key, fn in _baselines(args.dtype, a, w, bias, sa, sb, act_name, out_dtype, not args.no_compile).items():

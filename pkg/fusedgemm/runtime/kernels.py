@@ -210,9 +210,9 @@ GEMM_A8_CONFIGS = {
     # the same in B-multicast pairs (ConfigC128N256), matmul_fused only
     "c128n256": _wgmma_config("c128n256", 128, 4, 1, block_n=256, in_kinds=WIDE_IN, pair_b=True),
     "w192n128": _wgmma_config("w192n128", 192, 5, 1),
-    "p128n128": _wgmma_config("p128n128", 128, 5, 1, persistent=True),
+    "p128n128": _wgmma_config("p128n128", 128, 5, 1, chains=2, persistent=True),
     # the same in B-multicast pairs (ConfigCP128N128)
-    "cp128n128": _wgmma_config("cp128n128", 128, 5, 1, persistent=True, pair_b=True),
+    "cp128n128": _wgmma_config("cp128n128", 128, 5, 1, chains=2, persistent=True, pair_b=True),
     "v16n128": _wgmma_config("v16n128", 16, 4, 3, swap_ab=True),
     # matmul_fused's exact fp32 only (ConfigT128N128 = SplitTf32<...>)
     "t128n128": _wgmma_config("t128n128", 128, 4, 1, in_kinds=SPLIT_IN, split_tf32=True),

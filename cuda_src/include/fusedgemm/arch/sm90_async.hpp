@@ -166,6 +166,27 @@ FG_DEVICE u64 smem_desc(u32 addr, u32 leading_bytes, u32 stride_bytes, SmemLayou
          (static_cast<u64>((stride_bytes >> 4) & 0x3FFF) << 32) | (static_cast<u64>(layout) << 62);
 }
 
+// desc advanced by `bytes` (a multiple of 16) in shared memory: one add to the start-address field, which cannot
+// carry out of its 14 bits while the address stays below the 256 KB the field spans (an sm_90 CTA has 227 KB).
+FG_DEVICE u64 desc_plus(u64 desc, u32 bytes) {
+#if defined(FG_PROBE_OLD_DESCRIPTORS)  // ci/probe_sm90.py's A/B variant: the address field rebuilt (mask, shift)
+  const u32 addr = ((static_cast<u32>(desc) & 0x3FFFu) << 4) + bytes;
+  return (desc & ~u64(0x3FFF)) | ((addr & 0x3FFFFu) >> 4);
+#else
+  return desc + (bytes >> 4);
+#endif
+}
+
+// v as lane 0 of the warp has it (every lane must call): a value ptxas then knows to be warp-uniform, so what
+// derives from it (a warpgroup's stage addresses, the wgmma descriptors) can live in uniform registers.
+FG_DEVICE int warp_uniform(int v) {
+#if defined(FG_PROBE_OLD_DESCRIPTORS)
+  return v;
+#else
+  return __shfl_sync(0xffffffffu, v, 0);
+#endif
+}
+
 FG_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
 // Order this thread's ordinary shared-memory writes before later async-proxy (wgmma, TMA) reads of them.
 FG_DEVICE void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }

@@ -1,0 +1,61 @@
+#!/usr/bin/env python3
+"""gemm_a8's large-M kernels next to torch's fp8 GEMM, one call each, for Nsight Compute to read side by side.
+
+    python3 ci/ncu_compare.py                 # warm-up only: builds / loads every kernel, checks the results
+    ncu --profile-from-start off --set full -o rep python3 ci/ncu_compare.py --profile
+
+Each case runs once between cudaProfilerStart / Stop (--profile), so the report holds exactly one launch per case:
+torch._scaled_mm with row-wise scales (CUTLASS's fp8 kernel, no epilogue beyond the scales), then gemm_a8 on each
+forced config with the identity epilogue (the same work) and with bias + SiLU. Shape: M N K from the command line,
+default the grid's qkv at M = 8192.
+"""
+import argparse
+
+import torch
+
+import fusedgemm as fg
+from fusedgemm.plan import forced_config
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("shape", nargs="*", type=int, default=[8192, 6144, 4096])
+    p.add_argument("--profile", action="store_true")
+    p.add_argument("--configs", default="p128n128,cp128n128,w128n192")
+    args = p.parse_args()
+    m, n, k = args.shape
+    dt = fg.FP8_DTYPE_FOR_ARCH["sm_90a"]
+    torch.manual_seed(0)
+    a = (torch.randn(m, k, device="cuda") / 4).to(dt)
+    w = (torch.randn(n, k, device="cuda") / 4).to(dt)
+    wq = fg.preshuffle(w)
+    sa, sb = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") + 0.5
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    ref = torch._scaled_mm(a, w.t(), scale_a=sa[:, None], scale_b=sb[None, :], out_dtype=torch.bfloat16)
+    cases = [("torch._scaled_mm", lambda: torch._scaled_mm(a, w.t(), scale_a=sa[:, None], scale_b=sb[None, :],
+                                                            out_dtype=torch.bfloat16))]
+    for cfg in args.configs.split(","):
+        for epi in ("none", "bias_silu"):
+            def run(cfg=cfg, epi=epi):
+                with forced_config(cfg):
+                    return fg.gemm_a8(a, wq, bias if epi != "none" else None, scale_a=sa, scale_b=sb, epilogue=epi)
+            cases.append((f"{cfg} {epi}", run))
+    for name, fn in cases:  # warm-up: builds, loads, and a sanity check of the identity-epilogue results
+        y = fn()
+        if name.endswith("none"):
+            err = ((y.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
+            print(f"{name}: max error relative to max |y| {err:.2e}")
+            assert err < 2e-2, name
+    torch.cuda.synchronize()
+    if args.profile:
+        for name, fn in cases:
+            torch.cuda.synchronize()
+            torch.cuda.profiler.start()
+            fn()
+            torch.cuda.synchronize()
+            torch.cuda.profiler.stop()
+    print("cases:", ", ".join(name for name, _ in cases))
+
+
+if __name__ == "__main__":
+    main()

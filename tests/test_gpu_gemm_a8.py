@@ -125,7 +125,8 @@ def test_every_plan_against_the_oracle(kind, plan, seed):
             assert torch.equal(again, got), (m, n, k)
 
 
-@pytest.mark.parametrize("config", ["v16n128", "w64n128", "w128n128", "w192n128", "p128n128", "cp128n128"])
+@pytest.mark.parametrize("config", ["v16n128", "w64n128", "w128n128", "w192n128", "p128n128", "cp128n128",
+                                    "s128n128"])
 def test_grouped_tile_order_for_weights_larger_than_l2(config, seed):
     """Weights over 48 MiB take tiles in groups of 8 row blocks (tile_of_block in gemm_a8_sm90.hpp): every
     tile is computed once, including the ragged last group and ragged last column tile."""
@@ -177,11 +178,12 @@ def test_out_into_a_slice_detects_writes_past_the_end(seed):
     assert not torch.isnan(out).any()
 
 
-@pytest.mark.parametrize("config, m", [("p128n128", 2000), ("cp128n128", 2000), ("cp128n128", 1900)])
+@pytest.mark.parametrize("config, m", [("p128n128", 2000), ("s128n128", 2000), ("cp128n128", 2000),
+                                       ("cp128n128", 1900)])
 @pytest.mark.parametrize("kind", ["fp8", "int8"])
 @pytest.mark.parametrize("scalar_scales", [False, True])
 def test_persistent_ctas_loop_over_tiles(config, m, kind, scalar_scales, seed):
-    """p128n128 with more tiles than SMs (16 x 17 = 272: each CTA takes 2-3, so the parked tile, its barriers'
+    """p128n128 (and s128n128: seven epilogue warps, so rows are dealt unevenly) with more tiles than SMs (16 x 17 = 272: each CTA takes 2-3, so the parked tile, its barriers'
     phases and the staged row and column operands are reused), ragged M and N, a partial last K block, and an
     output that is only 4-byte aligned (the epilogue warps' 8-byte stores become two 4-byte ones); nothing is
     written outside it. cp128n128 (B-multicast pairs) also with an odd number of row blocks (M = 1900: 15), whose

@@ -36,7 +36,7 @@ namespace fg {
 // consumer warps: one local and one remote arrive per warp), and the pair starts and ends behind cluster
 // barriers (the peer's copies and arrives may reach this CTA's barriers from its first to its last K block).
 template <int kBlockM_, int kStages_, int kMinBlocksPerSm_, int kBlockN_ = 128, bool kSwapAB_ = false,
-          int kChains_ = 1, bool kPersistent_ = false, bool kPairB_ = false>
+          int kChains_ = 1, bool kPersistent_ = false, bool kPairB_ = false, int kEpilogueWarps_ = 3>
 struct WgmmaConfig {
   static constexpr int kBlockM = kBlockM_;
   // One m64nBN wgmma per warpgroup per K step of 32 bytes: 128, 192 or 256 (256: the 16/32-bit kinds only).
@@ -67,9 +67,14 @@ struct WgmmaConfig {
   // NOTE: setmaxnreg moves registers within the CTA's launch allocation (384 threads x 168 = 64512): the consumers'
   // 2 x 128 x 232 leave exactly 128 x 40 for the producer warpgroup. Asking more deadlocks setmaxnreg.inc (seen
   // with 48 on an H100: the persistent kernel hung).
-  static constexpr int kProducerRegs = kConsumerWarpgroups == 3 ? 24 : 40;
-  static constexpr int kConsumerRegs = kConsumerWarpgroups == 3 ? 160 : 232;
-  static constexpr int kThreads = kConsumerThreads + (kSetMaxNReg ? 128 : 32);
+  // kEpilogueWarps (persistent): 3, the producer warpgroup's spare warps, with 40 registers (consumers 232:
+  // two chains fit); or 7, a second producer warpgroup, with 88 registers (consumers 168: one chain), for short K
+  // where the epilogue, not the MMAs, sets a tile's time (3 warps, one per sub-partition, are latency bound).
+  static constexpr int kEpilogueWarps = kPersistent ? kEpilogueWarps_ : 0;
+  static constexpr int kProducerThreads = !kSetMaxNReg ? 32 : kEpilogueWarps == 7 ? 256 : 128;
+  static constexpr int kProducerRegs = kConsumerWarpgroups == 3 ? 24 : kEpilogueWarps == 7 ? 88 : 40;
+  static constexpr int kConsumerRegs = kConsumerWarpgroups == 3 ? 160 : kEpilogueWarps == 7 ? 168 : 232;
+  static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kStageBytesA = kBlockM * kBlockK;
   static constexpr int kStageBytesB = kBlockN * kBlockK;
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
@@ -79,7 +84,7 @@ struct WgmmaConfig {
   // stages: room for kStagedFloats = kBlockM + 2 kBlockN floats, the rows' values ([k][kBlockM]) then the
   // columns' ([k][kBlockN]) -- one per row and two per column for the presets (alpha * scale_a; scale_b, bias).
   // An epilogue with more hoisted values does not fit (the host does not plan it on this config).
-  static constexpr int kEpilogueThreads = kPersistent ? 96 : 0;
+  static constexpr int kEpilogueThreads = 32 * kEpilogueWarps;
   static constexpr int kParkedOffset = kStages * kStageBytes;
   static constexpr int kStagedOffset = kParkedOffset + (kPersistent ? kBlockM * kBlockN * 4 : 0);
   static constexpr int kStagedFloats = kPersistent ? kBlockM + 2 * kBlockN : 0;
@@ -97,6 +102,8 @@ struct WgmmaConfig {
                 "two chains: fp8 needs 3 x 64 accumulators per thread, which fits 2 consumer warpgroups of n128 only");
   static_assert(!kPersistent || (!kSwapAB && kConsumerWarpgroups == 2 && kBlockN == 128),
                 "persistent: the parked-tile layout and the epilogue warps' row mapping assume a 128 x 128 tile");
+  static_assert(!kPersistent || kEpilogueWarps == 3 || (kEpilogueWarps == 7 && kChains == 1),
+                "3 epilogue warps, or 7 with one chain (the consumers' 168 registers hold one partial tile)");
   static_assert(!kPairB || (!kSwapAB && (kChains == 1 || kPersistent) && kBlockN % 32 == 0),
                 "B-multicast pairs: unswapped, one chain (two: persistent only), halves of whole 16-row blocks");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
@@ -152,6 +159,9 @@ using ConfigW192N128 = WgmmaConfig<192, 5, 1>;  // large M: three consumer warpg
 using ConfigP128N128 = WgmmaConfig<128, 5, 1, 128, false, 2, true>;
 // The same in B-multicast pairs (kPairB): a CTA reads 16 + 8 KB from L2 per K block instead of 16 + 16.
 using ConfigCP128N128 = WgmmaConfig<128, 5, 1, 128, false, 2, true, true>;
+// Short K (8-bit kinds, K <= 2048): seven epilogue warps, one chain. H100, fp8 bias_silu, every plan timed rep by
+// rep: N 5120 K 768 M 16384 199 us against 309 on p128n128; moe_dn M = 8192 235 against 288 (plan/sm90.py).
+using ConfigS128N128 = WgmmaConfig<128, 5, 1, 128, false, 1, true, false, 7>;
 // F32x3 (matmul_fused's exact fp32) only: 128 x 128, one chain, 4 x 32 KB stages + 2 x 32 KB of small parts.
 using ConfigT128N128 = SplitTf32<WgmmaConfig<128, 4, 1>>;
 using ConfigV16N128 = WgmmaConfig<16, 4, 3, 128, true>;  // M <= 16, swapped: 4 x 18 KB stages, 3 CTAs per SM

@@ -12,16 +12,16 @@ namespace fg {
 // an epilogue thread's four columns 4c..4c+3 together (one conflict-free 16-byte read).
 FG_DEVICE int parked_index(int row, int col) { return row * 128 + (col ^ ((row & 3) << 3)); }
 
-// The epilogue warps' part of a tile: rows r = w, w + 3, ... of the parked tile (w: epilogue warp), columns
+// The epilogue warps' part of a tile: rows r = w, w + kEpilogueWarps, ... of the parked tile (w: epilogue warp), columns
 // 4 lane .. 4 lane + 3, through the epilogue slot (one 4-value store per row and thread). The rows' and columns'
 // values were staged in shared memory: staged[k * kBlockM + r] for row value k, then col_staged[k * kBlockN + c].
-template <class Epi>
+template <class Epi, int kEpilogueWarps>
 FG_DEVICE void store_parked_rows(const typename Epi::Params& ep, const float* parked, const float* row_staged,
                                  const float* col_staged, int M, int m0, int col, int col_local, int w) {
   constexpr int kBlock = 128;
   const int rows = min(kBlock, M - m0);
 #pragma unroll 1
-  for (int r = w; r < rows; r += 3) {
+  for (int r = w; r < rows; r += kEpilogueWarps) {
     // NOTE: the column values are re-read from shared memory per row: held across the loop, they do not fit
     // the epilogue warps' 40 registers (spills).
     float c[4][Epi::kColValues];
@@ -71,10 +71,11 @@ struct PersistentSmem {
 //  * consumer warpgroups 0, 1: per tile, the K blocks (consumer_mainloop, K blocks counted across tiles), then
 //    wait until the parked tile is free, park the accumulators as fp32, and go on with the next tile;
 //  * producer warpgroup, warp 0: TMA copies of every tile's K blocks into the ring, running ahead across tiles;
-//  * producer warpgroup, warps 1-3 (epilogue warps, 40 registers): per tile, the rows' scales and the columns'
+//  * producer warpgroup(s), warps 1 .. kEpilogueWarps (epilogue warps: 3 with 40 registers, or 7 with 88, see
+//    WgmmaConfig): per tile, the rows' scales and the columns'
 //    scales and biases into shared memory (while the consumers still compute), then wait for the parked tile and
 //    store it through the epilogue.
-// Two barriers hand the parked tile over: parked_full (256 consumer arrivals) and parked_empty (96).
+// Two barriers hand the parked tile over: parked_full (256 consumer arrivals) and parked_empty (kEpilogueThreads).
 // B-multicast pairs (Cfg::kPairB, clusters of two along x): the units of work are pairs of row blocks of one column
 // tile (tile_of's order over them); cluster c of gridDim.x / 2 takes units c, c + gridDim.x / 2, ..., and its CTA
 // of rank r row block 2 m + r of each (the partner of an odd last row block copies B for its peer, computes on
@@ -173,7 +174,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       if constexpr (Cfg::kPairB) sm90::cluster_sync();  // every thread of the pair, once, at its end
       return;
     }
-    const int e = 32 * w + lane;  // epilogue thread 0..95
+    const int e = 32 * w + lane;  // epilogue thread 0 .. kEpilogueThreads - 1
     for (int t = persistent_first<Cfg>(), it = 0; t < num_tiles; t += persistent_step<Cfg>(), ++it) {
       int m_block, n_block;
       persistent_tile<In, Cfg>(t, num_n, num_m, N, K, m_block, n_block);
@@ -184,7 +185,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       const PersistentSmem<Cfg> tsm;
       float* row_staged = tsm.row_staged();
       float* col_staged = tsm.template col_staged<Epi>();
-      // This thread's rows e, e + 96 and columns likewise, each set's loads all in flight at once (through the
+      // This thread's rows e, e + kEpilogueThreads (while < 128) and columns likewise, each set's loads all in flight at once (through the
       // read-only path): the staging must stay far shorter than a tile's MMAs.
       constexpr int kSlots = (Cfg::kBlockM + Cfg::kEpilogueThreads - 1) / Cfg::kEpilogueThreads;
       static_assert(Cfg::kBlockN == Cfg::kBlockM, "one slot count for rows and columns");
@@ -214,7 +215,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // the rows' and columns' operands are in
       sm90::mbar_wait(tsm.parked_full(), it & 1);
       if (col < N)  // N % 16 == 0: the thread's four columns are all in or all out
-        store_parked_rows<Epi>(ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane, w);
+        store_parked_rows<Epi, Cfg::kEpilogueWarps>(ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane, w);
       sm90::mbar_arrive(tsm.parked_empty());
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // everyone is done with the staged values
     }

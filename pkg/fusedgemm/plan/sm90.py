@@ -3,8 +3,8 @@
 M <= 64 is weight streaming: M <= 16 on the swapped 16 x 128 tiles (the weight's rows are the MMA's M, the
 activation's its N: a quarter of the tensor-core work of an m64 tile at M = 1; three CTAs per SM), else 64 x 128
 tiles (rows past M cost nothing, TMA zero-fills them), two CTAs per SM. M > 64: the persistent 128 x 128 kernel
-when there are at least as many tiles as SMs and K <= PERSISTENT_MAX_K (and the epilogue fits its staging; in
-B-multicast pairs at short K), else 128 x 128, 128 x 192 or 192 x 128 tiles (matmul_fused's 16/32-bit kinds also
+when there are at least as many tiles as SMs and K <= PERSISTENT_MAX_K (and the epilogue fits its staging; at
+short K with seven epilogue warps for the 8-bit kinds, in B-multicast pairs for the 16/32-bit ones), else 128 x 128, 128 x 192 or 192 x 128 tiles (matmul_fused's 16/32-bit kinds also
 128 x 256, alone or in B-multicast pairs), whichever modelled_time says. When there are too few output tiles to fill
 the SMs, K is split over a cluster of 2 or 4 CTAs (2 for M > 64), while every CTA keeps >= 4 K blocks of 128.
 `plans("sm_90a", kind)` (plan/__init__.py) lists every config and split this may choose.
@@ -21,12 +21,18 @@ from ..runtime import kernels
 # than w128n192 at K = 14336 (down).
 PERSISTENT_MAX_K = 8192
 
-# ... in B-multicast pairs (cp128n128: two CTAs computing row blocks 2p, 2p + 1 of one column tile share B by TMA
-# multicast) where K is short. H100, every plan forced in one process (docs/perf-notes.md): fp8 moe_dn (K = 2048)
-# M = 1024 / 4096 / 8192 52.0 / 156.1 / 295.9 us against 55.1 / 169.4 / 325.3; at K = 4096 even (qkv) to 5% slower
-# (o_proj, gate_up), at K = 14336 (down) 5-8% slower. bf16 moe_dn (4096 bytes of K) M = 2048 / 8192 107 / 379 against
-# 118 / 428. The coupled pair costs more than the L2 traffic it saves once a tile's K loop is long.
-PAIR_PERSISTENT_MAX_K = 2048  # bytes of K, 8-bit kinds
+# ... for the 8-bit kinds at short K on s128n128: the same kernel with seven epilogue warps (88 registers) and one
+# accumulator chain (the consumers keep 168). At short K the epilogue, not the MMAs, sets a tile's time: three
+# epilogue warps, one per SM sub-partition, are latency bound. H100, fp8 bias_silu, every plan timed rep by rep
+# (docs/perf-notes.md): N 5120 K 768 M 16384 199 us against 303 on cp128n128, moe_dn (K 2048) M = 8192 235 against
+# 279, N 12288 K 1536 M 16384 617 against 816; at K = 4096 2-5% behind p128n128 (qkv M = 8192 355 against 347,
+# gate_up 1642 against 1569). Its B-multicast pair (measured, not kept) was 3-10% slower than it on every row.
+SHORT_K = 2048  # bytes of K, 8-bit kinds
+
+# The 16/32-bit kinds take the persistent kernel in B-multicast pairs (cp128n128: two CTAs computing row blocks
+# 2p, 2p + 1 of one column tile share B by TMA multicast) where K is short: bf16 moe_dn (4096 bytes of K) M = 2048 /
+# 8192 107 / 379 us against 118 / 428 on p128n128 (H100, one-chain kernels of the time). The coupled pair costs more
+# than the L2 traffic it saves once a tile's K loop is long.
 PAIR_PERSISTENT_MAX_K_WIDE = 4096  # bytes of K, 16/32-bit kinds
 
 # Output elements per unit of time of each M > 64 config relative to w128n128, when each runs whole waves
@@ -77,15 +83,17 @@ def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str =
     F32x3 (in_kind "f32x3") has one config, t128n128, with split-K where tiles are few."""
     configs = kernels.GEMM_A8_CONFIGS
     k = k * kernels.IN_BYTES[in_kind]  # the rules below count K in bytes (a stage holds 128 bytes of K)
-    max_k, rates, min_waves, pair_max_k = (
-        (PERSISTENT_MAX_K, TILE_RATE, 1, PAIR_PERSISTENT_MAX_K) if in_kind in kernels.GEMM_A8_IN
-        else (PERSISTENT_MAX_K_WIDE, TILE_RATE_WIDE, PERSISTENT_MIN_WAVES_WIDE, PAIR_PERSISTENT_MAX_K_WIDE))
+    eight_bit = in_kind in kernels.GEMM_A8_IN
+    max_k, rates, min_waves = ((PERSISTENT_MAX_K, TILE_RATE, 1) if eight_bit
+                               else (PERSISTENT_MAX_K_WIDE, TILE_RATE_WIDE, PERSISTENT_MIN_WAVES_WIDE))
     if in_kind in kernels.SPLIT_IN:
         cfg = configs["t128n128"]
     elif m <= 64:  # weight streaming; up to 16 rows the swapped tile wastes less of the tensor core
         cfg = configs["v16n128" if m <= 16 else "w64n128"]
     elif persistent_ok and k <= max_k and tile_count(configs["p128n128"], m, n) >= min_waves * sms:
-        pair = k <= pair_max_k and m > configs["cp128n128"].block_m  # a pair needs two row blocks
+        if eight_bit:
+            return configs["s128n128" if k <= SHORT_K else "p128n128"], 1
+        pair = k <= PAIR_PERSISTENT_MAX_K_WIDE and m > configs["cp128n128"].block_m  # a pair needs two row blocks
         return configs["cp128n128" if pair else "p128n128"], 1
     else:  # pairs need two row blocks: with one, half of their CTAs would only copy B for the other
         cfg = min((configs[name] for name in rates if m > configs[name].block_m or not configs[name].pair_b),

@@ -180,7 +180,8 @@ class TileConfig:
 
 def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n: int = 128,
                   swap_ab: bool = False, chains: int = 1, persistent: bool = False,
-                  in_kinds: tuple[str, ...] = ALL_IN, split_tf32: bool = False, pair_b: bool = False) -> TileConfig:
+                  in_kinds: tuple[str, ...] = ALL_IN, split_tf32: bool = False, pair_b: bool = False,
+                  epilogue_warps: int = 3) -> TileConfig:
     """Mirror of WgmmaConfig (and SplitTf32) in hip_src/include/fusedgemm/gemm_a8_sm90_common.hpp (K step 128 B)."""
     # stages, then (persistent) the parked fp32 tile, its rows' scales, its columns' scales and biases, then the
     # barriers (+2 persistent); SplitTf32: then, 1024-aligned, two stage-sized buffers of small parts
@@ -191,7 +192,8 @@ def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n
     consumer_warps = 4 if swap_ab else block_m // 16  # swapped: one warpgroup
     # kSetMaxNReg (3 consumer warpgroups, 192- or 256-wide tiles, two accumulator chains or persistent): the
     # producer is a warpgroup, else one warp
-    producer_warps = 4 if consumer_warps == 12 or block_n > 128 or chains > 1 or persistent else 1
+    producer_warps = (1 + epilogue_warps if persistent else 4) if consumer_warps == 12 or block_n > 128 or chains > 1 \
+        or persistent else 1
     return TileConfig(name, block_m, block_n, consumer_warps + producer_warps, "gemm_a8_sm90", smem, min_blocks,
                       swap_ab, persistent, in_kinds, pair_b)
 
@@ -213,6 +215,8 @@ GEMM_A8_CONFIGS = {
     "p128n128": _wgmma_config("p128n128", 128, 5, 1, chains=2, persistent=True),
     # the same in B-multicast pairs (ConfigCP128N128)
     "cp128n128": _wgmma_config("cp128n128", 128, 5, 1, chains=2, persistent=True, pair_b=True),
+    # the same with seven epilogue warps and one chain, for short K (ConfigS128N128)
+    "s128n128": _wgmma_config("s128n128", 128, 5, 1, persistent=True, epilogue_warps=7),
     "v16n128": _wgmma_config("v16n128", 16, 4, 3, swap_ab=True),
     # matmul_fused's exact fp32 only (ConfigT128N128 = SplitTf32<...>)
     "t128n128": _wgmma_config("t128n128", 128, 4, 1, in_kinds=SPLIT_IN, split_tf32=True),

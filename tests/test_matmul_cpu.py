@@ -103,12 +103,13 @@ def test_specs_and_plans_of_the_wide_kinds():
     k = GemmA8Kernel("sm_90a", "w128n192", "bf16", "bf16", spec)
     assert k.preset is None and k.unit.startswith("matmul_sm90_bf16_bf16_w128n192_e")
     assert k.kernel_name.startswith("fg_matmul_bf16_bf16_e") and "gemm_a8_wgmma<fg::Bf16," in k.source()
-    # The plan counts K in bytes (K x the element size): bf16 qkv M = 1024 takes the 128 x 192 tile (two waves, like 128 x 256), M = 4096
-    # the 128 x 256 one (6 waves against 8; TILE_RATE_WIDE measured on an H100), short K the
-    # persistent one.
-    assert choose_config(1024, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "w128n192"
-    assert choose_config(4096, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "c128n256"  # in pairs
-    assert choose_config(8192, 7168, 2048, "sm_90a", 132, True, "bf16")[0].name == "cp128n128"  # short K: pairs
+    # The plan counts K in bytes (K x the element size): bf16 up to K = 4096 takes the persistent kernel from one
+    # wave of tiles; above, the 128 x 256 tile in pairs (TILE_RATE_WIDE measured on an H100); fewer tiles than SMs
+    # the modelled tiles (qkv M = 256: 96 tiles of 128 x 128).
+    assert choose_config(1024, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "p128n128"
+    assert choose_config(4096, 4096, 14336, "sm_90a", 132, True, "bf16")[0].name == "c128n256"  # long K: pairs
+    assert choose_config(8192, 7168, 2048, "sm_90a", 132, True, "bf16")[0].name == "p128n128"
+    assert not choose_config(256, 6144, 4096, "sm_90a", 132, True, "bf16")[0].persistent
     assert choose_config(128, 131072, 2048, "sm_90a", 132, True, "bf16")[0].name == "p128n128"  # one row block
     assert choose_config(1, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "v16n128"
 
@@ -132,7 +133,7 @@ def test_b_multicast_pairs_plan_without_split_k_and_with_two_row_blocks():
     for m in (65, 128):
         cfg, _s = choose_config(m, 28672, 4096, "sm_90a", 132, True, "bf16")
         assert not cfg.pair_b, (m, cfg.name)
-    for m, n, k in ((4096, 4096, 14336), (2048, 28672, 4096), (8192, 6144, 4096)):
+    for m, n, k in ((4096, 4096, 14336), (2048, 28672, 8192), (8192, 6144, 8192)):  # K > 4096: not persistent
         cfg, splits = choose_config(m, n, k, "sm_90a", 132, True, "bf16")
         assert (cfg.name, splits) == ("c128n256", 1), (m, n, k)
 

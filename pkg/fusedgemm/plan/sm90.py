@@ -4,7 +4,7 @@ M <= 64 is weight streaming: M <= 16 on the swapped 16 x 128 tiles (the weight's
 activation's its N: a quarter of the tensor-core work of an m64 tile at M = 1; three CTAs per SM), else 64 x 128
 tiles (rows past M cost nothing, TMA zero-fills them), two CTAs per SM. M > 64: the persistent 128 x 128 kernel
 when there are at least as many tiles as SMs and K <= PERSISTENT_MAX_K (and the epilogue fits its staging; at
-short K with seven epilogue warps for the 8-bit kinds, in B-multicast pairs for the 16/32-bit ones), else 128 x 128, 128 x 192 or 192 x 128 tiles (matmul_fused's 16/32-bit kinds also
+short K with seven epilogue warps for the 8-bit kinds), else 128 x 128, 128 x 192 or 192 x 128 tiles (matmul_fused's 16/32-bit kinds also
 128 x 256, alone or in B-multicast pairs), whichever modelled_time says. When there are too few output tiles to fill
 the SMs, K is split over a cluster of 2 or 4 CTAs (2 for M > 64), while every CTA keeps >= 4 K blocks of 128.
 `plans("sm_90a", kind)` (plan/__init__.py) lists every config and split this may choose.
@@ -29,12 +29,6 @@ PERSISTENT_MAX_K = 8192
 # gate_up 1642 against 1569). Its B-multicast pair (measured, not kept) was 3-10% slower than it on every row.
 SHORT_K = 2048  # bytes of K, 8-bit kinds
 
-# The 16/32-bit kinds take the persistent kernel in B-multicast pairs (cp128n128: two CTAs computing row blocks
-# 2p, 2p + 1 of one column tile share B by TMA multicast) where K is short: bf16 moe_dn (4096 bytes of K) M = 2048 /
-# 8192 107 / 379 us against 118 / 428 on p128n128 (H100, one-chain kernels of the time). The coupled pair costs more
-# than the L2 traffic it saves once a tile's K loop is long.
-PAIR_PERSISTENT_MAX_K_WIDE = 4096  # bytes of K, 16/32-bit kinds
-
 # Output elements per unit of time of each M > 64 config relative to w128n128, when each runs whole waves
 # (H200, --compare-plans at M = 4096 / 8192, fp8 and int8, all five grid shapes: 1.16-1.25 and 1.21-1.29).
 # Larger tiles keep the tensor core busier per K block (the wait and promotion are shared by more MMA work).
@@ -42,14 +36,13 @@ TILE_RATE = {"w128n128": 1.0, "w128n192": 1.2, "w192n128": 1.27}
 
 
 # The 16/32-bit kinds of matmul_fused (a K block holds 64 bf16 / 32 tf32 values: twice / four times the MMA
-# issues per byte of fp8). H100, bf16 silu, every plan forced (ci/matmul_plans.py): w128n192 fastest at qkv M =
-# 1024 / 4096 (102 / 373 us against 108 / 391 persistent, 118 / 437 w128n128) and down M = 4096 (837 against
-# 877-894); the persistent kernel only at short K (moe_dn K = 2048, M = 8192: 459 against 481-567).
-PERSISTENT_MAX_K_WIDE = 4096  # bytes
-# ... and only with several waves of its tiles (H100, moe_dn, every plan forced): M = 1024 (448 tiles, 3.4 waves)
-# 71 us persistent against 68 on w128n256; M = 2048 (6.8 waves) 115 against 131; M = 4096 / 8192 219 / 414
-# against 231 / 447.
-PERSISTENT_MIN_WAVES_WIDE = 4
+# issues per byte of fp8) take the persistent kernel (two chains, tiles grouped) up to K = 8192 bytes, from one
+# wave of tiles. H100, bf16 silu, every plan timed rep by rep (ci/matmul_plans.py, docs/results/
+# h100_matmul_bf16_plans_two_chains.txt): fastest on every row with K <= 4096 and >= 132 tiles -- qkv M = 1024 /
+# 4096 / 8192 79 / 293 / 580 us against 93 (w128n192) / 319 / 627 (c128n256), o_proj M = 1024 (1.9 waves) 54
+# against 57, moe_dn M = 1024 / 8192 57 / 352 against 69 / 444 (c128n256) and 59 / 362 in B-multicast pairs
+# (cp128n128, which the plan no longer takes); at K = 14336 (down) c128n256 leads (629 against 658 at M = 4096).
+PERSISTENT_MAX_K_WIDE = 8192  # bytes
 # w128n256 (two consumer warpgroups of m64n256: 0.625 shared-memory bytes per output element per K step against
 # 0.67 on w128n192), measured after the C7514 fix (H100, bf16 silu, every plan forced): qkv M = 4096 333 us
 # against 355 w128n192 / 359 persistent / 404 w128n128; down M = 4096 660 against 726 persistent / 796 / 829;
@@ -84,17 +77,13 @@ def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str =
     configs = kernels.GEMM_A8_CONFIGS
     k = k * kernels.IN_BYTES[in_kind]  # the rules below count K in bytes (a stage holds 128 bytes of K)
     eight_bit = in_kind in kernels.GEMM_A8_IN
-    max_k, rates, min_waves = ((PERSISTENT_MAX_K, TILE_RATE, 1) if eight_bit
-                               else (PERSISTENT_MAX_K_WIDE, TILE_RATE_WIDE, PERSISTENT_MIN_WAVES_WIDE))
+    max_k, rates = (PERSISTENT_MAX_K, TILE_RATE) if eight_bit else (PERSISTENT_MAX_K_WIDE, TILE_RATE_WIDE)
     if in_kind in kernels.SPLIT_IN:
         cfg = configs["t128n128"]
     elif m <= 64:  # weight streaming; up to 16 rows the swapped tile wastes less of the tensor core
         cfg = configs["v16n128" if m <= 16 else "w64n128"]
-    elif persistent_ok and k <= max_k and tile_count(configs["p128n128"], m, n) >= min_waves * sms:
-        if eight_bit:
-            return configs["s128n128" if k <= SHORT_K else "p128n128"], 1
-        pair = k <= PAIR_PERSISTENT_MAX_K_WIDE and m > configs["cp128n128"].block_m  # a pair needs two row blocks
-        return configs["cp128n128" if pair else "p128n128"], 1
+    elif persistent_ok and k <= max_k and tile_count(configs["p128n128"], m, n) >= sms:
+        return configs["s128n128" if eight_bit and k <= SHORT_K else "p128n128"], 1
     else:  # pairs need two row blocks: with one, half of their CTAs would only copy B for the other
         cfg = min((configs[name] for name in rates if m > configs[name].block_m or not configs[name].pair_b),
                   key=lambda c: modelled_time(c, m, n, sms, rates))

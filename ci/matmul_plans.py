@@ -37,10 +37,10 @@ def main():
         x = torch.randn(m, k, device="cuda").to(dt)
         w = (torch.randn(n, k, device="cuda") / k ** 0.5).to(dt)
         b = torch.randn(n, device="cuda").to(dt)
-        t_mm = timer(lambda: torch.mm(x, w.t()))
         cfg, s = choose_config(m, n, k, "sm_90a", torch.cuda.get_device_properties(0).multi_processor_count, True,
                                args.dtype)
-        line = {"shape": name, "M": m, "N": n, "K": k, "torch.mm": t_mm, "heuristic": f"{cfg.name}:{s}"}
+        line = {"shape": name, "M": m, "N": n, "K": k, "heuristic": f"{cfg.name}:{s}"}
+        runs = {}
         for cname, splits in plans("sm_90a", args.dtype):
             if args.configs and cname not in args.configs.split(","):
                 continue
@@ -53,10 +53,18 @@ def main():
             try:
                 with forced_config(cname, splits):
                     fg.matmul_fused(x, w, b, activation="silu", precision="tf32")
-                    line[f"{cname}:{splits}"] = timer(lambda: fg.matmul_fused(x, w, b, activation="silu",
-                                                                              precision="tf32"))
             except Exception as e:  # noqa: BLE001
                 line[f"{cname}:{splits}"] = f"error {type(e).__name__}"
+                continue
+
+            def run(plan=(cname, splits)):
+                with forced_config(*plan):
+                    fg.matmul_fused(x, w, b, activation="silu", precision="tf32")
+            runs[f"{cname}:{splits}"] = run
+        # torch.mm and every plan in turn, rep by rep (Timer.interleaved): one GPU clock for all
+        t_mm, *times = timer.interleaved([lambda: torch.mm(x, w.t()), *runs.values()])
+        line["torch.mm"] = t_mm
+        line.update(zip(runs, times))
         rows.append(line)
         plan_times = {k_: v for k_, v in line.items() if ":" in k_ and k_ != "heuristic" and isinstance(v, float)}
         best = min(plan_times, key=plan_times.get)

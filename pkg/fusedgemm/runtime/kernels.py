@@ -191,9 +191,13 @@ def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n
     smem = (-(-end // 1024) * 1024 + 2 * stage if split_tf32 else end) + 1024
     consumer_warps = 4 if swap_ab else block_m // 16  # swapped: one warpgroup
     # kSetMaxNReg (3 consumer warpgroups, 192- or 256-wide tiles, two accumulator chains or persistent): the
-    # producer is a warpgroup, else one warp
-    producer_warps = (1 + epilogue_warps if persistent else 4) if consumer_warps == 12 or block_n > 128 or chains > 1 \
-        or persistent else 1
+    # producer is a warpgroup (persistent: the copy warp and the epilogue warps, one or two warpgroups), else one warp
+    if persistent:
+        producer_warps = 1 + epilogue_warps
+    elif consumer_warps == 12 or block_n > 128 or chains > 1:
+        producer_warps = 4
+    else:
+        producer_warps = 1
     return TileConfig(name, block_m, block_n, consumer_warps + producer_warps, "gemm_a8_sm90", smem, min_blocks,
                       swap_ab, persistent, in_kinds, pair_b)
 

@@ -154,9 +154,8 @@ using ConfigC128N256 = WgmmaConfig<128, 4, 1, 256, false, 1, false, true>;
 using ConfigW192N128 = WgmmaConfig<192, 5, 1>;  // large M: three consumer warpgroups keep the tensor core fed
                                                 // while one of them promotes; 5 x 40 KB stages
 // M > 64, many tiles: persistent, epilogue warps, 5 x 32 KB stages (the parked tile takes 64 KB), two accumulator
-// chains (H100, every plan timed rep by rep, with tiles grouped: qkv M = 8192 349 us against 384 with one chain;
-// with row-major tiles one chain and two measured alike, 379 / 384: the chains pay only once the operand traffic
-// is cut, by grouped tiles or B-multicast pairs).
+// chains, tiles grouped (H100, every plan timed rep by rep: qkv M = 8192 349 us against 379 with one chain and
+// row-major tiles; two chains with row-major tiles 384: the chains pay only once the operand traffic is cut).
 using ConfigP128N128 = WgmmaConfig<128, 5, 1, 128, false, 2, true>;
 // The same in B-multicast pairs (kPairB): a CTA reads 16 + 8 KB from L2 per K block instead of 16 + 16.
 using ConfigCP128N128 = WgmmaConfig<128, 5, 1, 128, false, 2, true, true>;

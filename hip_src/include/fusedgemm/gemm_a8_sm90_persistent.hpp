@@ -12,8 +12,8 @@ namespace fg {
 // an epilogue thread's four columns 4c..4c+3 together (one conflict-free 16-byte read).
 FG_DEVICE int parked_index(int row, int col) { return row * 128 + (col ^ ((row & 3) << 3)); }
 
-// The epilogue warps' part of a tile: rows r = w, w + kEpilogueWarps, ... of the parked tile (w: epilogue warp), columns
-// 4 lane .. 4 lane + 3, through the epilogue slot (one 4-value store per row and thread). The rows' and columns'
+// The epilogue warps' part of a tile: rows r = w, w + kEpilogueWarps, ... of the parked tile (w: epilogue warp),
+// columns 4 lane .. 4 lane + 3, through the epilogue slot (one 4-value store per row and thread). The rows' and columns'
 // values were staged in shared memory: staged[k * kBlockM + r] for row value k, then col_staged[k * kBlockN + c].
 template <class Epi, int kEpilogueWarps>
 FG_DEVICE void store_parked_rows(const typename Epi::Params& ep, const float* parked, const float* row_staged,
@@ -185,8 +185,8 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       const PersistentSmem<Cfg> tsm;
       float* row_staged = tsm.row_staged();
       float* col_staged = tsm.template col_staged<Epi>();
-      // This thread's rows e, e + kEpilogueThreads (while < 128) and columns likewise, each set's loads all in flight at once (through the
-      // read-only path): the staging must stay far shorter than a tile's MMAs.
+      // This thread's rows e, e + kEpilogueThreads (while < 128) and columns likewise, each set's loads all in
+      // flight at once (through the read-only path): the staging must stay far shorter than a tile's MMAs.
       constexpr int kSlots = (Cfg::kBlockM + Cfg::kEpilogueThreads - 1) / Cfg::kEpilogueThreads;
       static_assert(Cfg::kBlockN == Cfg::kBlockM, "one slot count for rows and columns");
       int rows[kSlots], cols[kSlots];

@@ -87,3 +87,16 @@ def test_tune_entries_keep_only_clear_wins():
     (e,) = tune_entries(rows, "G", "fp8")
     assert (e["plan"], e["M_bucket"], e["heuristic"], e["us"], e["heuristic_us"]) == (
         "p128n128:1", 4096, "w192n128:1", 97.0, 100.0)
+
+
+def test_tune_times_the_plans_that_can_win_at_each_m():
+    """--compare-plans / --tune with no list: every sm_90a wgmma plan, but not the decode tiles above M = 128
+    nor the mma.sync config (bench/gemm_a8.py candidate_plans); listed plans are taken as given."""
+    from fusedgemm.bench.gemm_a8 import candidate_plans
+
+    every = [f"{c}:{s}" for c, s in plans("sm_90a")]
+    small, large = candidate_plans("sm_90a", 64), candidate_plans("sm_90a", 8192)
+    assert "v16n128:4" in small and "w64n128:1" in small and "p128n128:1" in small and "s128n128:1" in small
+    assert not any(p.startswith(("v16n128", "w64n128", "m128n128")) for p in large)
+    assert set(large) < set(small) <= set(every) and "m128n128:1" in every and "m128n128:1" not in small
+    assert candidate_plans("gfx942", 8192) == [f"{c}:{s}" for c, s in plans("gfx942")]

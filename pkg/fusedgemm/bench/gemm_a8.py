@@ -22,6 +22,7 @@ from .common import (Timer, copy_bandwidth_gbs, device_info, geomean, gpu_proble
 from ..gemm_a8 import forced_config, plan_for, plans
 from ..plan import choose_config, gpu_name, sm_count
 from ..plan import tuned as tuned_plans
+from ..runtime import kernels
 
 # Dense 8-bit tensor-core peaks (TFLOP/s, datasheet) by arch.
 PEAK_8BIT_TFLOPS = {"sm_90a": 1979.0, "gfx942": 2615.0, "gfx950": 4600.0}
@@ -34,6 +35,21 @@ def load_grid(path: str | None) -> tuple[list[int], dict]:
     text = Path(path).read_text() if path else resources.files(__package__).joinpath("llm_shapes.json").read_text()
     grid = json.loads(text)
     return grid["M"], grid["shapes"]
+
+
+def candidate_plans(arch: str, m: int) -> list[str]:
+    """The plans --compare-plans / --tune time at M when none are listed: every plan of `arch`, except, on sm_90a,
+    the decode tiles (at most 64 rows: v16n128, w64n128) above M = 128 and the mma.sync config (m128n128, there
+    only for forced_config and the tests: 5-7x slower than the wgmma tiles). Timing those at M = 8192 took most of
+    a whole-grid --tune's time and they never win there."""
+    configs = kernels.GEMM_A8_CONFIGS
+    out = []
+    for c, s in plans(arch):
+        cfg = configs[c]
+        if arch == "sm_90a" and (cfg.unit != "gemm_a8_sm90" or (cfg.block_m <= 64 and m > 128)):
+            continue
+        out.append(f"{c}:{s}")
+    return out
 
 
 def tune_entries(rows: list[dict], gpu: str, kind: str, margin: float = 0.98) -> list[dict]:
@@ -111,9 +127,9 @@ def run(argv=None) -> int:
     p.add_argument("--flush", choices=["read", "write"], default="read",
                    help="how L2 is flushed before each timed run (see bench/common.py Timer)")
     p.add_argument("--compare-plans", nargs="*", metavar="CONFIG:SPLITS",
-                   help="also time every (tile config, split-K) plan per shape (or only those listed, e.g. "
-                        "w128n128:1 p128n128:1) and report the fastest beside the heuristic's choice (for tuning "
-                        "the heuristic)")
+                   help="also time every (tile config, split-K) plan that can win at the row's M (not the "
+                        "decode tiles above M = 128) per shape, or only those listed (e.g. w128n128:1 p128n128:1), "
+                        "rep by rep, and report the fastest beside the heuristic's choice (for tuning the heuristic)")
     p.add_argument("--sweep", action="store_true",
                    help="instead of the grid, shapes off it: K 768-16384, N 1024-32768, M 256-16384 (SWEEP_CASES); "
                         "prints the worst rows against (c) and how many are below 0.95x")
@@ -176,7 +192,8 @@ def run(argv=None) -> int:
             row["plan"] = f"{cfg.name}:{splits}"
             h_cfg, h_splits = choose_config(m, n, k, arch, sm_count(torch.cuda.current_device()), True, args.dtype)
             row["heuristic"] = f"{h_cfg.name}:{h_splits}"
-            names = [f"{c}:{s}" for c, s in plans(arch) if not args.compare_plans or f"{c}:{s}" in args.compare_plans]
+            names = ([p for p in (f"{c}:{s}" for c, s in plans(arch)) if p in args.compare_plans] if args.compare_plans
+                     else candidate_plans(arch, m))
 
             def forced(plan):
                 def run():

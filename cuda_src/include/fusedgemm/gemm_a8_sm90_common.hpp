@@ -71,7 +71,8 @@ struct WgmmaConfig {
   // two chains fit); or 7, a second producer warpgroup, with 88 registers (consumers 168: one chain), for short K
   // where the epilogue, not the MMAs, sets a tile's time (3 warps, one per sub-partition, are latency bound).
   static constexpr int kEpilogueWarps = kPersistent ? kEpilogueWarps_ : 0;
-  static constexpr int kProducerThreads = !kSetMaxNReg ? 32 : kEpilogueWarps == 7 ? 256 : 128;
+  // persistent: the copy warp and the epilogue warps (one or two warpgroups); else a warpgroup or one warp
+  static constexpr int kProducerThreads = kPersistent ? 32 * (1 + kEpilogueWarps) : kSetMaxNReg ? 128 : 32;
   static constexpr int kProducerRegs = kConsumerWarpgroups == 3 ? 24 : kEpilogueWarps == 7 ? 88 : 40;
   static constexpr int kConsumerRegs = kConsumerWarpgroups == 3 ? 160 : kEpilogueWarps == 7 ? 168 : 232;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;

@@ -13,8 +13,9 @@ namespace fg {
 FG_DEVICE int parked_index(int row, int col) { return row * 128 + (col ^ ((row & 3) << 3)); }
 
 // The epilogue warps' part of a tile: rows r = w, w + kEpilogueWarps, ... of the parked tile (w: epilogue warp),
-// columns 4 lane .. 4 lane + 3, through the epilogue slot (one 4-value store per row and thread). The rows' and columns'
-// values were staged in shared memory: staged[k * kBlockM + r] for row value k, then col_staged[k * kBlockN + c].
+// columns 4 lane .. 4 lane + 3, through the epilogue slot (one 4-value store per row and thread). The rows' and
+// columns' values were staged in shared memory: staged[k * kBlockM + r] for row value k, then
+// col_staged[k * kBlockN + c].
 template <class Epi, int kEpilogueWarps>
 FG_DEVICE void store_parked_rows(const typename Epi::Params& ep, const float* parked, const float* row_staged,
                                  const float* col_staged, int M, int m0, int col, int col_local, int w) {

@@ -5,8 +5,9 @@ activation's its N: a quarter of the tensor-core work of an m64 tile at M = 1; t
 tiles (rows past M cost nothing, TMA zero-fills them), two CTAs per SM. M > 64: the persistent 128 x 128 kernel
 when there are at least as many tiles as SMs and K <= PERSISTENT_MAX_K (and the epilogue fits its staging; at
 short K with seven epilogue warps for the 8-bit kinds), else 128 x 128, 128 x 192 or 192 x 128 tiles
-(matmul_fused's 16/32-bit kinds also 128 x 256, alone or in B-multicast pairs), whichever modelled_time says. When there are too few output tiles to fill
-the SMs, K is split over a cluster of 2 or 4 CTAs (2 for M > 64), while every CTA keeps >= 4 K blocks of 128.
+(matmul_fused's 16/32-bit kinds also 128 x 256, alone or in B-multicast pairs), whichever modelled_time says. When
+there are too few output tiles to fill the SMs, K is split over a cluster of 2 or 4 CTAs (2 for M > 64), while every
+CTA keeps >= 4 K blocks of 128.
 `plans("sm_90a", kind)` (plan/__init__.py) lists every config and split this may choose.
 """
 from __future__ import annotations

@@ -27,10 +27,11 @@ from pathlib import Path
 
 MODES = {"normal": 0, "no_mma": 1, "no_copy": 2, "plain_b": 3, "no_copy_plain_b": 4}
 CFGS = {"w64n128": "fg::ConfigW64N128", "w128n128": "fg::ConfigW128N128", "w128n192": "fg::ConfigW128N192",
-        "w192n128": "fg::ConfigW192N128", "v16n128": "fg::ConfigV16N128", "p128n128": "fg::ConfigP128N128"}
+        "w192n128": "fg::ConfigW192N128", "v16n128": "fg::ConfigV16N128", "p128n128": "fg::ConfigP128N128",
+        "s128n128": "fg::ConfigS128N128"}
 # Probe kernel input name -> (C++ input type, the input kind of gemm_a8_spec).
 INPUTS = {"fp8": ("fg::Fp8E4M3", "fp8"), "i8": ("fg::Int8", "int8")}
-VARIANTS = {"default": [], "old_desc": ["-DFG_PROBE_OLD_DESCRIPTORS"]}
+VARIANTS = {"default": [], "old_desc": ["-DFG_PROBE_OLD_DESCRIPTORS"], "unroll4": ["-DFG_PROBE_UNROLL=4"]}
 # The timeline build (--stamps): a variant of its own, with the SiLU epilogue the bench times.
 STAMPS_VARIANT = ("stamps", ["-DFG_PROBE_STAMPS"])
 # The preset epilogue each build variant's kernels run (bf16 out): the identity one, except the timeline's.
@@ -60,6 +61,16 @@ CASES = {
     "qkv M=8192 w128n192": (8192, 6144, 4096, "w128n192", 1, "fp8", ("normal", "no_mma", "no_copy")),
     "qkv M=8192 w192n128": (8192, 6144, 4096, "w192n128", 1, "fp8", ("normal", "no_mma", "no_copy")),
     "qkv M=8192 p128n128": (8192, 6144, 4096, "p128n128", 1, "fp8", ("normal", "no_mma", "no_copy")),
+    "o_proj M=8192 p128n128": (8192, 4096, 4096, "p128n128", 1, "fp8", ("normal",)),
+    "gate_up M=4096 p128n128": (4096, 28672, 4096, "p128n128", 1, "fp8", ("normal",)),
+    "moe_dn M=8192 s128n128": (8192, 4096, 2048, "s128n128", 1, "fp8", ("normal",)),
+    "moe_dn M=8192 p128n128": (8192, 4096, 2048, "p128n128", 1, "fp8", ("normal",)),
+    "N5120 K768 M16384 p128n128": (16384, 5120, 768, "p128n128", 1, "fp8", ("normal",)),
+    "N5120 K1536 M8192 p128n128": (8192, 5120, 1536, "p128n128", 1, "fp8", ("normal",)),
+    "N5120 K1536 M8192 s128n128": (8192, 5120, 1536, "s128n128", 1, "fp8", ("normal",)),
+    "N5120 K768 M16384 s128n128": (16384, 5120, 768, "s128n128", 1, "fp8", ("normal",)),
+    "down M=8192 s128n128": (8192, 4096, 14336, "s128n128", 1, "fp8", ("normal",)),
+    "down M=8192 p128n128": (8192, 4096, 14336, "p128n128", 1, "fp8", ("normal",)),
     "qkv M=8192 w128n128 int8": (8192, 6144, 4096, "w128n128", 1, "i8", ("normal", "no_copy")),
     "qkv M=8192 w192n128 int8": (8192, 6144, 4096, "w192n128", 1, "i8", ("normal", "no_copy")),
 }
@@ -191,14 +202,23 @@ def main() -> int:
                     "sampling the SM clock and power (0: off)")
     ap.add_argument("--stamps", action="store_true", help="a per-CTA timeline of each case's normal kernel")
     ap.add_argument("--configs", nargs="*", help="build only these configs' probe kernels (a faster build)")
+    ap.add_argument("--variants", nargs="*", help=f"build and time only these build variants ({', '.join(VARIANTS)}; "
+                    "default: all)")
     args = ap.parse_args()
+    if args.variants:
+        for name in [v for v in VARIANTS if v not in args.variants]:
+            del VARIANTS[name]
     if args.configs:
         for name in [c for c in CFGS if c not in args.configs]:
             del CFGS[name]
     if args.build_only:
         args.build_only.mkdir(parents=True, exist_ok=True)
-        for v in [*VARIANTS, STAMPS_VARIANT[0]]:
-            print(build(args.build_only, v))
+        from concurrent.futures import ThreadPoolExecutor
+
+        names = [*VARIANTS, STAMPS_VARIANT[0]]
+        with ThreadPoolExecutor(max_workers=len(names)) as pool:
+            for path in pool.map(lambda v: build(args.build_only, v), names):
+                print(path)
         return 0
 
     import torch
@@ -218,7 +238,10 @@ def main() -> int:
             return Module(cubin_dir / f"probe_{v}.cubin", "nvidia", 0)
         return Module(build(cubin_dir, v), "nvidia", 0)
 
-    mods = {v: load(v) for v in VARIANTS}
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=len(VARIANTS)) as pool:  # one nvcc per variant, side by side
+        mods = dict(zip(VARIANTS, pool.map(load, VARIANTS)))
     timer = Timer(reps=args.reps)
     stream = torch.cuda.current_stream().cuda_stream
     clocks = []

@@ -178,6 +178,22 @@ def test_out_into_a_slice_detects_writes_past_the_end(seed):
     assert not torch.isnan(out).any()
 
 
+@pytest.mark.parametrize("config", ["w128n128", "p128n128", "cp128n128"])
+def test_two_chain_groups_for_every_k_block_count(config, seed):
+    """fp8 with two partial tiles runs its K blocks in unrolled groups of 8, then 4, 2 and 1 (consumer_mainloop):
+    K block counts that leave every combination of the remainder groups, with and without a partial last K
+    block, against the oracle."""
+    from fusedgemm.gemm_a8 import forced_config
+
+    if arch() != "sm_90a":
+        pytest.skip("sm_90a two-chain configs")
+    with forced_config(config, 1):
+        for blocks in (1, 2, 3, 4, 5, 6, 7, 8, 9, 11, 12, 14, 15, 16, 23, 31):
+            for k in (128 * blocks, 128 * blocks - 48):
+                err, _ = run_and_check("fp8", 300, 400, k)
+                assert err <= ONE_ROUNDING[torch.bfloat16], (blocks, k, err)
+
+
 @pytest.mark.parametrize("config, m", [("p128n128", 2000), ("s128n128", 2000), ("cp128n128", 2000),
                                        ("cp128n128", 1900)])
 @pytest.mark.parametrize("kind", ["fp8", "int8"])

@@ -99,4 +99,6 @@ def test_tune_times_the_plans_that_can_win_at_each_m():
     assert "v16n128:4" in small and "w64n128:1" in small and "p128n128:1" in small and "s128n128:1" in small
     assert not any(p.startswith(("v16n128", "w64n128", "m128n128")) for p in large)
     assert set(large) < set(small) <= set(every) and "m128n128:1" in every and "m128n128:1" not in small
+    assert "w128n128:4" in small and "w128n128:2" in candidate_plans("sm_90a", 1024)
+    assert "w128n128:4" not in candidate_plans("sm_90a", 1024) and not any(p.endswith(":2") for p in large)
     assert candidate_plans("gfx942", 8192) == [f"{c}:{s}" for c, s in plans("gfx942")]

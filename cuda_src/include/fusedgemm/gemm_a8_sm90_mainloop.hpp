@@ -189,18 +189,26 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
     // NOTE: ptxas tracks which wgmma group a wait retires only in straight-line code: across a loop's back
     // edge it assumes the other partial tile may still be in flight and serialises every wgmma (C7514). So
     // the loop body is kUnroll blocks, unrolled, ending in wait<0> (one exposed promotion per kUnroll
-    // blocks); a remainder of fewer blocks runs one block at a time.
-    constexpr int kUnroll = 4;
+    // blocks); the remaining blocks run as unrolled groups of 4, 2 and 1. kUnroll 8 against 4 (probe, H100,
+    // one process, two runs): qkv M = 8192 338-340 -> 323-329 us, gate_up M = 4096 845-849 -> 788-805, down M =
+    // 8192 869 -> 808; 16 was no faster (336, 834).
+#if defined(FG_PROBE_UNROLL)  // ci/probe_sm90.py's A/B variant
+    constexpr int kUnroll = FG_PROBE_UNROLL;
+#else
+    constexpr int kUnroll = 8;
+#endif
+    static_assert(kUnroll == 2 || kUnroll == 4 || kUnroll == 8, "the groups of 4, 2 and 1 cover < 8 remaining blocks");
     Acc part0[kAcc], part1[kAcc];
     auto promote = [&](Acc(&p)[kAcc]) {
       sm90::fence_regs(p);
 #pragma unroll
       for (int j = 0; j < kAcc; ++j) acc[j] += p[j];
     };
-    int i = 0;
-    for (; i + kUnroll <= kb_count; i += kUnroll) {
+    // Blocks i .. i + count - 1 (count: an integral_constant), unrolled; nothing is in flight after it.
+    auto run_blocks = [&](auto count, int i) {
+      constexpr int kCount = decltype(count)::value;
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
+      for (int u = 0; u < kCount; ++u) {
         if (u & 1) {
           sm90::fence_regs(part1);
           issue(i + u, part1, false);
@@ -218,19 +226,27 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
         }
       }
       sm90::wgmma_wait<0>();
-      release(i + kUnroll - 1);
-      if ((kUnroll - 1) & 1)
+      release(i + kCount - 1);
+      if ((kCount - 1) & 1)
         promote(part1);
       else
         promote(part0);
+    };
+    int i = 0;
+    for (; i + kUnroll <= kb_count; i += kUnroll) run_blocks(IntConstant<kUnroll>{}, i);
+    if constexpr (kUnroll > 4) {
+      if (i + 4 <= kb_count) {
+        run_blocks(IntConstant<4>{}, i);
+        i += 4;
+      }
     }
-    for (; i < kb_count; ++i) {
-      sm90::fence_regs(part0);
-      issue(i, part0, false);
-      sm90::wgmma_wait<0>();
-      release(i);
-      promote(part0);
+    if constexpr (kUnroll > 2) {
+      if (i + 2 <= kb_count) {
+        run_blocks(IntConstant<2>{}, i);
+        i += 2;
+      }
     }
+    if (i < kb_count) run_blocks(IntConstant<1>{}, i);
   } else {
     // fp8: each K block goes to a partial tile that is waited for and added to the fp32 result (promotion
     // every 128 values of K).

@@ -88,6 +88,13 @@ FG_DEVICE u16 float_to_bf16_bits_rne(float f) {
   return static_cast<u16>(u >> 16);
 }
 
+// A compile-time int as a value (std::integral_constant without <type_traits>, which runtime compilers may
+// lack): lets a generic lambda take a count its body unrolls by.
+template <int V>
+struct IntConstant {
+  static constexpr int value = V;
+};
+
 // Input element types. The tag only selects the MMA atom (and, through InTraits, the element size and the
 // layout B comes in); bytes are moved untyped.
 struct Fp8E4M3 {};   // e4m3fn on sm_90 and gfx950 (OCP), e4m3fnuz on gfx942 (the arch header decides)

@@ -178,15 +178,31 @@ def test_heuristic_picks_only_plans_the_gpu_tests_run():
                 assert (cfg.name, splits) in allowed, (arch_name, m, n, k, cfg.name, splits)
 
 
-@pytest.mark.parametrize("m,n,k,want", [(8192, 7168, 2048, "s128n128"), (1024, 7168, 2048, "s128n128"),
-                                        (8192, 6144, 4096, "p128n128"), (8192, 4096, 2048 + 16, "p128n128")])
-def test_persistent_plans_on_sm90_at_short_k(m, n, k, want):
-    """The 8-bit kinds' persistent 128 x 128 kernel has seven epilogue warps and one chain at K <= 2048 (fp8 moe_dn
-    M = 8192: 16% faster than two chains with three epilogue warps), two chains above: plan/sm90.py, SHORT_K."""
+@pytest.mark.parametrize("m,n,k,kind,want", [
+    (8192, 7168, 2048, "fp8", "s128n128"), (1024, 7168, 2048, "fp8", "s128n128"),  # short K
+    (256, 6144, 4096, "fp8", "s128n128"), (1024, 6144, 4096, "fp8", "s128n128"),   # half a wave to 4 waves
+    (8192, 6144, 4096, "fp8", "cp128n128"), (8192, 4096, 2048 + 16, "fp8", "cp128n128"),  # pairs above
+    (8192, 4096, 14336, "fp8", "p128n128"), (1024, 4096, 14336, "fp8", "p128n128"),  # long K
+    (8192, 7168, 2048, "int8", "s128n128"), (8192, 6144, 4096, "int8", "p128n128"),   # int8: as before
+])
+def test_persistent_plans_on_sm90(m, n, k, kind, want):
+    """The 8-bit kinds' persistent 128 x 128 kernels (plan/sm90.py): seven epilogue warps and one chain at K <= 2048
+    (fp8 moe_dn M = 8192: 16% faster than two chains with three epilogue warps) and, for fp8, from half a wave to
+    four waves of tiles at K <= 4096; above, fp8 in B-multicast pairs up to K = 8192 bytes and alone beyond."""
+    from fusedgemm.gemm_a8 import _choose_config
+
+    cfg, splits = _choose_config(m, n, k, "sm_90a", 132, in_kind=kind)
+    assert (cfg.name, splits) == (want, 1) and cfg.persistent
+
+
+@pytest.mark.parametrize("m,n,k,want", [(256, 4096, 14336, ("w128n128", 2)), (128, 1024, 4096, ("w128n128", 2))])
+def test_fp8_few_tiles_at_long_k_or_below_half_a_wave_split_k(m, n, k, want):
+    """Below half a wave of tiles, or at long K with few tiles, fp8 keeps the CTA-per-tile plans with split-K
+    (down M = 256: 44.3 us against 49.6 on s128n128)."""
     from fusedgemm.gemm_a8 import _choose_config
 
     cfg, splits = _choose_config(m, n, k, "sm_90a", 132)
-    assert (cfg.name, splits) == (want, 1) and cfg.persistent
+    assert (cfg.name, splits) == want
 
 
 @pytest.mark.parametrize("m,n,k,want", [(1, 6144, 4096, ("v16n128", 4)), (16, 4096, 14336, ("v16n128", 4)),

@@ -4,7 +4,8 @@ M <= 64 is weight streaming: M <= 16 on the swapped 16 x 128 tiles (the weight's
 activation's its N: a quarter of the tensor-core work of an m64 tile at M = 1; three CTAs per SM), else 64 x 128
 tiles (rows past M cost nothing, TMA zero-fills them), two CTAs per SM. M > 64: the persistent 128 x 128 kernel
 when there are at least as many tiles as SMs and K <= PERSISTENT_MAX_K (and the epilogue fits its staging; at
-short K with seven epilogue warps for the 8-bit kinds), else 128 x 128, 128 x 192 or 192 x 128 tiles
+short K with seven epilogue warps for the 8-bit kinds; fp8: see choose_fp8_persistent), else 128 x 128, 128 x 192
+or 192 x 128 tiles
 (matmul_fused's 16/32-bit kinds also 128 x 256, alone or in B-multicast pairs), whichever modelled_time says. When
 there are too few output tiles to fill the SMs, K is split over a cluster of 2 or 4 CTAs (2 for M > 64), while every
 CTA keeps >= 4 K blocks of 128.
@@ -29,6 +30,38 @@ PERSISTENT_MAX_K = 8192
 # 279, N 12288 K 1536 M 16384 617 against 816; at K = 4096 2-5% behind p128n128 (qkv M = 8192 355 against 347,
 # gate_up 1642 against 1569). Its B-multicast pair (measured, not kept) was 3-10% slower than it on every row.
 SHORT_K = 2048  # bytes of K, 8-bit kinds
+
+# fp8 after the 8-block unroll of the two-chain main loop (H100, bias_silu, every plan timed rep by rep, one
+# process: docs/results/h100_bench_fp8_tune_unroll8.txt):
+#  * up to FP8_FEW_TILES_WAVES waves of tiles, from half a wave, and K <= FP8_FEW_TILES_MAX_K bytes: s128n128. With
+#    few tiles per CTA the last tile's epilogue is not hidden, and seven epilogue warps finish it sooner: qkv M =
+#    256 / 1024 21.5 / 48.6 us against 24.4 / 52.1 on p128n128, o_proj M = 1024 35.1 / 38.7, gate_up M = 256
+#    67.2 / 71.6, moe_dn M = 256 15.8 / 18.6 (w128n128: 20.8); from 7.8 waves (o_proj / qkv M = 4096) the two
+#    are within 1.5%, and at gate_up M = 4096 / 8192 (54 / 109 waves) s128n128 is 4-9% behind.
+#  * above that and SHORT_K < K <= FP8_PAIR_MAX_K bytes: cp128n128 (B-multicast pairs), 1.1-2.5% faster than
+#    p128n128 on all six K = 4096 rows at M = 4096 / 8192 (gate_up M = 8192 1556 against 1595 us);
+#  * longer K: p128n128, now also at K = 14336 (down M = 4096 / 8192 376 / 753 us against 437 / 824 on w192n128,
+#    385 / 775 on s128n128, 381 / 757 on cp128n128): PERSISTENT_MAX_K_FP8.
+FP8_FEW_TILES_WAVES = 4
+FP8_FEW_TILES_MAX_K = 4096  # bytes: down (K 14336) M = 256 keeps split-K (44.3 us against 49.6 on s128n128)
+FP8_PAIR_MAX_K = 8192
+PERSISTENT_MAX_K_FP8 = 16384
+
+
+def choose_fp8_persistent(m: int, k: int, tiles: int, sms: int) -> kernels.TileConfig | None:
+    """fp8's persistent config for an M > 64 problem of `tiles` 128 x 128 tiles and K bytes, or None (then the
+    CTA-per-tile model decides)."""
+    configs = kernels.GEMM_A8_CONFIGS
+    if k <= FP8_FEW_TILES_MAX_K and 2 * tiles >= sms and tiles <= FP8_FEW_TILES_WAVES * sms:
+        return configs["s128n128"]
+    if tiles < sms or k > PERSISTENT_MAX_K_FP8:
+        return None
+    if k <= SHORT_K:
+        return configs["s128n128"]
+    if k <= FP8_PAIR_MAX_K and m > 128:  # a pair needs two row blocks
+        return configs["cp128n128"]
+    return configs["p128n128"]
+
 
 # Output elements per unit of time of each M > 64 config relative to w128n128, when each runs whole waves
 # (H200, --compare-plans at M = 4096 / 8192, fp8 and int8, all five grid shapes: 1.16-1.25 and 1.21-1.29).
@@ -72,19 +105,29 @@ def modelled_time(cfg: kernels.TileConfig, m: int, n: int, sms: int, rates: dict
     return waves * cfg.block_m * cfg.block_n / rates[cfg.name]
 
 
+def _persistent(m: int, n: int, k: int, sms: int, in_kind: str) -> kernels.TileConfig | None:
+    """The persistent config of an M > 64 problem with K bytes, or None (then the CTA-per-tile model decides)."""
+    tiles = tile_count(kernels.GEMM_A8_CONFIGS["p128n128"], m, n)
+    if in_kind == "fp8":
+        return choose_fp8_persistent(m, k, tiles, sms)
+    eight_bit = in_kind in kernels.GEMM_A8_IN
+    if tiles < sms or k > (PERSISTENT_MAX_K if eight_bit else PERSISTENT_MAX_K_WIDE):
+        return None
+    return kernels.GEMM_A8_CONFIGS["s128n128" if eight_bit and k <= SHORT_K else "p128n128"]
+
+
 def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str = "fp8") -> tuple[kernels.TileConfig, int]:
     """-> (tile config, split-K factor) for an [M, K] x [N, K] problem of input kind `in_kind` on `sms` SMs.
     F32x3 (in_kind "f32x3") has one config, t128n128, with split-K where tiles are few."""
     configs = kernels.GEMM_A8_CONFIGS
     k = k * kernels.IN_BYTES[in_kind]  # the rules below count K in bytes (a stage holds 128 bytes of K)
-    eight_bit = in_kind in kernels.GEMM_A8_IN
-    max_k, rates = (PERSISTENT_MAX_K, TILE_RATE) if eight_bit else (PERSISTENT_MAX_K_WIDE, TILE_RATE_WIDE)
+    rates = TILE_RATE if in_kind in kernels.GEMM_A8_IN else TILE_RATE_WIDE
     if in_kind in kernels.SPLIT_IN:
         cfg = configs["t128n128"]
     elif m <= 64:  # weight streaming; up to 16 rows the swapped tile wastes less of the tensor core
         cfg = configs["v16n128" if m <= 16 else "w64n128"]
-    elif persistent_ok and k <= max_k and tile_count(configs["p128n128"], m, n) >= sms:
-        return configs["s128n128" if eight_bit and k <= SHORT_K else "p128n128"], 1
+    elif persistent_ok and (persistent := _persistent(m, n, k, sms, in_kind)) is not None:
+        return persistent, 1
     else:  # pairs need two row blocks: with one, half of their CTAs would only copy B for the other
         cfg = min((configs[name] for name in rates if m > configs[name].block_m or not configs[name].pair_b),
                   key=lambda c: modelled_time(c, m, n, sms, rates))

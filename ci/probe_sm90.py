@@ -36,6 +36,7 @@ VARIANTS = {"default": [], "old_desc": ["-DFG_PROBE_OLD_DESCRIPTORS"], "unroll4"
 STAMPS_VARIANT = ("stamps", ["-DFG_PROBE_STAMPS"])
 # The preset epilogue each build variant's kernels run (bf16 out): the identity one, except the timeline's.
 VARIANT_ACT = {STAMPS_VARIANT[0]: "silu"}
+ACT = "none"  # the other variants' activation (--act)
 OUT = "bf16"
 PRELUDE = """
 #include "{root}/cuda_src/include/fusedgemm/epilogue_presets.hpp"
@@ -70,6 +71,8 @@ CASES = {
     "N5120 K1536 M8192 s128n128": (8192, 5120, 1536, "s128n128", 1, "fp8", ("normal",)),
     "N5120 K768 M16384 s128n128": (16384, 5120, 768, "s128n128", 1, "fp8", ("normal",)),
     "down M=8192 s128n128": (8192, 4096, 14336, "s128n128", 1, "fp8", ("normal",)),
+    "qkv M=1024 s128n128": (1024, 6144, 4096, "s128n128", 1, "fp8", ("normal",)),
+    "qkv M=256 s128n128": (256, 6144, 4096, "s128n128", 1, "fp8", ("normal",)),
     "down M=8192 p128n128": (8192, 4096, 14336, "p128n128", 1, "fp8", ("normal",)),
     "qkv M=8192 w128n128 int8": (8192, 6144, 4096, "w128n128", 1, "i8", ("normal", "no_copy")),
     "qkv M=8192 w192n128 int8": (8192, 6144, 4096, "w192n128", 1, "i8", ("normal", "no_copy")),
@@ -84,7 +87,7 @@ def probe_spec(variant: str, cfg_name: str, in_name: str):
     """The preset kernel (gemm_a8_spec) a probe kernel is built like: its epilogue functor and its signature."""
     from fusedgemm.runtime.gemm_a8_spec import preset_kernel
 
-    return preset_kernel("sm_90a", cfg_name, INPUTS[in_name][1], OUT, VARIANT_ACT.get(variant, "none"))
+    return preset_kernel("sm_90a", cfg_name, INPUTS[in_name][1], OUT, VARIANT_ACT.get(variant, ACT))
 
 
 def check_layout(cubin: Path, variant: str) -> None:
@@ -202,9 +205,14 @@ def main() -> int:
                     "sampling the SM clock and power (0: off)")
     ap.add_argument("--stamps", action="store_true", help="a per-CTA timeline of each case's normal kernel")
     ap.add_argument("--configs", nargs="*", help="build only these configs' probe kernels (a faster build)")
+    ap.add_argument("--act", choices=("none", "silu", "gelu", "relu"), default="none",
+                    help="the activation of every variant's kernels except the timeline's (default none: the identity "
+                    "epilogue; silu: the bench's bias_silu work)")
     ap.add_argument("--variants", nargs="*", help=f"build and time only these build variants ({', '.join(VARIANTS)}; "
                     "default: all)")
     args = ap.parse_args()
+    global ACT
+    ACT = args.act
     if args.variants:
         for name in [v for v in VARIANTS if v not in args.variants]:
             del VARIANTS[name]

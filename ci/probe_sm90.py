@@ -53,6 +53,7 @@ extern "C" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocksP
   fg::gemm_a8_wgmma<{in_t}, {epi}, {cfg}, {mode}>(args.a_map, args.b_map, args.M, args.N, args.K, args.ep);
 }}
 """
+L2_PROMOTION = {"0": 0, "64": 1, "128": 2, "256": 3}  # CUtensorMapL2promotion by bytes
 # label: (M, N, K, config, split-K, input, probe modes timed)
 CASES = {
     "qkv M=1 v16n128 s4": (1, 6144, 4096, "v16n128", 4, "fp8", ("normal", "no_mma", "no_copy")),
@@ -61,7 +62,8 @@ CASES = {
     "qkv M=8192 w128n128": (8192, 6144, 4096, "w128n128", 1, "fp8", ("normal", "no_mma", "no_copy")),
     "qkv M=8192 w128n192": (8192, 6144, 4096, "w128n192", 1, "fp8", ("normal", "no_mma", "no_copy")),
     "qkv M=8192 w192n128": (8192, 6144, 4096, "w192n128", 1, "fp8", ("normal", "no_mma", "no_copy")),
-    "qkv M=8192 p128n128": (8192, 6144, 4096, "p128n128", 1, "fp8", ("normal", "no_mma", "no_copy")),
+    "qkv M=8192 p128n128": (8192, 6144, 4096, "p128n128", 1, "fp8", ("normal", "no_mma", "no_copy", "plain_b")),
+    "gate_up M=4096 p128n128 plain_b": (4096, 28672, 4096, "p128n128", 1, "fp8", ("normal", "plain_b")),
     "o_proj M=8192 p128n128": (8192, 4096, 4096, "p128n128", 1, "fp8", ("normal",)),
     "gate_up M=4096 p128n128": (4096, 28672, 4096, "p128n128", 1, "fp8", ("normal",)),
     "moe_dn M=8192 s128n128": (8192, 4096, 2048, "s128n128", 1, "fp8", ("normal",)),
@@ -205,6 +207,8 @@ def main() -> int:
                     "sampling the SM clock and power (0: off)")
     ap.add_argument("--stamps", action="store_true", help="a per-CTA timeline of each case's normal kernel")
     ap.add_argument("--configs", nargs="*", help="build only these configs' probe kernels (a faster build)")
+    ap.add_argument("--l2", nargs="*", help="L2 promotions of A's and B's tensor maps to time side by side, each "
+                    "A:B in bytes (0, 64, 128, 256), e.g. 256:256 128:256 (default: the one the package uses)")
     ap.add_argument("--act", choices=("none", "silu", "gelu", "relu"), default="none",
                     help="the activation of every variant's kernels except the timeline's (default none: the identity "
                     "epilogue; silu: the bench's bias_silu work)")
@@ -258,7 +262,11 @@ def main() -> int:
     if args.stamps:
         v = STAMPS_VARIANT[0]
         stamps_mod = load(v)
-    cols = [f"{mode}/{v}" if len(VARIANTS) > 1 else mode for mode in MODES for v in VARIANTS]
+    l2s = args.l2 or [None]  # None: the promotion _CallPlan picks
+    def col_name(mode: str, v: str, l2) -> str:
+        return ((f"{mode}/{v}" if len(VARIANTS) > 1 else mode)
+                + (f"@{l2}" if len(l2s) > 1 or l2 is not None else ""))
+    cols = [col_name(mode, v, l2) for mode in MODES for v in VARIANTS for l2 in l2s]
     print(f"{'case':28} " + " ".join(f"{c:>14}" for c in cols) + "   (event us, median)")
     for label, (m, n, k, cfg_name, splits, in_name, modes) in CASES.items():
         if (args.cases and not any(c in label for c in args.cases)) or cfg_name not in CFGS:
@@ -270,8 +278,11 @@ def main() -> int:
         wq = fg.preshuffle(w)
         out = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
         l2 = g._TMAP_L2_DECODE if cfg.swap_ab else g._TMAP_L2_256B  # as _CallPlan picks
-        a_map = g._tensor_map_a(a.data_ptr(), m, k, cfg.block_m, l2)
-        b_map = g._tensor_map_b(wq.data.data_ptr(), n, k, cfg.block_n, l2)
+
+        def maps(promotion):  # -> (A's map, B's map) with L2 promotion "a:b" in bytes (0: none), or _CallPlan's
+            la, lb = (l2, l2) if promotion is None else (L2_PROMOTION[x] for x in promotion.split(":"))
+            return (g._tensor_map_a(a.data_ptr(), m, k, cfg.block_m, la),
+                    g._tensor_map_b(wq.data.data_ptr(), n, k, cfg.block_n, lb))
         plain_map = encode_tensor_map_tiled(0, 2, w.data_ptr(), (k, n), (k,), (128, cfg.block_n), (1, 1), 0, 3, 3, 0)
         # Everything but the tensor maps: the Params of a bf16 output with no scales, no bias, alpha 1 (results
         # are garbage in the probe modes anyway).
@@ -282,15 +293,17 @@ def main() -> int:
         runs = {}
         for mode in modes:
             for v, mod in mods.items():
-                sig = probe_spec(v, cfg_name, in_name).signature
-                kern = mod.kernel(probe_name(in_name, cfg_name, mode), sig)
-                kern.set_max_dynamic_smem(cfg.smem)
-                bm = plain_map if mode == "plain_b" else b_map
-                kargs = sig.values_in_order(dict(values, a_map=a_map, b_map=bm))
+                for promotion in l2s:
+                    a_map, b_map = maps(promotion)
+                    sig = probe_spec(v, cfg_name, in_name).signature
+                    kern = mod.kernel(probe_name(in_name, cfg_name, mode), sig)
+                    kern.set_max_dynamic_smem(cfg.smem)
+                    bm = plain_map if mode == "plain_b" else b_map
+                    kargs = sig.values_in_order(dict(values, a_map=a_map, b_map=bm))
 
-                def run(kern=kern, kargs=kargs):
-                    kern.launch_cluster(grid, (1, 1, splits), cfg.warps * 32, cfg.smem, stream, *kargs)
-                runs[f"{mode}/{v}" if len(VARIANTS) > 1 else mode] = run
+                    def run(kern=kern, kargs=kargs):
+                        kern.launch_cluster(grid, (1, 1, splits), cfg.warps * 32, cfg.smem, stream, *kargs)
+                    runs[col_name(mode, v, promotion)] = run
         row = dict(zip(runs, timer.interleaved(list(runs.values()))))  # rep by rep: one GPU clock for all
         if args.clocks:
             for col, run in runs.items():
@@ -299,7 +312,8 @@ def main() -> int:
         if stamps_mod is not None and splits == 1 and not cfg.persistent:  # stamps: CTA-per-tile kernels
             sig = probe_spec(STAMPS_VARIANT[0], cfg_name, in_name).signature
             timelines.append((label, timeline(stamps_mod, probe_name(in_name, cfg_name, "normal"), sig, cfg, grid,
-                                              stream, sig.values_in_order(dict(values, a_map=a_map, b_map=b_map)), k)))
+                                              stream, sig.values_in_order(dict(values, a_map=maps(None)[0],
+                                                                               b_map=maps(None)[1])), k)))
         if args.clocks:  # the vendor GEMM at the same shape, for its clock and power
             if in_name == "fp8":
                 sa, sb = torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda")

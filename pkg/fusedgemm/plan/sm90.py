@@ -77,6 +77,10 @@ TILE_RATE = {"w128n128": 1.0, "w128n192": 1.2, "w192n128": 1.27}
 # against 57, moe_dn M = 1024 / 8192 57 / 352 against 69 / 444 (c128n256) and 59 / 362 in B-multicast pairs
 # (cp128n128, which the plan no longer takes); at K = 14336 (down) c128n256 leads (629 against 658 at M = 4096).
 PERSISTENT_MAX_K_WIDE = 8192  # bytes
+# ... and from half a wave to one wave of tiles, s128n128 (one tile per CTA, so its seven epilogue warps finish the
+# unhidden epilogue sooner): bf16 silu, H100, every plan rep by rep (docs/results/h100_matmul_bf16_plans_after_
+# unroll8.txt): qkv M = 256 (96 tiles) 32.6 us against 34.8 on w128n128, moe_dn M = 256 (112) 21.4 against 25.1;
+# from a whole wave p128n128 stays ahead (qkv M = 1024 79.5 against 85 on s128n128).
 # w128n256 (two consumer warpgroups of m64n256: 0.625 shared-memory bytes per output element per K step against
 # 0.67 on w128n192), measured after the C7514 fix (H100, bf16 silu, every plan forced): qkv M = 4096 333 us
 # against 355 w128n192 / 359 persistent / 404 w128n128; down M = 4096 660 against 726 persistent / 796 / 829;
@@ -111,6 +115,8 @@ def _persistent(m: int, n: int, k: int, sms: int, in_kind: str) -> kernels.TileC
     if in_kind == "fp8":
         return choose_fp8_persistent(m, k, tiles, sms)
     eight_bit = in_kind in kernels.GEMM_A8_IN
+    if not eight_bit and 2 * tiles >= sms > tiles and k <= PERSISTENT_MAX_K_WIDE:
+        return kernels.GEMM_A8_CONFIGS["s128n128"]
     if tiles < sms or k > (PERSISTENT_MAX_K if eight_bit else PERSISTENT_MAX_K_WIDE):
         return None
     return kernels.GEMM_A8_CONFIGS["s128n128" if eight_bit and k <= SHORT_K else "p128n128"]

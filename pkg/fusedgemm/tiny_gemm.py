@@ -27,8 +27,6 @@ _ASYNC_STAGE_BYTES = 24 * 1024  # a ring slot of about this much (or one element
 _ASYNC_RING_BYTES = 48 * 1024  # k-chunked plans (knob kc): a ring of about this much
 _PRINT_CONFIGS = os.environ.get("FUSEDGEMM_PRINT_CONFIGS", "") not in ("", "0")
 _warned_fallback = False
-_is_compiling = torch.compiler.is_compiling  # looked up once: both are on bmm_tiny's per-call path
-_grad_enabled = torch.is_grad_enabled
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -346,28 +344,19 @@ def launch_bmm_tiny(a: torch.Tensor, b3: torch.Tensor, out: torch.Tensor, **knob
     return out
 
 
-def _fast_key(a, b) -> tuple:
-    """The _FAST key of out = a @ b (tensors only). Devices by index (get_device: a CUDA index, -1 for CPU and meta
-    tensors, which never match an entry): cheaper than building two torch.device objects per call, as is the
-    cached device of torch.empty."""
-    return (a.shape, a.stride(), a.dtype, a.get_device(), b.shape, b.stride(), b.dtype, b.get_device(),
-            a.data_ptr() & 15, b.data_ptr() & 15)
-
-
 def _bmm_tiny_forward(a, b, out=None):
     key = None
     if out is None and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
-        key = _fast_key(a, b)
+        a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
+        # Devices by index (get_device: a CUDA index, -1 for CPU and meta tensors, which never match an entry):
+        # cheaper than building two torch.device objects per call, as is the cached device of torch.empty.
+        key = (a.shape, a.stride(), a.dtype, a.get_device(), b.shape, b.stride(), b.dtype, b.get_device(), a_ptr & 15,
+               b_ptr & 15)
         hit = _FAST.get(key)
         if hit is not None and hit.dev == current_device_index():
             out = torch.empty(*hit.out_shape, dtype=a.dtype, device=hit.device)
-            hit.launch(current_raw_stream(hit.dev), a.data_ptr(), b.data_ptr(), out.data_ptr())
+            hit.launch(current_raw_stream(hit.dev), a_ptr, b_ptr, out.data_ptr())
             return out
-    return _bmm_tiny_checked(a, b, out, key)
-
-
-def _bmm_tiny_checked(a, b, out, key):
-    """out = a @ b after _check; records the launch under `key` (a _FAST key, or None) for the next call."""
     batch, m, n, k, b3 = _check(a, b, out)  # bad inputs raise here and are never cached
     if out is None:
         out = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
@@ -433,26 +422,17 @@ def bmm_tiny(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) 
     (transposed views need no copy). One launch on the current stream; graph-capturable; differentiable
     (not with out=). a and b must be on one GPU; inputs the kernel does not take (CPU tensors, float64,
     m, n or k > 64) raise, with or without requires_grad: fusedgemm.bmm is the call that falls back to torch.bmm."""
-    if out is not None:
-        return _bmm_tiny_forward(a, b, out)
-    if _is_compiling():
+    if torch.compiler.is_compiling() and out is None:
         return torch.ops.fusedgemm.bmm_tiny(a, b)  # registered by ops.py (which imports this module's kernels)
-    # The eager hot path, inline (a Python frame costs ~0.2-0.5 us on the GPU machines' hosts, and at batch 1024
-    # every tiny shape is a few-us kernel: the host path is the speed a user sees).
-    try:
-        grad = _grad_enabled() and (a.requires_grad or b.requires_grad)
-        key = _fast_key(a, b)
-    except (AttributeError, RuntimeError):  # not tensors, or no storage: _check's errors below
-        grad, key = False, None
-    if grad:
-        _check(a, b, None)  # the checks of the call without grad (_BmmTinyFn would run torch.bmm on the CPU)
-        return _BmmTinyFn.apply(a, b)
-    hit = _FAST.get(key)
-    if hit is not None and hit.dev == current_device_index():
-        out = torch.empty(*hit.out_shape, dtype=a.dtype, device=hit.device)
-        hit.launch(current_raw_stream(hit.dev), a.data_ptr(), b.data_ptr(), out.data_ptr())
-        return out
-    return _bmm_tiny_checked(a, b, None, key)
+    if out is None and torch.is_grad_enabled():
+        try:
+            grad = a.requires_grad or b.requires_grad
+        except AttributeError:  # not a tensor: _check's TypeError below
+            grad = False
+        if grad:
+            _check(a, b, None)  # the checks of the call without grad (_BmmTinyFn would run torch.bmm on the CPU)
+            return _BmmTinyFn.apply(a, b)
+    return _bmm_tiny_forward(a, b, out)
 
 
 def _tiny_gemm_disabled() -> bool:

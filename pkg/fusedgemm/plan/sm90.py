@@ -16,11 +16,12 @@ from __future__ import annotations
 from ..runtime import kernels
 
 
-# p128n128 (persistent CTAs, the epilogue on spare warps under the next tile's MMAs) where every SM gets a tile
-# and K is not long: the epilogue it hides is a fixed cost per tile, so its share shrinks with K while the
-# 128 x 128 tile's operand traffic stays. H100, fp8 bias_silu, same process (docs/perf-notes.md): fastest at
-# K = 2048 and 4096 on every grid shape with >= 132 tiles (3-21% over the best CTA-per-tile plan), 3-12% slower
-# than w128n192 at K = 14336 (down).
+# int8: p128n128 (persistent CTAs, the epilogue on spare warps under the next tile's MMAs) where every SM gets a
+# tile and K is not long: the epilogue it hides is a fixed cost per tile, so its share shrinks with K while the
+# 128 x 128 tile's operand traffic stays. Measured on fp8 before the 8-block unroll (H100, bias_silu, same
+# process, docs/perf-notes.md): fastest at K = 2048 and 4096 on every grid shape with >= 132 tiles (3-21% over
+# the best CTA-per-tile plan), 3-12% slower than w128n192 at K = 14336 (down). fp8 now has its own rules below;
+# int8 (whose loop the unroll does not touch) keeps these.
 PERSISTENT_MAX_K = 8192
 
 # ... for the 8-bit kinds at short K on s128n128: the same kernel with seven epilogue warps (88 registers) and one

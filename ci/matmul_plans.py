@@ -10,7 +10,7 @@ import torch
 
 import fusedgemm as fg
 from fusedgemm.bench.common import Timer
-from fusedgemm.plan import choose_config, forced_config, plans
+from fusedgemm.plan import choose_config, plans, with_plan
 from fusedgemm.runtime.kernels import GEMM_A8_CONFIGS
 
 GRID = {"qkv": (6144, 4096), "o_proj": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
@@ -50,16 +50,12 @@ def main():
             if m <= 16 and cname not in ("v16n128", "w64n128") or (16 < m <= 64 and cname != "w64n128") or \
                     (cname == "v16n128" and m > 16):
                 continue
+            run = with_plan(lambda: fg.matmul_fused(x, w, b, activation="silu", precision="tf32"), cname, splits)
             try:
-                with forced_config(cname, splits):
-                    fg.matmul_fused(x, w, b, activation="silu", precision="tf32")
+                run()
             except Exception as e:  # noqa: BLE001
                 line[f"{cname}:{splits}"] = f"error {type(e).__name__}"
                 continue
-
-            def run(plan=(cname, splits)):
-                with forced_config(*plan):
-                    fg.matmul_fused(x, w, b, activation="silu", precision="tf32")
             runs[f"{cname}:{splits}"] = run
         # torch.mm and every plan in turn, rep by rep (Timer.interleaved): one GPU clock for all
         t_mm, *times = timer.interleaved([lambda: torch.mm(x, w.t()), *runs.values()])

@@ -14,7 +14,7 @@ import argparse
 import torch
 
 import fusedgemm as fg
-from fusedgemm.plan import forced_config
+from fusedgemm.plan import with_plan
 
 
 def main() -> None:
@@ -36,10 +36,9 @@ def main() -> None:
                                                             out_dtype=torch.bfloat16))]
     for cfg in args.configs.split(","):
         for epi in ("none", "bias_silu"):
-            def run(cfg=cfg, epi=epi):
-                with forced_config(cfg):
-                    return fg.gemm_a8(a, wq, bias if epi != "none" else None, scale_a=sa, scale_b=sb, epilogue=epi)
-            cases.append((f"{cfg} {epi}", run))
+            def run(epi=epi):
+                return fg.gemm_a8(a, wq, bias if epi != "none" else None, scale_a=sa, scale_b=sb, epilogue=epi)
+            cases.append((f"{cfg} {epi}", with_plan(run, cfg)))
     for name, fn in cases:  # warm-up: builds, loads, and a sanity check of the identity-epilogue results
         y = fn()
         if name.endswith("none"):

@@ -102,3 +102,15 @@ def test_tune_times_the_plans_that_can_win_at_each_m():
     assert "w128n128:4" in small and "w128n128:2" in candidate_plans("sm_90a", 1024)
     assert "w128n128:4" not in candidate_plans("sm_90a", 1024) and not any(p.endswith(":2") for p in large)
     assert candidate_plans("gfx942", 8192) == [f"{c}:{s}" for c, s in plans("gfx942")]
+
+
+def test_with_plan_pins_the_plan_for_each_call_only():
+    """with_plan(fn, name, splits): every call of the wrapper runs fn under forced_config, and nothing stays pinned."""
+    from fusedgemm.plan import forced, with_plan
+
+    pinned = with_plan(lambda x: (forced(), x), "w128n128", 2)
+    assert forced() is None
+    assert pinned(7) == (("w128n128", 2), 7) and pinned(8) == (("w128n128", 2), 8)
+    assert forced() is None
+    with pytest.raises(ValueError, match="unknown gemm_a8 config"):
+        with_plan(lambda: None, "m1n1")()

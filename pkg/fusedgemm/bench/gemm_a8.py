@@ -19,8 +19,8 @@ import torch.nn.functional as F
 
 from .common import (Timer, copy_bandwidth_gbs, device_info, geomean, gpu_problem, host_us_per_call, kernel_us,
                      print_table, progress)
-from ..gemm_a8 import forced_config, plan_for, plans
-from ..plan import choose_config, gpu_name, sm_count
+from ..gemm_a8 import plan_for, plans
+from ..plan import choose_config, gpu_name, sm_count, with_plan
 from ..plan import tuned as tuned_plans
 from ..runtime import kernels
 
@@ -198,15 +198,8 @@ def run(argv=None) -> int:
             row["heuristic"] = f"{h_cfg.name}:{h_splits}"
             names = ([p for p in (f"{c}:{s}" for c, s in plans(arch)) if p in args.compare_plans] if args.compare_plans
                      else candidate_plans(arch, m))
-
-            def forced(plan):
-                def run():
-                    with forced_config(*plan):
-                        return ours()
-                return run
-
             # every plan in turn, rep by rep (Timer.interleaved), so the comparison sees one GPU clock
-            times = timer.interleaved([forced((c, int(s))) for c, s in (p.split(":") for p in names)])
+            times = timer.interleaved([with_plan(ours, c, int(s)) for c, s in (p.split(":") for p in names)])
             row["plans_us"] = dict(zip(names, times))
         if args.kernel_time:
             row["fg_kern_us"] = kernel_us(ours, timer)

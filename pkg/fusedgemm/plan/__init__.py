@@ -37,6 +37,15 @@ def forced_config(name: str, splits: int = 1):
         _FORCED = saved
 
 
+def with_plan(fn, name: str, splits: int = 1):
+    """fn wrapped to run under forced_config(name, splits) on every call: one callable per plan, for timing plans
+    side by side (the bench's --compare-plans, ci/matmul_plans.py, ci/ncu_compare.py)."""
+    def run(*args, **kwargs):
+        with forced_config(name, splits):
+            return fn(*args, **kwargs)
+    return run
+
+
 def plans(arch: str, in_kind: str = "fp8") -> list[tuple[str, int]]:
     """Every (config name, split-K factor) the heuristic may choose on `arch` for input kind `in_kind` (the GPU
     tests run each): gemm_a8's for fp8 / int8 (the default), matmul_fused's for bf16 / fp16 / tf32. A config

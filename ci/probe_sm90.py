@@ -293,11 +293,11 @@ def main() -> int:
         runs = {}
         for mode in modes:
             for v, mod in mods.items():
+                sig = probe_spec(v, cfg_name, in_name).signature
+                kern = mod.kernel(probe_name(in_name, cfg_name, mode), sig)
+                kern.set_max_dynamic_smem(cfg.smem)
                 for promotion in l2s:
                     a_map, b_map = maps(promotion)
-                    sig = probe_spec(v, cfg_name, in_name).signature
-                    kern = mod.kernel(probe_name(in_name, cfg_name, mode), sig)
-                    kern.set_max_dynamic_smem(cfg.smem)
                     bm = plain_map if mode == "plain_b" else b_map
                     kargs = sig.values_in_order(dict(values, a_map=a_map, b_map=bm))
 
@@ -311,9 +311,9 @@ def main() -> int:
         print(f"{label:28} " + " ".join(f"{row[c]:14.1f}" if c in row else f"{'-':>14}" for c in cols), flush=True)
         if stamps_mod is not None and splits == 1 and not cfg.persistent:  # stamps: CTA-per-tile kernels
             sig = probe_spec(STAMPS_VARIANT[0], cfg_name, in_name).signature
+            a_map, b_map = maps(None)
             timelines.append((label, timeline(stamps_mod, probe_name(in_name, cfg_name, "normal"), sig, cfg, grid,
-                                              stream, sig.values_in_order(dict(values, a_map=maps(None)[0],
-                                                                               b_map=maps(None)[1])), k)))
+                                              stream, sig.values_in_order(dict(values, a_map=a_map, b_map=b_map)), k)))
         if args.clocks:  # the vendor GEMM at the same shape, for its clock and power
             if in_name == "fp8":
                 sa, sb = torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda")

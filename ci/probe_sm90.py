@@ -31,7 +31,8 @@ CFGS = {"w64n128": "fg::ConfigW64N128", "w128n128": "fg::ConfigW128N128", "w128n
         "s128n128": "fg::ConfigS128N128"}
 # Probe kernel input name -> (C++ input type, the input kind of gemm_a8_spec).
 INPUTS = {"fp8": ("fg::Fp8E4M3", "fp8"), "i8": ("fg::Int8", "int8")}
-VARIANTS = {"default": [], "old_desc": ["-DFG_PROBE_OLD_DESCRIPTORS"], "unroll4": ["-DFG_PROBE_UNROLL=4"]}
+VARIANTS = {"default": [], "old_desc": ["-DFG_PROBE_OLD_DESCRIPTORS"], "unroll4": ["-DFG_PROBE_UNROLL=4"],
+            "erows2": ["-DFG_PROBE_EPILOGUE_ROWS=2"]}
 # The timeline build (--stamps): a variant of its own, with the SiLU epilogue the bench times.
 STAMPS_VARIANT = ("stamps", ["-DFG_PROBE_STAMPS"])
 # The preset epilogue each build variant's kernels run (bf16 out): the identity one, except the timeline's.

@@ -71,6 +71,17 @@ struct WgmmaConfig {
   // two chains fit); or 7, a second producer warpgroup, with 88 registers (consumers 168: one chain), for short K
   // where the epilogue, not the MMAs, sets a tile's time (3 warps, one per sub-partition, are latency bound).
   static constexpr int kEpilogueWarps = kPersistent ? kEpilogueWarps_ : 0;
+  // Rows an epilogue warp has in flight at once (store_parked_rows). SiLU, probe, H100, one process (event us):
+  //                          this loop, 1 row   2 rows   the loop before (1 row, counts held across tiles)
+  //   qkv M = 8192 p128n128      333.5           340.6      346.2
+  //   N 5120 K 768 M 16384       252.5           272.1      293.6
+  //   moe_dn M = 8192            155.5           163.2      170.0
+  // and s128n128 within 1-3% either way. Two rows lose though spill-free (why was not profiled).
+#if defined(FG_PROBE_EPILOGUE_ROWS)  // ci/probe_sm90.py's A/B variant
+  static constexpr int kEpilogueRowsAtOnce = FG_PROBE_EPILOGUE_ROWS;
+#else
+  static constexpr int kEpilogueRowsAtOnce = 1;
+#endif
   // persistent: the copy warp and the epilogue warps (one or two warpgroups); else a warpgroup or one warp
   static constexpr int kProducerThreads = kPersistent ? 32 * (1 + kEpilogueWarps) : kSetMaxNReg ? 128 : 32;
   static constexpr int kProducerRegs = kConsumerWarpgroups == 3 ? 24 : kEpilogueWarps == 7 ? 88 : 40;

@@ -16,17 +16,17 @@ FG_DEVICE int parked_index(int row, int col) { return row * 128 + (col ^ ((row &
 // The epilogue warps' part of a tile: rows r = w, w + kEpilogueWarps, ... of the parked tile (w: epilogue warp),
 // columns 4 lane .. 4 lane + 3, through the epilogue slot (one 4-value store per row and thread). The rows' and
 // columns' values were staged in shared memory: staged[k * kBlockM + r] for row value k, then
-// col_staged[k * kBlockN + c].
-template <class Epi, int kEpilogueWarps>
+// col_staged[k * kBlockN + c]. kRowsAtOnce rows per iteration: all their shared-memory reads are issued before
+// the first row's math and store (a store through a generic pointer would otherwise order the next row's reads
+// behind it), so one warp has that many rows' latencies in flight.
+template <class Epi, int kEpilogueWarps, int kRowsAtOnce>
 FG_DEVICE void store_parked_rows(const typename Epi::Params& ep, const float* parked, const float* row_staged,
                                  const float* col_staged, int M, int m0, int col, int col_local, int w) {
   constexpr int kBlock = 128;
   const int rows = min(kBlock, M - m0);
 #pragma unroll 1
-  for (int r = w; r < rows; r += kEpilogueWarps) {
-    // NOTE: the column values are re-read from shared memory per row: held across the loop, they do not fit
-    // the epilogue warps' 40 registers (spills).
-    float c[4][Epi::kColValues];
+  for (int r0 = w; r0 < rows; r0 += kEpilogueWarps * kRowsAtOnce) {
+    float c[4][Epi::kColValues];  // shared by the iteration's rows
 #pragma unroll
     for (int k = 0; k < Epi::kColValues; ++k) {
       const float4 cv = *reinterpret_cast<const float4*>(&col_staged[k * kBlock + col_local]);
@@ -35,12 +35,23 @@ FG_DEVICE void store_parked_rows(const typename Epi::Params& ep, const float* pa
       c[2][k] = cv.z;
       c[3][k] = cv.w;
     }
-    const float4 v = *reinterpret_cast<const float4*>(&parked[parked_index(r, col_local)]);
-    float rv[Epi::kRowValues];
+    float4 v[kRowsAtOnce];
+    float rv[kRowsAtOnce][Epi::kRowValues];
 #pragma unroll
-    for (int k = 0; k < Epi::kRowValues; ++k) rv[k] = row_staged[k * kBlock + r];
-    const float acc[4] = {v.x, v.y, v.z, v.w};
-    Epi::template store<4>(ep, m0 + r, col, acc, rv, c);
+    for (int u = 0; u < kRowsAtOnce; ++u) {
+      const int r = min(r0 + u * kEpilogueWarps, rows - 1);  // past the last row: a duplicate read, not stored
+      v[u] = *reinterpret_cast<const float4*>(&parked[parked_index(r, col_local)]);
+#pragma unroll
+      for (int k = 0; k < Epi::kRowValues; ++k) rv[u][k] = row_staged[k * kBlock + r];
+    }
+#pragma unroll
+    for (int u = 0; u < kRowsAtOnce; ++u) {
+      const int r = r0 + u * kEpilogueWarps;
+      if (u == 0 || r < rows) {
+        const float acc[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
+        Epi::template store<4>(ep, m0 + r, col, acc, rv[u], c);
+      }
+    }
   }
 }
 
@@ -177,9 +188,17 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       return;
     }
     const int e = 32 * w + lane;  // epilogue thread 0 .. kEpilogueThreads - 1
-    for (int t = persistent_first<Cfg>(), it = 0; t < num_tiles; t += persistent_step<Cfg>(), ++it) {
+    for (int t = persistent_first<Cfg>(), it = 0;; t += persistent_step<Cfg>(), ++it) {
+      // The tile counts are recounted per tile from opaque copies of M and N, and parked_empty is addressed from
+      // a fresh base below: held across the loop, they take registers from the 40-register epilogue warps (two
+      // rows in flight spilled; with one row this form is 4-14% faster than the counts held; WgmmaConfig).
+      int m_opaque = M, n_opaque = N;
+      asm volatile("" : "+r"(m_opaque), "+r"(n_opaque));
+      const int tiles_n = (n_opaque + Cfg::kBlockN - 1) / Cfg::kBlockN;
+      const int tiles_m = (m_opaque + Cfg::kBlockM - 1) / Cfg::kBlockM;
+      if (t >= tiles_n * (Cfg::kPairB ? (tiles_m + 1) / 2 : tiles_m)) break;
       int m_block, n_block;
-      persistent_tile<In, Cfg>(t, num_n, num_m, N, K, m_block, n_block);
+      persistent_tile<In, Cfg>(t, tiles_n, tiles_m, N, K, m_block, n_block);
       const int m0 = m_block * Cfg::kBlockM;
       const int col = n_block * Cfg::kBlockN + 4 * lane;
       const int n0 = n_block * Cfg::kBlockN;
@@ -217,8 +236,9 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // the rows' and columns' operands are in
       sm90::mbar_wait(tsm.parked_full(), it & 1);
       if (col < N)  // N % 16 == 0: the thread's four columns are all in or all out
-        store_parked_rows<Epi, Cfg::kEpilogueWarps>(ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane, w);
-      sm90::mbar_arrive(tsm.parked_empty());
+        store_parked_rows<Epi, Cfg::kEpilogueWarps, Cfg::kEpilogueRowsAtOnce>(ep, tsm.parked(), row_staged,
+                                                                              col_staged, M, m0, col, 4 * lane, w);
+      sm90::mbar_arrive(PersistentSmem<Cfg>().parked_empty());  // a fresh base (above)
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // everyone is done with the staged values
     }
     if constexpr (Cfg::kPairB) sm90::cluster_sync();

@@ -67,8 +67,9 @@ CASES = {
     "gate_up M=4096 p128n128 plain_b": (4096, 28672, 4096, "p128n128", 1, "fp8", ("normal", "plain_b")),
     "o_proj M=8192 p128n128": (8192, 4096, 4096, "p128n128", 1, "fp8", ("normal",)),
     "gate_up M=4096 p128n128": (4096, 28672, 4096, "p128n128", 1, "fp8", ("normal",)),
-    "moe_dn M=8192 s128n128": (8192, 4096, 2048, "s128n128", 1, "fp8", ("normal",)),
-    "moe_dn M=8192 p128n128": (8192, 4096, 2048, "p128n128", 1, "fp8", ("normal",)),
+    "moe_dn M=8192 s128n128": (8192, 7168, 2048, "s128n128", 1, "fp8", ("normal", "no_copy")),
+    "moe_dn M=8192 p128n128": (8192, 7168, 2048, "p128n128", 1, "fp8", ("normal",)),
+    "moe_dn M=1024 s128n128": (1024, 7168, 2048, "s128n128", 1, "fp8", ("normal",)),
     "N5120 K768 M16384 p128n128": (16384, 5120, 768, "p128n128", 1, "fp8", ("normal",)),
     "N5120 K1536 M8192 p128n128": (8192, 5120, 1536, "p128n128", 1, "fp8", ("normal",)),
     "N5120 K1536 M8192 s128n128": (8192, 5120, 1536, "s128n128", 1, "fp8", ("normal",)),
@@ -198,6 +199,38 @@ def timeline(mod, name: str, signature, cfg, grid, stream, args, k: int) -> dict
                 ideal=cfg.block_m * cfg.block_n * k / 4096, mhz=loop_cycles / loop_ns * 1e3)
 
 
+def accuracy(label, a, w, wq, out, runs) -> list:
+    """Rows of the error of each normal-mode run (one launch into out, which is poisoned first) and of
+    _scaled_mm's on the same operands, against A . B^T in float64: for a and w as given, then with both
+    replaced in place by their absolute values (sums that only grow: a truncating accumulator's worst case).
+    The runs read a and wq (w preshuffled)."""
+    import torch
+    import fusedgemm as fg
+    rows = []
+    one_a, one_b = torch.ones(a.shape[0], 1, device="cuda"), torch.ones(1, w.shape[0], device="cuda")
+    for data in ("N(0,1)", "|N(0,1)|"):
+        if data.startswith("|"):
+            a.copy_(a.float().abs().to(a.dtype))
+            w.copy_(w.float().abs().to(w.dtype))
+            wq.data.copy_(fg.preshuffle(w).data)
+        ref = a.double() @ w.double().t()
+        rounded = ref.to(torch.bfloat16)
+        cands = dict(runs)
+        for fast in (False, True):
+            cands[f"_scaled_mm{' fast' if fast else ''}"] = (
+                lambda fast=fast: out.copy_(torch._scaled_mm(a, w.t(), scale_a=one_a, scale_b=one_b,
+                                                             out_dtype=torch.bfloat16, use_fast_accum=fast)))
+        for name, run in cands.items():
+            out.fill_(float("nan"))
+            run()
+            torch.cuda.synchronize()
+            err = out.double() - ref
+            rel = (err.pow(2).mean().sqrt() / ref.pow(2).mean().sqrt()).item()
+            miss = (out != rounded).double().mean().item()
+            rows.append(f"{label:28} {data:9} {name:22} rms {rel:.3e}  not correctly rounded {100 * miss:6.2f}%")
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build-only", type=Path, help="build the probe cubins into this directory and stop")
@@ -207,6 +240,9 @@ def main() -> int:
     ap.add_argument("--clocks", type=float, default=0.0, help="seconds of back-to-back runs per kernel while "
                     "sampling the SM clock and power (0: off)")
     ap.add_argument("--stamps", action="store_true", help="a per-CTA timeline of each case's normal kernel")
+    ap.add_argument("--accuracy", action="store_true",
+                    help="also each variant's normal-mode error against float64 (needs --act none), beside "
+                         "_scaled_mm's with and without fast accumulation, on N(0, 1) and |N(0, 1)| inputs")
     ap.add_argument("--configs", nargs="*", help="build only these configs' probe kernels (a faster build)")
     ap.add_argument("--l2", nargs="*", help="L2 promotions of A's and B's tensor maps to time side by side, each "
                     "A:B in bytes (0, 64, 128, 256), e.g. 256:256 128:256 (default: the one the package uses)")
@@ -256,6 +292,9 @@ def main() -> int:
     with ThreadPoolExecutor(max_workers=len(VARIANTS)) as pool:  # one nvcc per variant, side by side
         mods = dict(zip(VARIANTS, pool.map(load, VARIANTS)))
     timer = Timer(reps=args.reps)
+    accuracy_rows = []
+    if args.accuracy and args.act != "none":
+        ap.error("--accuracy compares A . B^T itself: use --act none")
     stream = torch.cuda.current_stream().cuda_stream
     clocks = []
     timelines = []
@@ -310,6 +349,8 @@ def main() -> int:
             for col, run in runs.items():
                 clocks.append((label, col, *sustained(run, args.clocks)))
         print(f"{label:28} " + " ".join(f"{row[c]:14.1f}" if c in row else f"{'-':>14}" for c in cols), flush=True)
+        if args.accuracy and in_name == "fp8":
+            accuracy_rows.extend(accuracy(label, a, w, wq, out, {c: r for c, r in runs.items() if c.startswith("normal")}))
         if stamps_mod is not None and splits == 1 and not cfg.persistent:  # stamps: CTA-per-tile kernels
             sig = probe_spec(STAMPS_VARIANT[0], cfg_name, in_name).signature
             a_map, b_map = maps(None)
@@ -322,6 +363,11 @@ def main() -> int:
             else:
                 blas = lambda: torch._int_mm(a, w.t())
             clocks.append((label, "torch", *sustained(blas, args.clocks)))
+    if accuracy_rows:
+        print("\nerror against float64 (bf16 out; rms relative to the reference's rms, and the share of outputs "
+              "not equal to the correctly rounded value)")
+        for row in accuracy_rows:
+            print(row)
     if timelines:
         print("\nper-CTA timeline of the normal kernel with a SiLU epilogue (median over CTAs; us, except "
               "cycles); ideal = the main loop's MMA cycles at the datasheet rate (4096 fp8 MAC per SM per clock)")

@@ -42,13 +42,13 @@ def h100(monkeypatch):
 
 
 def test_plan_for_takes_the_tuned_plan_on_its_gpu_only(h100, monkeypatch):
-    o_proj = (256, 4096, 4096)  # fp8 o_proj at M = 256: the table's s128n128 where the heuristic takes w128n128:2
+    o_proj = (4096, 4096, 4096)  # fp8 o_proj at M = 4096: the table's p128n128 where the heuristic takes cp128n128
     heuristic = choose_config(*o_proj, "sm_90a", 132, True, "fp8")
-    assert (heuristic[0].name, heuristic[1]) != ("s128n128", 1)
+    assert (heuristic[0].name, heuristic[1]) == ("cp128n128", 1)
     got = plan_mod.plan_for(*o_proj, 0)
-    assert (got[0].name, got[1]) == ("s128n128", 1)
-    assert plan_mod.plan_for(200, 4096, 4096, 0)[0].name == "s128n128"  # same bucket (128, 256]
-    assert plan_mod.plan_for(128, 4096, 4096, 0) == choose_config(128, 4096, 4096, "sm_90a", 132, True, "fp8")
+    assert (got[0].name, got[1]) == ("p128n128", 1)
+    assert plan_mod.plan_for(3000, 4096, 4096, 0)[0].name == "p128n128"  # same bucket (2048, 4096]
+    assert plan_mod.plan_for(2048, 4096, 4096, 0) == choose_config(2048, 4096, 4096, "sm_90a", 132, True, "fp8")
     assert plan_mod.plan_for(*o_proj, 0, in_kind="int8") == choose_config(*o_proj, "sm_90a", 132, True, "int8")
     # the epilogue does not fit the persistent staging: the heuristic's plan, not the tuned persistent one
     assert plan_mod.plan_for(*o_proj, 0, persistent_ok=False) == choose_config(*o_proj, "sm_90a", 132, False, "fp8")
@@ -63,10 +63,10 @@ def test_plan_for_takes_the_tuned_plan_on_its_gpu_only(h100, monkeypatch):
 
 def test_print_configs_says_what_decided(h100, monkeypatch, capsys):
     monkeypatch.setattr(plan_mod, "_PRINT_CONFIGS", True)
-    plan_mod.plan_for(256, 4096, 4096, 0)
+    plan_mod.plan_for(4096, 4096, 4096, 0)
     plan_mod.plan_for(4096, 6144, 4096, 0)
     out = capsys.readouterr().out
-    assert f"-> s128n128 split-K 1 (tuned: {H100})" in out and "(heuristic)" in out
+    assert f"-> p128n128 split-K 1 (tuned: {H100})" in out and "(heuristic)" in out
 
 
 def test_merge_replaces_same_keys_and_sorts(tmp_path):

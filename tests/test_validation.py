@@ -181,7 +181,9 @@ def test_heuristic_picks_only_plans_the_gpu_tests_run():
 @pytest.mark.parametrize("m,n,k,kind,want", [
     (8192, 7168, 2048, "fp8", "s128n128"), (1024, 7168, 2048, "fp8", "s128n128"),  # short K
     (256, 6144, 4096, "fp8", "s128n128"), (1024, 6144, 4096, "fp8", "s128n128"),   # half a wave to 4 waves
-    (8192, 6144, 4096, "fp8", "cp128n128"), (8192, 4096, 2048 + 16, "fp8", "cp128n128"),  # pairs above
+    (8192, 6144, 4096, "fp8", "cp128n128"), (8192, 4096, 3072 + 16, "fp8", "cp128n128"),  # pairs above
+    (4096, 5120, 3072, "fp8", "s128n128"), (256, 1024, 768, "fp8", "s128n128"),  # fp8: K <= 3072; few tiles
+    (256, 4096, 4096, "fp8", "s128n128"),  # 64 tiles at M > 128
     (8192, 4096, 14336, "fp8", "p128n128"), (1024, 4096, 14336, "fp8", "p128n128"),  # long K
     (8192, 7168, 2048, "int8", "s128n128"), (8192, 6144, 4096, "int8", "p128n128"),   # int8: as before
     (256, 6144, 4096, "bf16", "s128n128"), (256, 7168, 2048, "bf16", "s128n128"),     # 16-bit: half a wave to one
@@ -189,8 +191,9 @@ def test_heuristic_picks_only_plans_the_gpu_tests_run():
 ])
 def test_persistent_plans_on_sm90(m, n, k, kind, want):
     """The 8-bit kinds' persistent 128 x 128 kernels (plan/sm90.py): seven epilogue warps and one chain at K <= 2048
-    (fp8 moe_dn M = 8192: 16% faster than two chains with three epilogue warps) and, for fp8, from half a wave to
-    four waves of tiles at K <= 4096; above, fp8 in B-multicast pairs up to K = 8192 bytes and alone beyond. The
+    (int8) or 3072 (fp8; moe_dn M = 8192: 16% faster than two chains with three epilogue warps) and, for fp8, up to
+    four waves of tiles at K <= 4096 (from half a wave, or any number at M > 128); above, fp8 in B-multicast pairs
+    up to K = 8192 bytes and alone beyond. The
     16-bit kinds take s128n128 from half a wave to one wave of tiles, p128n128 from a wave."""
     from fusedgemm.gemm_a8 import _choose_config
 

@@ -30,7 +30,7 @@ PERSISTENT_MAX_K = 8192
 # (docs/perf-notes.md): N 5120 K 768 M 16384 199 us against 303 on cp128n128, moe_dn (K 2048) M = 8192 235 against
 # 279, N 12288 K 1536 M 16384 617 against 816; at K = 4096 2-5% behind p128n128 (qkv M = 8192 355 against 347,
 # gate_up 1642 against 1569). Its B-multicast pair (measured, not kept) was 3-10% slower than it on every row.
-SHORT_K = 2048  # bytes of K, 8-bit kinds
+SHORT_K = 2048  # bytes of K, 8-bit kinds (int8; fp8 uses FP8_SHORT_K)
 
 # fp8 after the 8-block unroll of the two-chain main loop (H100, bias_silu, every plan timed rep by rep, one
 # process: docs/results/h100_bench_fp8_tune_unroll8.txt):
@@ -43,8 +43,15 @@ SHORT_K = 2048  # bytes of K, 8-bit kinds
 #    p128n128 on all six K = 4096 rows at M = 4096 / 8192 (gate_up M = 8192 1556 against 1595 us);
 #  * longer K: p128n128, now also at K = 14336 (down M = 4096 / 8192 376 / 753 us against 437 / 824 on w192n128,
 #    385 / 775 on s128n128, 381 / 757 on cp128n128): PERSISTENT_MAX_K_FP8.
+#  * after the epilogue warps' loop change (8445445; docs/results/h100_bench_fp8_sweep_plans.txt, the sweep with
+#    plans forced rep by rep): s128n128 also below half a wave at M > 128 (N 1024 K 768 M = 256, 16 tiles: 10.8 us
+#    against 14.8 on w128n128 and 11.1 on w64n128 split 4; o_proj M = 256, 64 tiles: 21.0 against 22.4 on
+#    w128n128 split 2, the tuned table's entry); M <= 128 keeps the split-K tiles (not measured); and at any
+#    number of tiles up to K = 3072 bytes (N 5120 K 3072 M = 4096, 9.7 waves: 123.2 us against 129.7 on
+#    cp128n128 and 125.7 on p128n128).
 FP8_FEW_TILES_WAVES = 4
 FP8_FEW_TILES_MAX_K = 4096  # bytes: down (K 14336) M = 256 keeps split-K (44.3 us against 49.6 on s128n128)
+FP8_SHORT_K = 3072  # bytes
 FP8_PAIR_MAX_K = 8192
 PERSISTENT_MAX_K_FP8 = 16384
 
@@ -53,11 +60,11 @@ def choose_fp8_persistent(m: int, k: int, tiles: int, sms: int) -> kernels.TileC
     """fp8's persistent config for an M > 64 problem of `tiles` 128 x 128 tiles and K bytes, or None (then the
     CTA-per-tile model decides)."""
     configs = kernels.GEMM_A8_CONFIGS
-    if k <= FP8_FEW_TILES_MAX_K and 2 * tiles >= sms and tiles <= FP8_FEW_TILES_WAVES * sms:
+    if k <= FP8_FEW_TILES_MAX_K and (2 * tiles >= sms or m > 128) and tiles <= FP8_FEW_TILES_WAVES * sms:
         return configs["s128n128"]
     if tiles < sms or k > PERSISTENT_MAX_K_FP8:
         return None
-    if k <= SHORT_K:
+    if k <= FP8_SHORT_K:
         return configs["s128n128"]
     if k <= FP8_PAIR_MAX_K and m > 128:  # a pair needs two row blocks
         return configs["cp128n128"]

@@ -179,6 +179,22 @@ def test_heuristic_picks_only_plans_the_gpu_tests_run():
 
 
 @pytest.mark.parametrize("m,n,k,kind,want", [
+    (128, 1024, 5120, "fp8", ("w64n128", 4)), (256, 1024, 16384, "fp8", ("w64n128", 4)),  # <= a quarter wave
+    (512, 1024, 5120, "fp8", ("w64n128", 2)), (128, 4096, 4096, "fp8", ("w64n128", 2)),  # CTAs <= 1.25 waves
+    (128, 2560, 8192, "fp8", ("w64n128", 4)),
+    (256, 2560, 8192, "fp8", ("w128n128", 2)), (1024, 1024, 5120, "fp8", ("w128n128", 2)),  # above a quarter
+    (128, 1024, 5120, "int8", ("w128n128", 2)),  # int8: not measured, unchanged
+])
+def test_fp8_few_tiles_take_w64n128(m, n, k, kind, want):
+    """fp8 at M > 64 with at most a quarter wave of 128 x 128 tiles and no persistent plan: w64n128, split-K up to 4
+    while its CTAs stay within 1.25 waves (plan/sm90.py, measured on an H100)."""
+    from fusedgemm.gemm_a8 import _choose_config
+
+    cfg, splits = _choose_config(m, n, k, "sm_90a", 132, in_kind=kind)
+    assert (cfg.name, splits) == want
+
+
+@pytest.mark.parametrize("m,n,k,kind,want", [
     (8192, 7168, 2048, "fp8", "s128n128"), (1024, 7168, 2048, "fp8", "s128n128"),  # short K
     (256, 6144, 4096, "fp8", "s128n128"), (1024, 6144, 4096, "fp8", "s128n128"),   # half a wave to 4 waves
     (8192, 6144, 4096, "fp8", "cp128n128"), (8192, 4096, 3072 + 16, "fp8", "cp128n128"),  # pairs above
@@ -201,10 +217,10 @@ def test_persistent_plans_on_sm90(m, n, k, kind, want):
     assert (cfg.name, splits) == (want, 1) and cfg.persistent
 
 
-@pytest.mark.parametrize("m,n,k,want", [(256, 4096, 14336, ("w128n128", 2)), (128, 1024, 4096, ("w128n128", 2))])
+@pytest.mark.parametrize("m,n,k,want", [(256, 4096, 14336, ("w128n128", 2)), (128, 6144, 4096, ("w128n128", 2))])
 def test_fp8_few_tiles_at_long_k_or_below_half_a_wave_split_k(m, n, k, want):
-    """Below half a wave of tiles, or at long K with few tiles, fp8 keeps the CTA-per-tile plans with split-K
-    (down M = 256: 44.3 us against 49.6 on s128n128)."""
+    """Between a quarter and half a wave of tiles at M <= 128, or at long K with few tiles, fp8 keeps the
+    CTA-per-tile plans with split-K (down M = 256: 44.3 us against 49.6 on s128n128)."""
     from fusedgemm.gemm_a8 import _choose_config
 
     cfg, splits = _choose_config(m, n, k, "sm_90a", 132)

@@ -130,6 +130,17 @@ def _persistent(m: int, n: int, k: int, sms: int, in_kind: str) -> kernels.TileC
     return kernels.GEMM_A8_CONFIGS["s128n128" if eight_bit and k <= SHORT_K else "p128n128"]
 
 
+# fp8 at M > 64 with at most a quarter of a wave of 128 x 128 tiles (and no persistent plan): the 64-row tile
+# w64n128, split-K up to 4 while its CTAs stay within 1.25 waves (not 2: it runs two CTAs per SM, but 4-way
+# splits of 64 tiles were slower). H100, bf16 out, bias_silu, every plan rep by rep (docs/results/
+# h100_bench_fp8_few_tiles_plans.txt, ci/shapes_few_tiles.json): N 1024 K 5120 M = 128 / 256 / 512 13.1 / 15.2 /
+# 18.8 us against 20.3 / 20.6 / 20.5 on w128n128 split 2; N 1024 K 16384 19.7 / 24.5 / 32.8 against 34.2 / 34.1
+# / 34.3; N 2560 K 8192 M = 128 20.5 against 24.9; o_proj M = 128 19.2 against 20.8; down M = 128 36.6 against
+# 37.1. Above a quarter wave (N 2560 K 8192 M = 256, 40 tiles; o_proj M = 256) the larger tiles stay ahead.
+FP8_FEW_TILES_W64 = 4  # the 128 x 128 tile count at most sms / this
+W64_MAX_WAVES = 1.25
+
+
 def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str = "fp8") -> tuple[kernels.TileConfig, int]:
     """-> (tile config, split-K factor) for an [M, K] x [N, K] problem of input kind `in_kind` on `sms` SMs.
     F32x3 (in_kind "f32x3") has one config, t128n128, with split-K where tiles are few."""
@@ -142,6 +153,12 @@ def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str =
         cfg = configs["v16n128" if m <= 16 else "w64n128"]
     elif persistent_ok and (persistent := _persistent(m, n, k, sms, in_kind)) is not None:
         return persistent, 1
+    elif in_kind == "fp8" and FP8_FEW_TILES_W64 * tile_count(configs["w128n128"], m, n) <= sms:
+        cfg = configs["w64n128"]
+        tiles, splits = tile_count(cfg, m, n), 1
+        while splits < 4 and tiles * splits * 2 <= W64_MAX_WAVES * sms and -(-k // 128) >= 4 * splits * 2:
+            splits *= 2
+        return cfg, splits
     else:  # pairs need two row blocks: with one, half of their CTAs would only copy B for the other
         cfg = min((configs[name] for name in rates if m > configs[name].block_m or not configs[name].pair_b),
                   key=lambda c: modelled_time(c, m, n, sms, rates))

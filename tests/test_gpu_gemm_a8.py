@@ -125,6 +125,18 @@ def test_every_plan_against_the_oracle(kind, plan, seed):
             assert torch.equal(again, got), (m, n, k)
 
 
+@pytest.mark.parametrize("m,n,k", [(128, 1024, 5120), (300, 1040, 16384), (512, 1024, 5120), (97, 2576, 8192)])
+def test_fp8_few_tile_plans_by_the_heuristic(m, n, k, seed):
+    """The plan's own choice (w64n128 with split-K at M > 64 when 128 x 128 tiles are few) on ragged shapes."""
+    from fusedgemm.gemm_a8 import _choose_config
+
+    if arch() != "sm_90a":
+        pytest.skip("sm_90a plan")
+    assert _choose_config(m, n, k, "sm_90a", 132, in_kind="fp8")[0].name == "w64n128"
+    err, _ = run_and_check("fp8", m, n, k)
+    assert err <= ONE_ROUNDING[torch.bfloat16], err
+
+
 @pytest.mark.parametrize("config", ["v16n128", "w64n128", "w128n128", "w192n128", "p128n128", "cp128n128",
                                     "s128n128"])
 def test_grouped_tile_order_for_weights_larger_than_l2(config, seed):

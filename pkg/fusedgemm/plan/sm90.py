@@ -4,8 +4,8 @@ M <= 64 is weight streaming: M <= 16 on the swapped 16 x 128 tiles (the weight's
 activation's its N: a quarter of the tensor-core work of an m64 tile at M = 1; three CTAs per SM), else 64 x 128
 tiles (rows past M cost nothing, TMA zero-fills them), two CTAs per SM. M > 64: the persistent 128 x 128 kernel
 when there are at least as many tiles as SMs and K <= PERSISTENT_MAX_K (and the epilogue fits its staging; at
-short K with seven epilogue warps for the 8-bit kinds; fp8: see choose_fp8_persistent), else 128 x 128, 128 x 192
-or 192 x 128 tiles
+short K with seven epilogue warps for the 8-bit kinds; fp8: see choose_fp8_persistent), else (fp8, at most a
+quarter wave of 128 x 128 tiles) the 64 x 128 tile with split-K, else 128 x 128, 128 x 192 or 192 x 128 tiles
 (matmul_fused's 16/32-bit kinds also 128 x 256, alone or in B-multicast pairs), whichever modelled_time says. When
 there are too few output tiles to fill the SMs, K is split over a cluster of 2 or 4 CTAs (2 for M > 64), while every
 CTA keeps >= 4 K blocks of 128.
@@ -145,6 +145,7 @@ def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str =
     """-> (tile config, split-K factor) for an [M, K] x [N, K] problem of input kind `in_kind` on `sms` SMs.
     F32x3 (in_kind "f32x3") has one config, t128n128, with split-K where tiles are few."""
     configs = kernels.GEMM_A8_CONFIGS
+    slots = None  # the CTAs split-K may fill: the config's resident CTAs per wave, unless a rule below bounds them
     k = k * kernels.IN_BYTES[in_kind]  # the rules below count K in bytes (a stage holds 128 bytes of K)
     rates = TILE_RATE if in_kind in kernels.GEMM_A8_IN else TILE_RATE_WIDE
     if in_kind in kernels.SPLIT_IN:
@@ -154,17 +155,14 @@ def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str =
     elif persistent_ok and (persistent := _persistent(m, n, k, sms, in_kind)) is not None:
         return persistent, 1
     elif in_kind == "fp8" and FP8_FEW_TILES_W64 * tile_count(configs["w128n128"], m, n) <= sms:
-        cfg = configs["w64n128"]
-        tiles, splits = tile_count(cfg, m, n), 1
-        while splits < 4 and tiles * splits * 2 <= W64_MAX_WAVES * sms and -(-k // 128) >= 4 * splits * 2:
-            splits *= 2
-        return cfg, splits
+        cfg, slots = configs["w64n128"], W64_MAX_WAVES * sms
     else:  # pairs need two row blocks: with one, half of their CTAs would only copy B for the other
         cfg = min((configs[name] for name in rates if m > configs[name].block_m or not configs[name].pair_b),
                   key=lambda c: modelled_time(c, m, n, sms, rates))
     tiles = tile_count(cfg, m, n)
     k_blocks = -(-k // 128)
-    slots = sms * cfg.min_blocks_per_sm
+    if slots is None:
+        slots = sms * cfg.min_blocks_per_sm
     # Split-K caps: 4 for the decode tiles (8 was slower on every decode shape), 2 for the larger ones (4
     # was 10-35% slower than 2 at M = 128 and 256: o_proj M=128 26.9 against 22.0 us, down 45.3 / 40.4).
     max_splits = 1 if not cfg.splits_k else 4 if cfg.block_m <= 64 else 2

@@ -102,6 +102,9 @@ def test_tune_times_the_plans_that_can_win_at_each_m():
     assert "w128n128:4" in small and "w128n128:2" in candidate_plans("sm_90a", 1024)
     assert "w128n128:4" not in candidate_plans("sm_90a", 1024) and not any(p.endswith(":2") for p in large)
     assert candidate_plans("gfx942", 8192) == [f"{c}:{s}" for c, s in plans("gfx942")]
+    # the heuristic's own plan is timed even where the rules skip it (fp8 few tiles: w64n128 above M = 128)
+    assert "w64n128:4" not in candidate_plans("sm_90a", 256)
+    assert "w64n128:4" in candidate_plans("sm_90a", 256, keep=("w64n128:4",))
 
 
 def test_with_plan_pins_the_plan_for_each_call_only():

@@ -37,21 +37,24 @@ def load_grid(path: str | None) -> tuple[list[int], dict]:
     return grid["M"], grid["shapes"]
 
 
-def candidate_plans(arch: str, m: int) -> list[str]:
+def candidate_plans(arch: str, m: int, keep: tuple[str, ...] = ()) -> list[str]:
     """The plans --compare-plans / --tune time at M when none are listed: every plan of `arch`, except, on sm_90a,
     the decode tiles (at most 64 rows: v16n128, w64n128) above M = 128 and the mma.sync config (m128n128, there
     only for forced_config and the tests: 5-7x slower than the wgmma tiles). Timing those at M = 8192 took most of
-    a whole-grid --tune's time and they never win there. Likewise split-K above the heuristic's caps for the
+    a whole-grid --tune's time and they rarely win there. Likewise split-K above the heuristic's caps for the
     tiles of more than 64 rows: 2 from M = 128 (4 measured 10-35% slower than 2 at M = 128 and 256) and 1 from
-    M = 4096 (every grid shape then has more tiles than SMs)."""
+    M = 4096 (every grid shape then has more tiles than SMs). The plans in `keep` (the heuristic's and the chosen
+    one: fp8 takes w64n128 above M = 128 where tiles are few) are timed whatever these rules say, so --tune can
+    compare against them."""
     configs = kernels.GEMM_A8_CONFIGS
     out = []
     for c, s in plans(arch):
         cfg = configs[c]
-        if arch == "sm_90a" and (cfg.unit != "gemm_a8_sm90" or (cfg.block_m <= 64 and m > 128)):
-            continue
-        if arch == "sm_90a" and cfg.block_m > 64 and s > (1 if m >= 4096 else 2 if m >= 128 else 8):
-            continue
+        if f"{c}:{s}" not in keep:
+            if arch == "sm_90a" and (cfg.unit != "gemm_a8_sm90" or (cfg.block_m <= 64 and m > 128)):
+                continue
+            if arch == "sm_90a" and cfg.block_m > 64 and s > (1 if m >= 4096 else 2 if m >= 128 else 8):
+                continue
         out.append(f"{c}:{s}")
     return out
 
@@ -197,7 +200,7 @@ def run(argv=None) -> int:
             h_cfg, h_splits = choose_config(m, n, k, arch, sm_count(torch.cuda.current_device()), True, args.dtype)
             row["heuristic"] = f"{h_cfg.name}:{h_splits}"
             names = ([p for p in (f"{c}:{s}" for c, s in plans(arch)) if p in args.compare_plans] if args.compare_plans
-                     else candidate_plans(arch, m))
+                     else candidate_plans(arch, m, keep=(row["heuristic"], row["plan"])))
             # every plan in turn, rep by rep (Timer.interleaved), so the comparison sees one GPU clock
             times = timer.interleaved([with_plan(ours, c, int(s)) for c, s in (p.split(":") for p in names)])
             row["plans_us"] = dict(zip(names, times))

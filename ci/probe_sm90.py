@@ -23,6 +23,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 MODES = {"normal": 0, "no_mma": 1, "no_copy": 2, "plain_b": 3, "no_copy_plain_b": 4}
@@ -252,6 +253,8 @@ def main() -> int:
     ap.add_argument("--variants", nargs="*", help=f"build and time only these build variants ({', '.join(VARIANTS)}; "
                     "default: all)")
     args = ap.parse_args()
+    if args.accuracy and args.act != "none":
+        ap.error("--accuracy compares A . B^T itself: use --act none")
     global ACT
     ACT = args.act
     if args.variants:
@@ -262,8 +265,6 @@ def main() -> int:
             del CFGS[name]
     if args.build_only:
         args.build_only.mkdir(parents=True, exist_ok=True)
-        from concurrent.futures import ThreadPoolExecutor
-
         names = [*VARIANTS, STAMPS_VARIANT[0]]
         with ThreadPoolExecutor(max_workers=len(names)) as pool:
             for path in pool.map(lambda v: build(args.build_only, v), names):
@@ -287,14 +288,10 @@ def main() -> int:
             return Module(cubin_dir / f"probe_{v}.cubin", "nvidia", 0)
         return Module(build(cubin_dir, v), "nvidia", 0)
 
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max_workers=len(VARIANTS)) as pool:  # one nvcc per variant, side by side
         mods = dict(zip(VARIANTS, pool.map(load, VARIANTS)))
     timer = Timer(reps=args.reps)
     accuracy_rows = []
-    if args.accuracy and args.act != "none":
-        ap.error("--accuracy compares A . B^T itself: use --act none")
     stream = torch.cuda.current_stream().cuda_stream
     clocks = []
     timelines = []

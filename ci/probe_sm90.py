@@ -347,7 +347,8 @@ def main() -> int:
                 clocks.append((label, col, *sustained(run, args.clocks)))
         print(f"{label:28} " + " ".join(f"{row[c]:14.1f}" if c in row else f"{'-':>14}" for c in cols), flush=True)
         if args.accuracy and in_name == "fp8":
-            accuracy_rows.extend(accuracy(label, a, w, wq, out, {c: r for c, r in runs.items() if c.startswith("normal")}))
+            normal = {c: r for c, r in runs.items() if c.startswith("normal")}
+            accuracy_rows.extend(accuracy(label, a, w, wq, out, normal))
         if stamps_mod is not None and splits == 1 and not cfg.persistent:  # stamps: CTA-per-tile kernels
             sig = probe_spec(STAMPS_VARIANT[0], cfg_name, in_name).signature
             a_map, b_map = maps(None)

@@ -86,8 +86,8 @@ TILE_RATE = {"w128n128": 1.0, "w128n192": 1.2, "w192n128": 1.27}
 # (cp128n128, which the plan no longer takes); at K = 14336 (down) c128n256 leads (629 against 658 at M = 4096).
 PERSISTENT_MAX_K_WIDE = 8192  # bytes
 # ... and from half a wave to one wave of tiles, s128n128 (one tile per CTA, so its seven epilogue warps finish the
-# unhidden epilogue sooner; measured on bf16, taken for fp16 and tf32 too, whose kernels are the same): bf16 silu, H100, every plan rep by rep (docs/results/h100_matmul_bf16_plans_after_
-# unroll8.txt): qkv M = 256 (96 tiles) 32.6 us against 34.8 on w128n128, moe_dn M = 256 (112) 21.4 against 25.1;
+# unhidden epilogue sooner; measured on bf16, taken for fp16 and tf32 too, whose kernels are the same): bf16 silu,
+# H100, every plan rep by rep (docs/results/h100_matmul_bf16_plans_after_unroll8.txt): qkv M = 256 (96 tiles) 32.6 us against 34.8 on w128n128, moe_dn M = 256 (112) 21.4 against 25.1;
 # from a whole wave p128n128 stays ahead (qkv M = 1024 79.5 against 85 on s128n128).
 # w128n256 (two consumer warpgroups of m64n256: 0.625 shared-memory bytes per output element per K step against
 # 0.67 on w128n192), measured after the C7514 fix (H100, bf16 silu, every plan forced): qkv M = 4096 333 us

@@ -29,11 +29,13 @@ from pathlib import Path
 MODES = {"normal": 0, "no_mma": 1, "no_copy": 2, "plain_b": 3, "no_copy_plain_b": 4}
 CFGS = {"w64n128": "fg::ConfigW64N128", "w128n128": "fg::ConfigW128N128", "w128n192": "fg::ConfigW128N192",
         "w192n128": "fg::ConfigW192N128", "v16n128": "fg::ConfigV16N128", "p128n128": "fg::ConfigP128N128",
-        "s128n128": "fg::ConfigS128N128"}
+        "cp128n128": "fg::ConfigCP128N128", "s128n128": "fg::ConfigS128N128"}
 # Probe kernel input name -> (C++ input type, the input kind of gemm_a8_spec).
 INPUTS = {"fp8": ("fg::Fp8E4M3", "fp8"), "i8": ("fg::Int8", "int8")}
 VARIANTS = {"default": [], "old_desc": ["-DFG_PROBE_OLD_DESCRIPTORS"], "unroll4": ["-DFG_PROBE_UNROLL=4"],
-            "erows2": ["-DFG_PROBE_EPILOGUE_ROWS=2"]}
+            "erows2": ["-DFG_PROBE_EPILOGUE_ROWS=2"], "perrow": ["-DFG_PROBE_STORE_TEST_PER_ROW"],
+            "hoisted": ["-DFG_PROBE_STORE_TEST_HOISTED"],
+            "oldloop": ["-DFG_PROBE_STORE_TEST_PER_ROW", "-DFG_PROBE_ROW_CLAMP"]}
 # The timeline build (--stamps): a variant of its own, with the SiLU epilogue the bench times.
 STAMPS_VARIANT = ("stamps", ["-DFG_PROBE_STAMPS"])
 # The preset epilogue each build variant's kernels run (bf16 out): the identity one, except the timeline's.
@@ -69,6 +71,9 @@ CASES = {
     "o_proj M=8192 p128n128": (8192, 4096, 4096, "p128n128", 1, "fp8", ("normal",)),
     "gate_up M=4096 p128n128": (4096, 28672, 4096, "p128n128", 1, "fp8", ("normal",)),
     "moe_dn M=8192 s128n128": (8192, 7168, 2048, "s128n128", 1, "fp8", ("normal", "no_copy")),
+    "qkv M=8192 cp128n128": (8192, 6144, 4096, "cp128n128", 1, "fp8", ("normal",)),
+    "gate_up M=4096 cp128n128": (4096, 28672, 4096, "cp128n128", 1, "fp8", ("normal",)),
+    "o_proj M=4096 p128n128": (4096, 4096, 4096, "p128n128", 1, "fp8", ("normal",)),
     "moe_dn M=8192 p128n128": (8192, 7168, 2048, "p128n128", 1, "fp8", ("normal",)),
     "moe_dn M=1024 s128n128": (1024, 7168, 2048, "s128n128", 1, "fp8", ("normal",)),
     "N5120 K768 M16384 p128n128": (16384, 5120, 768, "p128n128", 1, "fp8", ("normal",)),
@@ -319,14 +324,18 @@ def main() -> int:
         def maps(promotion):  # -> (A's map, B's map) with L2 promotion "a:b" in bytes (0: none), or _CallPlan's
             la, lb = (l2, l2) if promotion is None else (L2_PROMOTION[x] for x in promotion.split(":"))
             return (g._tensor_map_a(a.data_ptr(), m, k, cfg.block_m, la),
-                    g._tensor_map_b(wq.data.data_ptr(), n, k, cfg.block_n, lb))
+                    g._tensor_map_b(wq.data.data_ptr(), n, k, cfg.block_n, lb, 4 if cfg.pair_b else 8))
         plain_map = encode_tensor_map_tiled(0, 2, w.data_ptr(), (k, n), (k,), (128, cfg.block_n), (1, 1), 0, 3, 3, 0)
         # Everything but the tensor maps: the Params of a bf16 output with no scales, no bias, alpha 1 (results
         # are garbage in the probe modes anyway).
         values = dict(M=m, N=n, K=k, out=out.data_ptr(), ld_out=n, **g.preset_values(0, 0, 0, 0, 0, 0, 1.0))
         grid = ((n + cfg.block_n - 1) // cfg.block_n, (m + cfg.block_m - 1) // cfg.block_m, splits)
-        if cfg.persistent:  # one wave of CTAs looping over the tiles (as gemm_a8.py launches it)
-            grid = (min(grid[0] * grid[1], torch.cuda.get_device_properties(0).multi_processor_count), 1, 1)
+        cluster = (1, 1, splits)
+        if cfg.pair_b:  # B-multicast pairs, clustered along x (as call_plan.py launches them)
+            grid, cluster = (2 * grid[0], -(-grid[1] // 2), 1), (2, 1, 1)
+        if cfg.persistent:  # one wave of CTAs looping over the tiles (as call_plan.py launches it)
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
+            grid = (min(grid[0] * grid[1], sms) // cluster[0] * cluster[0], 1, 1)
         runs = {}
         for mode in modes:
             for v, mod in mods.items():
@@ -339,7 +348,7 @@ def main() -> int:
                     kargs = sig.values_in_order(dict(values, a_map=a_map, b_map=bm))
 
                     def run(kern=kern, kargs=kargs):
-                        kern.launch_cluster(grid, (1, 1, splits), cfg.warps * 32, cfg.smem, stream, *kargs)
+                        kern.launch_cluster(grid, cluster, cfg.warps * 32, cfg.smem, stream, *kargs)
                     runs[col_name(mode, v, promotion)] = run
         row = dict(zip(runs, timer.interleaved(list(runs.values()))))  # rep by rep: one GPU clock for all
         if args.clocks:

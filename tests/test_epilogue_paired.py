@@ -74,7 +74,7 @@ def test_codegen_pairs_columns():
     text = codegen.render_functor(spec)
     assert "static constexpr bool kPairs = true;" in text
     assert "(idx[i] >> 1) * p.op_s_stride" in text  # the column operand read at the output column
-    assert "fg::epi::store_row<Out, kOut>" in text
+    assert "fg::epi::store_row<Out, kOut, kVec4Aligned>" in text
     plain = codegen.render_functor(codegen.EpilogueSpec.of(E.parse("silu(acc * n_vec(s))"), {"s": "f32"}))
     assert "static constexpr bool kPairs = false;" in plain and ">> 1" not in plain
 

@@ -10,9 +10,10 @@
 //     static constexpr int kRowValues, kColValues;     // values that depend on the row (column) only
 //     static void load_row(const Params&, int m, float (&r)[kRowValues]);   // m < M
 //     static void load_col(const Params&, int n, float (&c)[kColValues]);   // n < N
-//     template <int V>                                 // V consecutive outputs (m, n .. n + V - 1), all in bounds
+//     template <int V, bool kVec4Aligned = false>      // V consecutive outputs (m, n .. n + V - 1), all in bounds
 //     static void store(const Params&, int m, int n, const float (&acc)[V], const float (&r)[kRowValues],
 //                       const float (&c)[V][kColValues]);
+//     static bool vec4_aligned(const Params&);         // every 4-value store at n % 4 == 0 is one aligned store
 //   };
 //
 // Kernels hoist load_row / load_col out of their store loops (a thread's rows and columns are known before
@@ -163,9 +164,20 @@ struct alignas(2 * sizeof(T)) TwoOf {
   T lo, hi;
 };
 
+// Whether every four-value store_row of an output with this base and row stride, at columns n % 4 == 0, is one
+// aligned store (8 or 16 bytes). A kernel tests this once, outside its store loop, and passes kVec4Aligned: a
+// per-row test of the address costs the persistent kernels' epilogue warps 2-9% (H100, ci/probe_sm90.py).
+template <class Out>
+FG_DEVICE bool vec4_stores_aligned(const void* base, i64 ld) {
+  constexpr unsigned long long kBytes = 4 * sizeof(typename Out::Bits);
+  return ((reinterpret_cast<unsigned long long>(base) | static_cast<unsigned long long>(ld) * (kBytes / 4)) &
+          (kBytes - 1)) == 0;
+}
+
 // V consecutive outputs of one row, converted to Out. Pairs are one aligned store (host contract above);
-// four values are one store when the address allows (8 or 16 bytes), else two pair stores.
-template <class Out, int V>
+// four values are one store when the address allows (8 or 16 bytes; kVec4Aligned: the caller has checked
+// vec4_stores_aligned), else two pair stores.
+template <class Out, int V, bool kVec4Aligned = false>
 FG_DEVICE void store_row(void* base, i64 ld, int m, int n, const float (&y)[V]) {
   using Bits = typename Out::Bits;
   Bits* dst = static_cast<Bits*>(base) + static_cast<i64>(m) * ld + n;
@@ -181,7 +193,7 @@ FG_DEVICE void store_row(void* base, i64 ld, int m, int n, const float (&y)[V]) 
       pairs[i] = static_cast<Pair>(Out::from_float(y[2 * i])) |
                  (static_cast<Pair>(Out::from_float(y[2 * i + 1])) << (kPairBits / 2));
     if constexpr (V == 4 && kPairBits >= 32) {
-      if ((reinterpret_cast<unsigned long long>(dst) & (2 * sizeof(Pair) - 1)) == 0) {
+      if (kVec4Aligned || (reinterpret_cast<unsigned long long>(dst) & (2 * sizeof(Pair) - 1)) == 0) {
         *reinterpret_cast<TwoOf<Pair>*>(dst) = TwoOf<Pair>{pairs[0], pairs[1]};
         return;
       }

@@ -19,7 +19,7 @@ FG_DEVICE int parked_index(int row, int col) { return row * 128 + (col ^ ((row &
 // col_staged[k * kBlockN + c]. kRowsAtOnce rows per iteration: all their shared-memory reads are issued before
 // the first row's math and store (a store through a generic pointer would otherwise order the next row's reads
 // behind it), so one warp has that many rows' latencies in flight.
-template <class Epi, int kEpilogueWarps, int kRowsAtOnce>
+template <class Epi, int kEpilogueWarps, int kRowsAtOnce, bool kVec4Aligned>
 FG_DEVICE void store_parked_rows(const typename Epi::Params& ep, const float* parked, const float* row_staged,
                                  const float* col_staged, int M, int m0, int col, int col_local, int w) {
   constexpr int kBlock = 128;
@@ -39,7 +39,11 @@ FG_DEVICE void store_parked_rows(const typename Epi::Params& ep, const float* pa
     float rv[kRowsAtOnce][Epi::kRowValues];
 #pragma unroll
     for (int u = 0; u < kRowsAtOnce; ++u) {
-      const int r = min(r0 + u * kEpilogueWarps, rows - 1);  // past the last row: a duplicate read, not stored
+      int r = r0;
+#if !defined(FG_PROBE_ROW_CLAMP)  // ci/probe_sm90.py's A/B variant: the clamp at one row too (a no-op there)
+      if constexpr (kRowsAtOnce > 1)
+#endif
+        r = min(r0 + u * kEpilogueWarps, rows - 1);  // past the last row: a duplicate read, not stored
       v[u] = *reinterpret_cast<const float4*>(&parked[parked_index(r, col_local)]);
 #pragma unroll
       for (int k = 0; k < Epi::kRowValues; ++k) rv[u][k] = row_staged[k * kBlock + r];
@@ -49,7 +53,7 @@ FG_DEVICE void store_parked_rows(const typename Epi::Params& ep, const float* pa
       const int r = r0 + u * kEpilogueWarps;
       if (u == 0 || r < rows) {
         const float acc[4] = {v[u].x, v[u].y, v[u].z, v[u].w};
-        Epi::template store<4>(ep, m0 + r, col, acc, rv[u], c);
+        Epi::template store<4, kVec4Aligned>(ep, m0 + r, col, acc, rv[u], c);
       }
     }
   }
@@ -235,9 +239,25 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       }
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // the rows' and columns' operands are in
       sm90::mbar_wait(tsm.parked_full(), it & 1);
-      if (col < N)  // N % 16 == 0: the thread's four columns are all in or all out
-        store_parked_rows<Epi, Cfg::kEpilogueWarps, Cfg::kEpilogueRowsAtOnce>(ep, tsm.parked(), row_staged,
-                                                                              col_staged, M, m0, col, 4 * lane, w);
+      if (col < N) {  // N % 16 == 0: the thread's four columns are all in or all out
+        // Seven epilogue warps (88 registers): two copies of the row loop, the output's alignment tested here, not
+        // per row (epilogue.hpp). Three (40 registers): one loop testing each row's address, which was faster there
+        // (probe, H100, SiLU, rep by rep: p128n128 N 5120 K 768 M 16384 270 against 292 us with two copies, moe_dn
+        // M = 8192 272 against 283; s128n128 N 5120 K 768 184 against 194 the other way round).
+#if defined(FG_PROBE_STORE_TEST_PER_ROW)  // ci/probe_sm90.py's A/B variant: every config tests per row
+        constexpr bool kTestHoisted = false;
+#elif defined(FG_PROBE_STORE_TEST_HOISTED)  // ... every config tests once
+        constexpr bool kTestHoisted = true;
+#else
+        constexpr bool kTestHoisted = Cfg::kEpilogueWarps == 7;
+#endif
+        if (kTestHoisted && Epi::vec4_aligned(ep))
+          store_parked_rows<Epi, Cfg::kEpilogueWarps, Cfg::kEpilogueRowsAtOnce, true>(
+              ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane, w);
+        else
+          store_parked_rows<Epi, Cfg::kEpilogueWarps, Cfg::kEpilogueRowsAtOnce, false>(
+              ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane, w);
+      }
       sm90::mbar_arrive(PersistentSmem<Cfg>().parked_empty());  // a fresh base (above)
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // everyone is done with the staged values
     }

@@ -125,13 +125,16 @@ struct EpiloguePresetNone {
     const float t2 = t1 + c[1];
     return t2;
   }
-  template <int V>
+  FG_DEVICE static bool vec4_aligned(const Params& p) {
+    return fg::epi::vec4_stores_aligned<Out>(p.out, p.ld_out);
+  }
+  template <int V, bool kVec4Aligned = false>
   FG_DEVICE static void store(const Params& p, int m, int n, const float (&acc)[V], const float (&r)[kRowValues],
                               const float (&c)[V][kColValues]) {
     float y[V], s[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) y[v] = value(p, acc[v], r, c[v], m, n + v, s[v]);
-    fg::epi::store_row<Out, V>(const_cast<void*>(p.out), p.ld_out, m, n, y);
+    fg::epi::store_row<Out, V, kVec4Aligned>(const_cast<void*>(p.out), p.ld_out, m, n, y);
     (void)s;
   }
 };
@@ -257,13 +260,16 @@ struct EpiloguePresetRelu {
     const float t3 = fg::epi::relu(t2);
     return t3;
   }
-  template <int V>
+  FG_DEVICE static bool vec4_aligned(const Params& p) {
+    return fg::epi::vec4_stores_aligned<Out>(p.out, p.ld_out);
+  }
+  template <int V, bool kVec4Aligned = false>
   FG_DEVICE static void store(const Params& p, int m, int n, const float (&acc)[V], const float (&r)[kRowValues],
                               const float (&c)[V][kColValues]) {
     float y[V], s[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) y[v] = value(p, acc[v], r, c[v], m, n + v, s[v]);
-    fg::epi::store_row<Out, V>(const_cast<void*>(p.out), p.ld_out, m, n, y);
+    fg::epi::store_row<Out, V, kVec4Aligned>(const_cast<void*>(p.out), p.ld_out, m, n, y);
     (void)s;
   }
 };
@@ -389,13 +395,16 @@ struct EpiloguePresetSilu {
     const float t3 = fg::epi::silu(t2);
     return t3;
   }
-  template <int V>
+  FG_DEVICE static bool vec4_aligned(const Params& p) {
+    return fg::epi::vec4_stores_aligned<Out>(p.out, p.ld_out);
+  }
+  template <int V, bool kVec4Aligned = false>
   FG_DEVICE static void store(const Params& p, int m, int n, const float (&acc)[V], const float (&r)[kRowValues],
                               const float (&c)[V][kColValues]) {
     float y[V], s[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) y[v] = value(p, acc[v], r, c[v], m, n + v, s[v]);
-    fg::epi::store_row<Out, V>(const_cast<void*>(p.out), p.ld_out, m, n, y);
+    fg::epi::store_row<Out, V, kVec4Aligned>(const_cast<void*>(p.out), p.ld_out, m, n, y);
     (void)s;
   }
 };
@@ -521,13 +530,16 @@ struct EpiloguePresetGelu {
     const float t3 = fg::epi::gelu(t2);
     return t3;
   }
-  template <int V>
+  FG_DEVICE static bool vec4_aligned(const Params& p) {
+    return fg::epi::vec4_stores_aligned<Out>(p.out, p.ld_out);
+  }
+  template <int V, bool kVec4Aligned = false>
   FG_DEVICE static void store(const Params& p, int m, int n, const float (&acc)[V], const float (&r)[kRowValues],
                               const float (&c)[V][kColValues]) {
     float y[V], s[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) y[v] = value(p, acc[v], r, c[v], m, n + v, s[v]);
-    fg::epi::store_row<Out, V>(const_cast<void*>(p.out), p.ld_out, m, n, y);
+    fg::epi::store_row<Out, V, kVec4Aligned>(const_cast<void*>(p.out), p.ld_out, m, n, y);
     (void)s;
   }
 };
@@ -653,13 +665,16 @@ struct EpiloguePresetGeluErf {
     const float t3 = fg::epi::gelu_erf(t2);
     return t3;
   }
-  template <int V>
+  FG_DEVICE static bool vec4_aligned(const Params& p) {
+    return fg::epi::vec4_stores_aligned<Out>(p.out, p.ld_out);
+  }
+  template <int V, bool kVec4Aligned = false>
   FG_DEVICE static void store(const Params& p, int m, int n, const float (&acc)[V], const float (&r)[kRowValues],
                               const float (&c)[V][kColValues]) {
     float y[V], s[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) y[v] = value(p, acc[v], r, c[v], m, n + v, s[v]);
-    fg::epi::store_row<Out, V>(const_cast<void*>(p.out), p.ld_out, m, n, y);
+    fg::epi::store_row<Out, V, kVec4Aligned>(const_cast<void*>(p.out), p.ld_out, m, n, y);
     (void)s;
   }
 };

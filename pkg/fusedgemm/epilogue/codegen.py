@@ -350,6 +350,8 @@ def render_functor(spec: EpilogueSpec, name: str | None = None) -> str:
         f"  static_assert(__builtin_offsetof(Params, {f}) == {o}, \"Params.{f}: codegen layout\");\n"
         for (f, _c), o in zip(fields, offsets)) + "#endif\n"
     save_t = SAVE_TYPES[save.attrs[0]] if save is not None else None
+    vec4_test = "fg::epi::vec4_stores_aligned<Out>(p.out, p.ld_out)" + (
+        f" && fg::epi::vec4_stores_aligned<{save_t}>(p.saved, p.ld_saved)" if save_t else "")
     unused = "(void)m; (void)n; (void)p; (void)r; (void)c;"
     if paired:
         value_args = "float gate, float up, const float (&r)[kRowValues], const float (&c)[kColValues],\n" \
@@ -362,8 +364,8 @@ def render_functor(spec: EpilogueSpec, name: str | None = None) -> str:
 #pragma unroll
     for (int v = 0; v < kOut; ++v)
       y[v] = value(p, acc[2 * v], acc[2 * v + 1], r, c[2 * v], c[2 * v + 1], m, j + v, s[v]);
-    fg::epi::store_row<Out, kOut>(const_cast<void*>(p.out), p.ld_out, m, j, y);
-{"    fg::epi::store_row<" + save_t + ", kOut>(const_cast<void*>(p.saved), p.ld_saved, m, j, s);" if save_t else "    (void)s;"}
+    fg::epi::store_row<Out, kOut, kVec4Aligned>(const_cast<void*>(p.out), p.ld_out, m, j, y);
+{"    fg::epi::store_row<" + save_t + ", kOut, kVec4Aligned>(const_cast<void*>(p.saved), p.ld_saved, m, j, s);" if save_t else "    (void)s;"}
 """
         store_doc = ("  // V GEMM columns n .. n + V - 1 (n even) of row m: V / 2 (gate, up) pairs -> outputs n / 2 .. "
                      "n / 2 + V / 2 - 1.\n")
@@ -373,8 +375,8 @@ def render_functor(spec: EpilogueSpec, name: str | None = None) -> str:
         store_body = f"""    float y[V], s[V];
 #pragma unroll
     for (int v = 0; v < V; ++v) y[v] = value(p, acc[v], r, c[v], m, n + v, s[v]);
-    fg::epi::store_row<Out, V>(const_cast<void*>(p.out), p.ld_out, m, n, y);
-{"    fg::epi::store_row<" + save_t + ", V>(const_cast<void*>(p.saved), p.ld_saved, m, n, s);" if save_t else "    (void)s;"}
+    fg::epi::store_row<Out, V, kVec4Aligned>(const_cast<void*>(p.out), p.ld_out, m, n, y);
+{"    fg::epi::store_row<" + save_t + ", V, kVec4Aligned>(const_cast<void*>(p.saved), p.ld_saved, m, n, s);" if save_t else "    (void)s;"}
 """
         store_doc = ""
     return f"""// {expr}
@@ -422,7 +424,10 @@ struct {name} {{
     {unused} {value_unused} saved = 0.f;
 {indent(value_lines, 4)}    return {result};
   }}
-{store_doc}  template <int V>
+  FG_DEVICE static bool vec4_aligned(const Params& p) {{
+    return {vec4_test};
+  }}
+{store_doc}  template <int V, bool kVec4Aligned = false>
   FG_DEVICE static void store(const Params& p, int m, int n, const float (&acc)[V], const float (&r)[kRowValues],
                               const float (&c)[V][kColValues]) {{
 {store_body}  }}

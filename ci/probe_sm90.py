@@ -205,6 +205,48 @@ def timeline(mod, name: str, signature, cfg, grid, stream, args, k: int) -> dict
                 ideal=cfg.block_m * cfg.block_n * k / 4096, mhz=loop_cycles / loop_ns * 1e3)
 
 
+PERSISTENT_STAMP_TILES = 64  # kStampTiles in gemm_a8_sm90_persistent.hpp
+
+
+def persistent_timeline(mod, name: str, signature, cfg, grid, cluster, stream, args, k: int) -> dict:
+    """Run persistent kernel `name` of the stamps build once (after a warm-up) and summarise the SM-clock stamps of
+    each CTA's tiles after its first (gemm_a8_sm90_persistent.hpp, FG_PROBE_STAMPS), medians in cycles: period
+    (one main-loop start to the next), loop (warpgroup 0's main loop), wait (for the parked tile to be free),
+    park (writing it), lag (warpgroup 1's main-loop end after warpgroup 0's), epi (the epilogue warps' rows),
+    epi idle (their wait from one tile's rows to the next tile's parked tile)."""
+    import statistics
+
+    import torch
+
+    from fusedgemm.runtime.kernels import Signature
+
+    tiles = PERSISTENT_STAMP_TILES
+    buf = torch.zeros(grid[0] * tiles * 8, dtype=torch.int64, device="cuda")
+    mod.kernel("probe_set_stamps", Signature((("p", "ptr"),)))((1, 1, 1), 1, 0, stream, buf.data_ptr())
+    kern = mod.kernel(name, signature)
+    kern.set_max_dynamic_smem(cfg.smem)
+    for _ in range(3):
+        buf.zero_()
+        kern.launch_cluster(grid, cluster, cfg.warps * 32, cfg.smem, stream, *args)
+    torch.cuda.synchronize()
+    s = buf.view(grid[0], tiles, 8).cpu().tolist()
+    cols = {c: [] for c in ("period", "loop", "wait", "park", "lag", "epi", "epi idle")}
+    for cta in s:
+        used = [t for t in cta if t[0]]
+        for i in range(1, len(used) - 1):
+            t, nxt = used[i], used[i + 1]
+            cols["period"].append(nxt[0] - t[0])
+            cols["loop"].append(t[1] - t[0])
+            cols["wait"].append(t[2] - t[1])
+            cols["park"].append(t[3] - t[2])
+            cols["lag"].append(t[4] - t[1])
+            cols["epi"].append(t[7] - t[6])
+            cols["epi idle"].append(nxt[6] - t[7])
+    med = {c: statistics.median(v) if v else float("nan") for c, v in cols.items()}
+    med["ideal"] = cfg.block_m * cfg.block_n * k / 4096
+    return med
+
+
 def accuracy(label, a, w, wq, out, runs) -> list:
     """Rows of the error of each normal-mode run (one launch into out, which is poisoned first) and of
     _scaled_mm's on the same operands, against A . B^T in float64: for a and w as given, then with both
@@ -300,6 +342,7 @@ def main() -> int:
     stream = torch.cuda.current_stream().cuda_stream
     clocks = []
     timelines = []
+    ptimelines = []
     stamps_mod = None
     if args.stamps:
         v = STAMPS_VARIANT[0]
@@ -363,6 +406,12 @@ def main() -> int:
             a_map, b_map = maps(None)
             timelines.append((label, timeline(stamps_mod, probe_name(in_name, cfg_name, "normal"), sig, cfg, grid,
                                               stream, sig.values_in_order(dict(values, a_map=a_map, b_map=b_map)), k)))
+        elif stamps_mod is not None and cfg.persistent:
+            sig = probe_spec(STAMPS_VARIANT[0], cfg_name, in_name).signature
+            a_map, b_map = maps(None)
+            ptimelines.append((label, persistent_timeline(
+                stamps_mod, probe_name(in_name, cfg_name, "normal"), sig, cfg, grid, cluster, stream,
+                sig.values_in_order(dict(values, a_map=a_map, b_map=b_map)), k)))
         if args.clocks:  # the vendor GEMM at the same shape, for its clock and power
             if in_name == "fp8":
                 sa, sb = torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda")
@@ -383,6 +432,13 @@ def main() -> int:
         for label, t in timelines:
             print(f"{label:28} {t['wall']:7.1f} {t['per_sm']:7.1f} {t['start']:6.2f} {t['loop']:7.2f} "
                   f"{t['epi']:6.2f} {t['gap']:6.2f} {t['loop_cycles']:9.0f} {t['ideal']:7.0f} {t['mhz']:5.0f}")
+    if ptimelines:
+        print("\npersistent kernels with a SiLU epilogue: per-tile SM cycles, median over CTAs and tiles (not the "
+              "first or last of a CTA); ideal = a tile's MMA cycles at 4096 fp8 MAC per SM per clock")
+        names = list(ptimelines[0][1])
+        print(f"{'case':28} " + " ".join(f"{c:>8}" for c in names))
+        for label, t in ptimelines:
+            print(f"{label:28} " + " ".join(f"{t[c]:8.0f}" for c in names))
     if clocks:
         print(f"\n{'back to back, no L2 flush':28} {'kernel':>16} {'us/call':>9} {'SM MHz':>7} {'W':>6}")
         for label, col, us, mhz, watts in clocks:

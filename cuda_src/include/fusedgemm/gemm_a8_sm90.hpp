@@ -39,7 +39,6 @@ namespace fg {
 // epilogue end, the SM clock at main-loop start and end, and the SM id. Read back per SM, they show where a
 // tile's time goes: CTA start-up, pipeline fill, the main loop's cycles against the tensor core's, epilogue.
 #if defined(FG_PROBE_STAMPS)
-__device__ unsigned long long* fg_probe_stamps;
 FG_DEVICE void probe_stamp(int slot, bool clock) {
   if (threadIdx.x != 0) return;
   unsigned long long t;

@@ -407,6 +407,9 @@ FG_DEVICE sm90::u64 k_major_desc(u32 base, int kk) {
 // the pipeline bounds the kernel. kProbe 1: no MMAs (copies only); 2: no copies (MMAs on whatever is in
 // shared memory); 3: B is a plain row-major [N, K] weight read through a 2-D 128-byte-swizzled map; 4: no
 // copies, and the MMAs read B through a 128-byte-swizzle descriptor (does B's no-swizzle layout cost MMA rate?).
+#if defined(FG_PROBE_STAMPS)  // ci/probe_sm90.py --stamps: where the timeline probes write (gemm_a8_sm90.hpp, persistent)
+__device__ unsigned long long* fg_probe_stamps;
+#endif
 enum ProbeMode : int { kProbeNone = 0, kProbeNoMma = 1, kProbeNoCopy = 2, kProbePlainB = 3, kProbeNoCopyPlainB = 4 };
 __host__ __device__ constexpr bool probe_no_copy(int probe) { return probe == kProbeNoCopy || probe == kProbeNoCopyPlainB; }
 __host__ __device__ constexpr bool probe_plain_b(int probe) { return probe == kProbePlainB || probe == kProbeNoCopyPlainB; }

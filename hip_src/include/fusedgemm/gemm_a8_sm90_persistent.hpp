@@ -96,6 +96,26 @@ struct PersistentSmem {
 // tile (tile_of's order over them); cluster c of gridDim.x / 2 takes units c, c + gridDim.x / 2, ..., and its CTA
 // of rank r row block 2 m + r of each (the partner of an odd last row block copies B for its peer, computes on
 // zero rows and stores nothing). The pair starts, and each role ends, behind a cluster barrier.
+// Timeline probe of the persistent kernel (ci/probe_sm90.py --stamps; only with FG_PROBE_STAMPS): the SM clock at
+// each hand-over point of a CTA's first kStampTiles tiles, into fg_probe_stamps[(CTA * kStampTiles + tile) * 8 +
+// slot]: consumer warpgroup 0's thread 0: 0 main loop start, 1 its end, 2 parked tile free, 3 parked; warpgroup
+// 1's thread 0: 4 main loop end, 5 parked; epilogue thread 0: 6 parked tile full, 7 its rows stored.
+constexpr int kStampTiles = 64;
+#if defined(FG_PROBE_STAMPS)
+FG_DEVICE void persistent_stamp(int slot, int it) {
+  if (it < kStampTiles)
+    fg_probe_stamps[(static_cast<int>(blockIdx.x) * kStampTiles + it) * 8 + slot] = clock64();
+}
+#define FG_PERSISTENT_STAMP(COND, SLOT, IT) \
+  do {                                      \
+    if (COND) persistent_stamp(SLOT, IT);   \
+  } while (0)
+#else
+#define FG_PERSISTENT_STAMP(COND, SLOT, IT) \
+  do {                                      \
+  } while (0)
+#endif
+
 template <class Cfg>
 FG_DEVICE int persistent_first() {
   return Cfg::kPairB ? static_cast<int>(blockIdx.x) / 2 : static_cast<int>(blockIdx.x);
@@ -238,6 +258,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       }
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // the rows' and columns' operands are in
       sm90::mbar_wait(tsm.parked_full(), it & 1);
+      FG_PERSISTENT_STAMP(e == 0, 6, it);
       if (col < N) {  // N % 16 == 0: the thread's four columns are all in or all out
         // Seven epilogue warps (88 registers): two copies of the row loop, the output's alignment tested here, not
         // per row (epilogue.hpp). Three (40 registers): one loop testing each row's address, which was faster there
@@ -258,6 +279,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
               ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane, w);
       }
       sm90::mbar_arrive(PersistentSmem<Cfg>().parked_empty());  // a fresh base (above)
+      FG_PERSISTENT_STAMP(e == 0, 7, it);
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // everyone is done with the staged values
     }
     if constexpr (Cfg::kPairB) sm90::cluster_sync();
@@ -283,15 +305,19 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
     Acc acc[kAcc];
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
+    FG_PERSISTENT_STAMP(tid == 0, 0, it);
     consumer_mainloop<In, Cfg, kProbe>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty,
                                     sm90::warp_uniform(warp >> 2), lane);
+    FG_PERSISTENT_STAMP(tid == 0 || tid == 128, tid == 0 ? 1 : 4, it);
     sm90::mbar_wait(parked_empty, (it & 1) ^ 1);  // the epilogue warps are done with the previous tile
+    FG_PERSISTENT_STAMP(tid == 0, 2, it);
     const int ct = tid & 127;  // thread within its consumer warpgroup
 #pragma unroll
     for (int j = 0; j < kAcc; j += 2)
       *reinterpret_cast<float2*>(&parked[parked_index(64 * (warp >> 2) + acc_row(ct, j), acc_col(ct, j))]) =
           make_float2(static_cast<float>(acc[j]), static_cast<float>(acc[j + 1]));
     sm90::mbar_arrive(parked_full);
+    FG_PERSISTENT_STAMP(tid == 0 || tid == 128, tid == 0 ? 3 : 5, it);
   }
   if constexpr (Cfg::kPairB) sm90::cluster_sync();
 }

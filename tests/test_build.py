@@ -131,6 +131,9 @@ def test_isa_mma_instructions_and_no_spills(built):
         log = (d / "gemm_a8.log").read_text()
         spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
         assert len(spills) == len(names) and all(s == ("0", "0", "0") for s in spills), spills
+        # C7510-C7520: ptxas serialised some kernel's wgmma pipeline (a wait after every MMA), which costs 20% or
+        # more at large M without failing anything else.
+        assert not re.search(r"C75\d\d", log), re.findall(r"C75\d\d.*", log)[:4]
     else:
         bodies = _split_amdgcn_asm((d / "gemm_a8.s").read_text())
         kmeta = hsaco_kernels((d / spec.file_name()).read_bytes())

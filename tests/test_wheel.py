@@ -80,6 +80,15 @@ def test_installed_wheel_builds_generated_units(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], check=True)
     py = venv / "bin" / "python"
+    if sys.prefix != sys.base_prefix:
+        # The tests run inside a venv (README's install into one): the new venv sees the base interpreter's
+        # packages, not this venv's torch and compilers. A .pth file adds this venv's site directories as plain
+        # path entries (their own .pth files, the editable install's finder among them, are not processed).
+        import sysconfig
+        site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              check=True, capture_output=True, text=True).stdout.strip()
+        paths = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
+        (Path(site) / "outer_venv.pth").write_text("".join(f"{q}\n" for q in paths))
     subprocess.run([str(py), "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True)
 
     cache = tmp_path / "cache"

@@ -18,8 +18,9 @@ def test_m_bucket_is_the_next_power_of_two(m, bucket):
 
 
 def test_the_shipped_table_holds_plans_the_gpu_tests_run():
+    """Every shipped entry is a plan the GPU tests run, in a bucket of its own, measured faster than the heuristic's
+    plan of its day. (The table may be empty: entries go when the heuristic learns them.)"""
     entries = tuned.read(tuned.TABLE_FILE)
-    assert entries, "the package ships measured entries"
     keys = [(e["gpu"], e["kind"], e["N"], e["K"], e["M_bucket"]) for e in entries]
     assert len(set(keys)) == len(keys)
     for e in entries:
@@ -30,43 +31,54 @@ def test_the_shipped_table_holds_plans_the_gpu_tests_run():
             e["heuristic_us"] if isinstance(e["heuristic_us"], list) else [e["heuristic_us"]]), e
 
 
+# A table of one entry (fp8, o_proj N = K = 4096, M bucket 4096 on the H100): w128n192 where the heuristic takes
+# p128n128.
+O_PROJ = (4096, 4096, 4096)
+TABLE = {(H100, "fp8", 4096, 4096, 4096): ("w128n192", 1)}
+
+
 @pytest.fixture
 def h100(monkeypatch):
-    """plan_for on a fake sm_90a device 0 named like the H100 the shipped table was measured on."""
+    """plan_for on a fake sm_90a device 0 named like the H100 of TABLE, which stands for the shipped table."""
     monkeypatch.setattr(plan_mod, "device_arch", lambda index: "sm_90a")
     monkeypatch.setattr(plan_mod, "_SM_COUNT", {0: 132})
     names = {0: H100}
     monkeypatch.setattr(plan_mod, "_GPU_NAME", names)
+    monkeypatch.setattr(tuned, "_TABLE", dict(TABLE))
     monkeypatch.delenv("FUSEDGEMM_TUNED", raising=False)
     return names
 
 
 def test_plan_for_takes_the_tuned_plan_on_its_gpu_only(h100, monkeypatch):
-    o_proj = (4096, 4096, 4096)  # fp8 o_proj at M = 4096: the table's p128n128 where the heuristic takes cp128n128
-    heuristic = choose_config(*o_proj, "sm_90a", 132, True, "fp8")
-    assert (heuristic[0].name, heuristic[1]) == ("cp128n128", 1)
-    got = plan_mod.plan_for(*o_proj, 0)
-    assert (got[0].name, got[1]) == ("p128n128", 1)
-    assert plan_mod.plan_for(3000, 4096, 4096, 0)[0].name == "p128n128"  # same bucket (2048, 4096]
+    heuristic = choose_config(*O_PROJ, "sm_90a", 132, True, "fp8")
+    assert (heuristic[0].name, heuristic[1]) == ("p128n128", 1)
+    got = plan_mod.plan_for(*O_PROJ, 0)
+    assert (got[0].name, got[1]) == ("w128n192", 1)
+    assert plan_mod.plan_for(3000, 4096, 4096, 0)[0].name == "w128n192"  # same bucket (2048, 4096]
     assert plan_mod.plan_for(2048, 4096, 4096, 0) == choose_config(2048, 4096, 4096, "sm_90a", 132, True, "fp8")
-    assert plan_mod.plan_for(*o_proj, 0, in_kind="int8") == choose_config(*o_proj, "sm_90a", 132, True, "int8")
-    # the epilogue does not fit the persistent staging: the heuristic's plan, not the tuned persistent one
-    assert plan_mod.plan_for(*o_proj, 0, persistent_ok=False) == choose_config(*o_proj, "sm_90a", 132, False, "fp8")
+    assert plan_mod.plan_for(*O_PROJ, 0, in_kind="int8") == choose_config(*O_PROJ, "sm_90a", 132, True, "int8")
     with forced_config("w128n128", 1):
-        assert plan_mod.plan_for(*o_proj, 0) == (kernels.GEMM_A8_CONFIGS["w128n128"], 1)
+        assert plan_mod.plan_for(*O_PROJ, 0) == (kernels.GEMM_A8_CONFIGS["w128n128"], 1)
     monkeypatch.setenv("FUSEDGEMM_TUNED", "0")
-    assert plan_mod.plan_for(*o_proj, 0) == heuristic
+    assert plan_mod.plan_for(*O_PROJ, 0) == heuristic
     monkeypatch.delenv("FUSEDGEMM_TUNED")
     h100[0] = "NVIDIA H200"
-    assert plan_mod.plan_for(*o_proj, 0) == heuristic
+    assert plan_mod.plan_for(*O_PROJ, 0) == heuristic
+
+
+def test_a_tuned_persistent_plan_needs_the_epilogue_to_fit_its_staging(h100, monkeypatch):
+    """The tuned plan is persistent but the epilogue does not fit the persistent staging: the heuristic's plan."""
+    monkeypatch.setattr(tuned, "_TABLE", {(H100, "fp8", 4096, 4096, 4096): ("s128n128", 1)})
+    assert plan_mod.plan_for(*O_PROJ, 0)[0].name == "s128n128"
+    assert plan_mod.plan_for(*O_PROJ, 0, persistent_ok=False) == choose_config(*O_PROJ, "sm_90a", 132, False, "fp8")
 
 
 def test_print_configs_says_what_decided(h100, monkeypatch, capsys):
     monkeypatch.setattr(plan_mod, "_PRINT_CONFIGS", True)
-    plan_mod.plan_for(4096, 4096, 4096, 0)
+    plan_mod.plan_for(*O_PROJ, 0)
     plan_mod.plan_for(4096, 6144, 4096, 0)
     out = capsys.readouterr().out
-    assert f"-> p128n128 split-K 1 (tuned: {H100})" in out and "(heuristic)" in out
+    assert f"-> w128n192 split-K 1 (tuned: {H100})" in out and "(heuristic)" in out
 
 
 def test_merge_replaces_same_keys_and_sorts(tmp_path):

@@ -197,7 +197,7 @@ def test_fp8_few_tiles_take_w64n128(m, n, k, kind, want):
 @pytest.mark.parametrize("m,n,k,kind,want", [
     (8192, 7168, 2048, "fp8", "s128n128"), (1024, 7168, 2048, "fp8", "s128n128"),  # short K
     (256, 6144, 4096, "fp8", "s128n128"), (1024, 6144, 4096, "fp8", "s128n128"),   # half a wave to 4 waves
-    (8192, 6144, 4096, "fp8", "cp128n128"), (8192, 4096, 3072 + 16, "fp8", "cp128n128"),  # pairs above
+    (8192, 6144, 4096, "fp8", "p128n128"), (8192, 4096, 3072 + 16, "fp8", "p128n128"),  # above: no pairs
     (4096, 5120, 3072, "fp8", "s128n128"), (256, 1024, 768, "fp8", "s128n128"),  # fp8: K <= 3072; few tiles
     (256, 4096, 4096, "fp8", "s128n128"),  # 64 tiles at M > 128
     (8192, 4096, 14336, "fp8", "p128n128"), (1024, 4096, 14336, "fp8", "p128n128"),  # long K
@@ -208,8 +208,8 @@ def test_fp8_few_tiles_take_w64n128(m, n, k, kind, want):
 def test_persistent_plans_on_sm90(m, n, k, kind, want):
     """The 8-bit kinds' persistent 128 x 128 kernels (plan/sm90.py): seven epilogue warps and one chain at K <= 2048
     (int8) or 3072 (fp8; moe_dn M = 8192: 16% faster than two chains with three epilogue warps) and, for fp8, up to
-    four waves of tiles at K <= 4096 (from half a wave, or any number at M > 128); above, fp8 in B-multicast pairs
-    up to K = 8192 bytes and alone beyond. The
+    four waves of tiles at K <= 4096 (from half a wave, or any number at M > 128); above, p128n128 (the B-multicast
+    pairs, cp128n128, are no longer taken: p128n128 leads them at K = 4096 since 8445445). The
     16-bit kinds take s128n128 from half a wave to one wave of tiles, p128n128 from a wave."""
     from fusedgemm.gemm_a8 import _choose_config
 

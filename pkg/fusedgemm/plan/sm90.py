@@ -39,10 +39,12 @@ SHORT_K = 2048  # bytes of K, 8-bit kinds (int8; fp8 uses FP8_SHORT_K)
 #    256 / 1024 21.5 / 48.6 us against 24.4 / 52.1 on p128n128, o_proj M = 1024 35.1 / 38.7, gate_up M = 256
 #    67.2 / 71.6, moe_dn M = 256 15.8 / 18.6 (w128n128: 20.8); from 7.8 waves (o_proj / qkv M = 4096) the two
 #    are within 1.5%, and at gate_up M = 4096 / 8192 (54 / 109 waves) s128n128 is 4-9% behind.
-#  * above that and SHORT_K < K <= FP8_PAIR_MAX_K bytes: cp128n128 (B-multicast pairs), 1.1-2.5% faster than
-#    p128n128 on all six K = 4096 rows at M = 4096 / 8192 (gate_up M = 8192 1556 against 1595 us);
-#  * longer K: p128n128, now also at K = 14336 (down M = 4096 / 8192 376 / 753 us against 437 / 824 on w192n128,
-#    385 / 775 on s128n128, 381 / 757 on cp128n128): PERSISTENT_MAX_K_FP8.
+#  * above that: p128n128, up to K = 14336 (down M = 4096 / 8192 376 / 753 us against 437 / 824 on w192n128,
+#    385 / 775 on s128n128, 381 / 757 on cp128n128): PERSISTENT_MAX_K_FP8. At K = 4096 the B-multicast pairs
+#    (cp128n128) were taken here until the epilogue warps' loop change (8445445); since then p128n128 leads them on
+#    every K = 4096 row at M >= 1024: H100 by 0.4-2.8% (--tune, docs/results/h100_bench_fp8_tune_epilogue1row.txt),
+#    H200 by 1.5-2.9% (qkv M = 8192 340.7 against 346.7 us, gate_up M = 8192 1594 against 1640;
+#    docs/results/h200_bench_fp8_plans_p128n128_cp128n128.txt).
 #  * after the epilogue warps' loop change (8445445; docs/results/h100_bench_fp8_sweep_plans.txt, the sweep with
 #    plans forced rep by rep): s128n128 also below half a wave at M > 128 (N 1024 K 768 M = 256, 16 tiles: 10.8 us
 #    against 14.8 on w128n128 and 11.1 on w64n128 split 4; o_proj M = 256, 64 tiles: 21.0 against 22.4 on
@@ -52,7 +54,6 @@ SHORT_K = 2048  # bytes of K, 8-bit kinds (int8; fp8 uses FP8_SHORT_K)
 FP8_FEW_TILES_WAVES = 4
 FP8_FEW_TILES_MAX_K = 4096  # bytes: down (K 14336) M = 256 keeps split-K (44.3 us against 49.6 on s128n128)
 FP8_SHORT_K = 3072  # bytes
-FP8_PAIR_MAX_K = 8192
 PERSISTENT_MAX_K_FP8 = 16384
 
 
@@ -64,11 +65,7 @@ def choose_fp8_persistent(m: int, k: int, tiles: int, sms: int) -> kernels.TileC
         return configs["s128n128"]
     if tiles < sms or k > PERSISTENT_MAX_K_FP8:
         return None
-    if k <= FP8_SHORT_K:
-        return configs["s128n128"]
-    if k <= FP8_PAIR_MAX_K and m > 128:  # a pair needs two row blocks
-        return configs["cp128n128"]
-    return configs["p128n128"]
+    return configs["s128n128" if k <= FP8_SHORT_K else "p128n128"]
 
 
 # Output elements per unit of time of each M > 64 config relative to w128n128, when each runs whole waves

@@ -1,4 +1,7 @@
-"""python -m fusedgemm.bench: help, exit codes, and one clear line where a bench cannot run (subprocess)."""
+"""python -m fusedgemm.bench: help, exit codes, and one clear line where a bench cannot run. The cases run main()
+in process (a subprocess costs seconds of torch import each); test_the_program_* run the real `python -m`."""
+import contextlib
+import io
 import subprocess
 import sys
 
@@ -11,8 +14,32 @@ HAS_GPU = torch.cuda.is_available()
 
 
 def bench(*args):
+    """main(args) in this process with stdout / stderr captured -> a CompletedProcess (SystemExit's code counts; an
+    exception propagates and fails the test, as a traceback would)."""
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = bench_main.main(list(args))
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else int(e.code is not None)
+    return subprocess.CompletedProcess(args, code, out.getvalue(), err.getvalue())
+
+
+def program(*args):
     return subprocess.run([sys.executable, "-m", "fusedgemm.bench", *args], capture_output=True, text=True,
                           timeout=300)
+
+
+def test_the_program_prints_help_and_exits_0():
+    r = program("--help")
+    assert r.returncode == 0 and r.stdout == bench("--help").stdout and r.stderr == ""
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the message on a machine without a GPU")
+def test_the_program_without_a_gpu_prints_one_line_and_exits_1():
+    r = program("bmm_tiny")
+    assert r.returncode == 1 and r.stdout == ""
+    assert r.stderr.strip().splitlines() == [bench("bmm_tiny").stderr.strip()]
 
 
 @pytest.mark.parametrize("args", [(), ("--help",), ("-h",)])

@@ -27,6 +27,8 @@ operations. torch.compile traces it as torch.ops.fusedgemm.quantize_rows.
 """
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from .checks import FP8_DTYPE_FOR_ARCH
@@ -57,7 +59,17 @@ def resolve_dtype(dtype, device: torch.device | None = None) -> torch.dtype:
     raise ValueError(f"quantize: dtype must be 'fp8', 'int8' or a torch 8-bit dtype, got {dtype!r}")
 
 
-@torch.compiler.assume_constant_result  # under torch.compile: evaluated once while tracing, a constant after
+def _assume_constant_result(fn):
+    """torch.compiler.assume_constant_result(fn) without importing torch._dynamo, which costs ~0.7 s of `import
+    fusedgemm` (2-core CPU machine) where nothing else needs it: the decorator only marks fn with this attribute
+    (test_quant_cpu checks that torch's still does exactly that)."""
+    if "torch._dynamo" in sys.modules:
+        return torch.compiler.assume_constant_result(fn)
+    fn._dynamo_marked_constant = True
+    return fn
+
+
+@_assume_constant_result  # under torch.compile: evaluated once while tracing, a constant after
 def _fp8_of_device(index: int) -> torch.dtype:
     from .runtime.arch import device_arch
 

@@ -72,7 +72,7 @@ def test_auto_measures_once_and_persists(mode, tmp_path):
     with torch.no_grad():
         fused(x)
         fused(x)
-    saved = json.loads((tmp_path / "fusion_decisions.json").read_text())
+    saved = json.loads((tmp_path / runtime.DECISIONS_FILE).read_text())
     assert len(saved) == 2 and all(set(v) == {"fused", "us"} for v in saved.values()), saved
     for key, v in saved.items():  # the kernel only where measured clearly faster (runtime.FUSED_MARGIN)
         assert v["fused"] == (v["us"][0] <= runtime.FUSED_MARGIN * v["us"][1]), (key, v)

@@ -112,16 +112,30 @@ def test_misaligned_address_takes_the_checked_path_and_copies(rec):
     assert rec.checks == 2 and rec.runs[-1][1][0] != odd.data_ptr()
 
 
-def test_expressions_and_forced_configs_are_always_checked(rec):
+def test_expressions_take_the_fast_path_keyed_by_expression_and_operands(rec):
+    """An epilogue expression's call is checked once per signature too: the expression (equal expressions are one
+    key), each operand's dtype, shape and strides or, for a number, its value; the operands' addresses are passed
+    per call. A forced config is always checked."""
     import fusedgemm.epilogue as E
     from fusedgemm.plan import forced_config
 
     a, w, r = t(6, 64), t(32, 64), t(6, 32)
     e = E.parse("relu(acc) + aux(r)")
     M.matmul_fused(a, w, epilogue=e, operands={"r": r})
-    M.matmul_fused(a, w, epilogue=e, operands={"r": r})
-    assert rec.checks == 2
+    y2 = M.matmul_fused(a, w, epilogue=E.parse("relu(acc) + aux(r)"), operands={"r": r})
+    assert rec.checks == 1 and rec.runs[1][1] == (a.data_ptr(), w.data_ptr(), y2.data_ptr(), r.data_ptr())
+    r2 = t(6, 32)
+    y3 = M.matmul_fused(a, w, epilogue=e, operands={"r": r2})  # another tensor of the same signature
+    assert rec.checks == 1 and rec.runs[2][1] == (a.data_ptr(), w.data_ptr(), y3.data_ptr(), r2.data_ptr())
+    M.matmul_fused(a, w, epilogue=E.parse("relu(acc) - aux(r)"), operands={"r": r})  # another expression
+    M.matmul_fused(a, w, epilogue=e, operands={"r": t(6, 32, dtype=torch.float32)})  # another operand dtype
+    M.matmul_fused(a, w, epilogue=e, operands={"r": t(6, 64)[:, :32]})  # other strides
+    assert rec.checks == 4
+    s = E.parse("acc * scalar(s)")
+    for value in (2.0, 3.0, 2.0):  # a number operand is baked into the plan: its value is part of the signature
+        M.matmul_fused(a, w, epilogue=s, operands={"s": value})
+    assert rec.checks == 6 and rec.runs[-1][0] is rec.plans[-2]
     M.matmul_fused(a, w)
     with forced_config("w128n192"):
         M.matmul_fused(a, w)
-    assert rec.checks == 4
+    assert rec.checks == 8

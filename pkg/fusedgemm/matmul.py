@@ -21,7 +21,7 @@ from .checks import check_matmul_fused_args
 from .runtime.device import current_device_index, device_guard
 
 _WARNED: set[str] = set()
-_PLANS: dict[tuple, tuple] = {}  # call signature -> (CallPlan, out dtype, out shape, operand order, aligns, device)
+_PLANS: dict[tuple, tuple] = {}  # call signature -> (CallPlan, out dtype, out shape, operand names, aligns, device)
 _PLANS_MAX = 256
 
 
@@ -69,32 +69,32 @@ def matmul_fused(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = N
         return matmul_fused_via_op(a, b, bias, layout, alpha, beta, c, activation, epilogue, operands, out_dtype,
                                    out, precision)
     # Fast path (host time per call is part of the speed at small sizes): a repeat of a checked call signature --
-    # every tensor's dtype, shape, strides and device, the scalars' values, the options -- re-checks addresses
-    # and the current device, then launches.
+    # every tensor's dtype, shape, strides and device, the scalars' values, the options, the epilogue expression and
+    # each operand's signature or value -- re-checks addresses and the current device, then launches.
     key = hit = None
-    if epilogue is None and operands is None:
-        try:
-            key = (a.dtype, a.shape, a.stride(), a.get_device(), b.dtype, b.shape, b.stride(), b.get_device(), layout,
-                   activation, out_dtype, precision,
-                   None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.get_device()),
-                   None if c is None else (c.dtype, c.shape, c.stride(), c.get_device()),
-                   alpha if alpha.__class__ is float else _tensor_meta(alpha),
-                   beta if beta.__class__ is float else _tensor_meta(beta),
-                   None if out is None else (out.dtype, out.shape, out.stride(), out.get_device()),
-                   torch.get_float32_matmul_precision() if a.dtype is torch.float32 else None)
-            hit = _PLANS.get(key)
-        except (AttributeError, TypeError):  # not tensors, unhashable options: the checked path says what is wrong
-            key = hit = None
+    try:
+        key = (a.dtype, a.shape, a.stride(), a.get_device(), b.dtype, b.shape, b.stride(), b.get_device(), layout,
+               activation, out_dtype, precision,
+               None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.get_device()),
+               None if c is None else (c.dtype, c.shape, c.stride(), c.get_device()),
+               alpha if alpha.__class__ is float else _tensor_meta(alpha),
+               beta if beta.__class__ is float else _tensor_meta(beta),
+               None if out is None else (out.dtype, out.shape, out.stride(), out.get_device()),
+               torch.get_float32_matmul_precision() if a.dtype is torch.float32 else None, epilogue,
+               None if operands is None else tuple((name, _tensor_meta(v)) for name, v in operands.items()))
+        hit = _PLANS.get(key)
+    except (AttributeError, TypeError):  # not tensors, unhashable options: the checked path says what is wrong
+        key = hit = None
     if hit is not None and _plan.forced() is None:
-        plan, dtype, shape, order, aligns, device = hit
+        plan, dtype, shape, sources, aligns, device = hit
         a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
         if not (a_ptr & 15 or b_ptr & 15) and current_device_index() == plan.dev:
             ptrs = []
             misaligned = False
-            if order:
-                args = (alpha, c, beta, bias)
-                for i, al in zip(order, aligns):
-                    p = args[i].data_ptr()
+            if sources:
+                named = _call_tensors(alpha, c, beta, bias, operands)
+                for name, al in zip(sources, aligns):
+                    p = named[name].data_ptr()
                     misaligned |= p % al != 0
                     ptrs.append(p)
             if not misaligned and (out is None or out.data_ptr() & 15 == 0):
@@ -158,11 +158,24 @@ def matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogu
             and _plan.forced() is None):
         if len(_PLANS) >= _PLANS_MAX:
             _PLANS.pop(next(iter(_PLANS)))
-        # The tensor operands in the order `pointers` lists them, as indices into (alpha, c, beta, bias).
-        order = tuple(("alpha", "c", "beta", "bias").index(name) for name, v in p["operands"].items()
-                      if isinstance(v, torch.Tensor))
-        _PLANS[key] = (plan, out_dtype, shape, order, aligns, a.device)
+        # The tensor operands in the order `pointers` lists them, by name; recorded only where each is the call's
+        # own tensor (not a converted copy), so that the fast path passes what the checked path passed.
+        sources = tuple(name for name, v in p["operands"].items() if isinstance(v, torch.Tensor))
+        named = _call_tensors(alpha, c, beta, bias, operands)
+        if all(isinstance(named.get(name), torch.Tensor) and named[name].data_ptr() == p["operands"][name].data_ptr()
+               for name in sources):
+            _PLANS[key] = (plan, out_dtype, shape, sources, aligns, a.device)
     return out if saved is None else (out, saved)
+
+
+def _call_tensors(alpha, c, beta, bias, operands) -> dict:
+    """A call's tensors by the names its epilogue's operands have (check_matmul_fused_args): alpha, c, beta and
+    bias, and an expression's operands (which cannot share those names with a given tensor: then None, and the
+    fast path records nothing)."""
+    named = {"alpha": alpha, "c": c, "beta": beta, "bias": bias}
+    for name, v in (operands or {}).items():
+        named[name] = v if named.get(name) is None else None
+    return named
 
 
 def _operand_2d(t: torch.Tensor, what: str, arch: str, n_major: bool = False) -> torch.Tensor:

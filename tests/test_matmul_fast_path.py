@@ -135,7 +135,13 @@ def test_expressions_take_the_fast_path_keyed_by_expression_and_operands(rec):
     for value in (2.0, 3.0, 2.0):  # a number operand is baked into the plan: its value is part of the signature
         M.matmul_fused(a, w, epilogue=s, operands={"s": value})
     assert rec.checks == 6 and rec.runs[-1][0] is rec.plans[-2]
+    with pytest.raises(TypeError, match="got bool"):  # equal to 1 but refused: the value's type is in the signature
+        M.matmul_fused(a, w, epilogue=s, operands={"s": True})
+    M.matmul_fused(a, w, epilogue=s, operands={"s": 1.0})
+    with pytest.raises(TypeError, match="got bool"):
+        M.matmul_fused(a, w, epilogue=s, operands={"s": True})
+    assert rec.checks == 9
     M.matmul_fused(a, w)
     with forced_config("w128n192"):
         M.matmul_fused(a, w)
-    assert rec.checks == 8
+    assert rec.checks == 11

@@ -81,7 +81,9 @@ def matmul_fused(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = N
                beta if beta.__class__ is float else _tensor_meta(beta),
                None if out is None else (out.dtype, out.shape, out.stride(), out.get_device()),
                torch.get_float32_matmul_precision() if a.dtype is torch.float32 else None, epilogue,
-               None if operands is None else tuple((name, _tensor_meta(v)) for name, v in operands.items()))
+               None if operands is None else tuple(
+                   (name, _tensor_meta(v) if isinstance(v, torch.Tensor) else (v.__class__, v))  # True == 1: the type too
+                   for name, v in operands.items()))
         hit = _PLANS.get(key)
     except (AttributeError, TypeError):  # not tensors, unhashable options: the checked path says what is wrong
         key = hit = None

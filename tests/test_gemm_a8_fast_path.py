@@ -245,3 +245,17 @@ def test_expression_misaligned_operand_takes_the_checked_path(rec):
     with pytest.raises(ValueError, match=r"aux\(res\) must be aligned to two elements"):
         G.gemm_a8(a, b, epilogue=EXPR, operands=ops)
     assert rec.checks == 2
+
+
+def test_expression_operands_that_are_parameters_pass_their_addresses(rec):
+    """Operands held as nn.Parameter (a module's scale or bias) are tensors to the fast path too: their addresses
+    are passed per call, as the checked path passes them."""
+    a, b, _, _, _ = make()
+    e = E.parse("acc * n_vec(s) + n_vec(bias)")
+    s = torch.nn.Parameter(torch.rand(N), requires_grad=False)
+    bias = torch.nn.Parameter(torch.randn(N, dtype=torch.bfloat16), requires_grad=False)
+    y1 = G.gemm_a8(a, b, epilogue=e, operands={"s": s, "bias": bias})
+    y2 = G.gemm_a8(a, b, epilogue=e, operands={"s": s, "bias": bias})
+    assert rec.runs[0][1] == (a.data_ptr(), b.data.data_ptr(), y1.data_ptr(), s.data_ptr(), bias.data_ptr())
+    assert rec.runs[1][1] == (a.data_ptr(), b.data.data_ptr(), y2.data_ptr(), s.data_ptr(), bias.data_ptr())
+    assert rec.checks == 1

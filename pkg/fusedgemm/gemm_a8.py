@@ -141,8 +141,10 @@ def _gemm_a8_expression(a, b, epilogue, operands, out_dtype, out, bias, scale_a,
     key = None
     if bias is None and scale_a is None and scale_b is None and (operands is None or operands.__class__ is dict):
         try:
-            ops_key = tuple((name, v.dtype, v.shape, v.stride(), v.get_device()) if v.__class__ is torch.Tensor
-                            else (name, v) for name, v in (operands or {}).items())
+            # isinstance, not the exact class: an nn.Parameter operand is a tensor whose address is passed per call;
+            # a number's type too (True == 1, but a bool is refused).
+            ops_key = tuple((name, v.dtype, v.shape, v.stride(), v.get_device()) if isinstance(v, torch.Tensor)
+                            else (name, v.__class__, v) for name, v in (operands or {}).items())
             key = ("expr", epilogue, a.dtype, a.shape, a.stride(), a.get_device(), out_dtype,
                    None if out is None else (out.dtype, out.shape, out.stride(), out.get_device()), ops_key)
             hit = b.call_plans.get(key)
@@ -151,7 +153,7 @@ def _gemm_a8_expression(a, b, epilogue, operands, out_dtype, out, bias, scale_a,
         if hit is not None and _plan.forced() is None:
             call_plan, dtype, out_align, saved_dtype, aligns = hit
             a_ptr, b_ptr = a.data_ptr(), b.data.data_ptr()
-            ptrs = [v.data_ptr() for v in operands.values() if v.__class__ is torch.Tensor] if operands else []
+            ptrs = [v.data_ptr() for v in operands.values() if isinstance(v, torch.Tensor)] if operands else []
             if (not (a_ptr & 15 or b_ptr & 15 or (out is not None and out.data_ptr() % out_align))
                     and all(p % al == 0 for p, al in zip(ptrs, aligns)) and current_device_index() == call_plan.dev):
                 if out is None:

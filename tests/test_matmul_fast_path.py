@@ -141,7 +141,12 @@ def test_expressions_take_the_fast_path_keyed_by_expression_and_operands(rec):
     with pytest.raises(TypeError, match="got bool"):
         M.matmul_fused(a, w, epilogue=s, operands={"s": True})
     assert rec.checks == 9
+    alpha = torch.tensor([0.5])  # an operand named like a built-in one, as a device-style tensor: a pointer per call
+    ea = E.parse("acc * scalar(alpha)")
+    M.matmul_fused(a, w, epilogue=ea, operands={"alpha": alpha})
+    y = M.matmul_fused(a, w, epilogue=ea, operands={"alpha": alpha})
+    assert rec.checks == 10 and rec.runs[-1][1] == (a.data_ptr(), w.data_ptr(), y.data_ptr(), alpha.data_ptr())
     M.matmul_fused(a, w)
     with forced_config("w128n192"):
         M.matmul_fused(a, w)
-    assert rec.checks == 11
+    assert rec.checks == 12

@@ -171,13 +171,9 @@ def matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogu
 
 
 def _call_tensors(alpha, c, beta, bias, operands) -> dict:
-    """A call's tensors by the names its epilogue's operands have (check_matmul_fused_args): alpha, c, beta and
-    bias, and an expression's operands (which cannot share those names with a given tensor: then None, and the
-    fast path records nothing)."""
-    named = {"alpha": alpha, "c": c, "beta": beta, "bias": bias}
-    for name, v in (operands or {}).items():
-        named[name] = v if named.get(name) is None else None
-    return named
+    """A call's tensors by the names its epilogue's operands have (check_matmul_fused_args): an expression's
+    `operands` (alpha, c, beta and bias must then keep their defaults), else alpha, c, beta and bias."""
+    return operands if operands is not None else {"alpha": alpha, "c": c, "beta": beta, "bias": bias}
 
 
 def _operand_2d(t: torch.Tensor, what: str, arch: str, n_major: bool = False) -> torch.Tensor:

@@ -54,7 +54,7 @@ extern "C" __global__ void probe_set_stamps(unsigned long long* p) {{ fg::fg_pro
 ENTRY = """
 extern "C" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocksPerSm) {name}(
     const __grid_constant__ fg::GemmA8Sm90Args<{epi}> args) {{
-  fg::gemm_a8_wgmma<{in_t}, {epi}, {cfg}, {mode}>(args.a_map, args.b_map, args.M, args.N, args.K, args.ep);
+  fg::gemm_a8_wgmma<{in_t}, {epi}, {cfg}, {mode}>(args.a_map, args.b_map, args.M, args.N, args.K, args.sk_tiles, args.sk_ws, args.ep);
 }}
 """
 L2_PROMOTION = {"0": 0, "64": 1, "128": 2, "256": 3}  # CUtensorMapL2promotion by bytes
@@ -371,7 +371,8 @@ def main() -> int:
         plain_map = encode_tensor_map_tiled(0, 2, w.data_ptr(), (k, n), (k,), (128, cfg.block_n), (1, 1), 0, 3, 3, 0)
         # Everything but the tensor maps: the Params of a bf16 output with no scales, no bias, alpha 1 (results
         # are garbage in the probe modes anyway).
-        values = dict(M=m, N=n, K=k, out=out.data_ptr(), ld_out=n, **g.preset_values(0, 0, 0, 0, 0, 0, 1.0))
+        values = dict(M=m, N=n, K=k, sk_tiles=0, sk_ws=0, out=out.data_ptr(), ld_out=n,
+                      **g.preset_values(0, 0, 0, 0, 0, 0, 1.0))
         grid = ((n + cfg.block_n - 1) // cfg.block_n, (m + cfg.block_m - 1) // cfg.block_m, splits)
         cluster = (1, 1, splits)
         if cfg.pair_b:  # B-multicast pairs, clustered along x (as call_plan.py launches them)

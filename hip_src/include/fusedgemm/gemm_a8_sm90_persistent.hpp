@@ -2,6 +2,7 @@
 // warpgroup's spare warps under the next tile's MMAs (WgmmaConfig::kPersistent; gemm_a8_sm90.hpp dispatches).
 #pragma once
 #include "gemm_a8_sm90_mainloop.hpp"
+#include "gemm_a8_sm90_stream_k.hpp"
 
 #if defined(FG_NVIDIA)
 namespace fg {
@@ -83,9 +84,11 @@ struct PersistentSmem {
   FG_DEVICE sm90::u64* parked_empty() const { return full() + 2 * Cfg::kStages + 1; }
 };
 
-// One wave of CTAs; CTA c computes tiles c, c + gridDim.x, ... (tile_of order). Warp roles:
-//  * consumer warpgroups 0, 1: per tile, the K blocks (consumer_mainloop, K blocks counted across tiles), then
-//    wait until the parked tile is free, park the accumulators as fp32, and go on with the next tile;
+// One wave of CTAs; CTA c computes tiles c, c + gridDim.x, ... (tile_of order), or with stream-K (sk_tiles > 0,
+// not in pairs) the units of gemm_a8_sm90_stream_k.hpp. Warp roles:
+//  * consumer warpgroups 0, 1: per unit, the K blocks (consumer_mainloop, K blocks counted across units); a
+//    partial piece goes to the workspace; else wait until the parked tile is free (a first piece: add the later
+//    pieces first), park the accumulators as fp32, and go on with the next unit;
 //  * producer warpgroup, warp 0: TMA copies of every tile's K blocks into the ring, running ahead across tiles;
 //  * producer warpgroup(s), warps 1 .. kEpilogueWarps (epilogue warps: 3 with 40 registers, or 7 with 88, see
 //    WgmmaConfig): per tile, the rows' scales and the columns'
@@ -116,6 +119,8 @@ FG_DEVICE void persistent_stamp(int slot, int it) {
   } while (0)
 #endif
 
+// The units of work (stream_k_park_unit, stream_k_partial_unit) are those of CTA persistent_first() of
+// persistent_step(): with kPairB a cluster of the clusters, and sk_tiles is 0 there.
 template <class Cfg>
 FG_DEVICE int persistent_first() {
   return Cfg::kPairB ? static_cast<int>(blockIdx.x) / 2 : static_cast<int>(blockIdx.x);
@@ -137,7 +142,7 @@ FG_DEVICE void persistent_tile(int t, int num_n, int num_m, int N, int K, int& m
 
 template <class In, class Epi, class Cfg, int kProbe>
 FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map, int M, int N, int K,
-                                        const typename Epi::Params& ep) {
+                                        int sk_tiles, u8* sk_ws, const typename Epi::Params& ep) {
   static_assert(Epi::kRowValues * Cfg::kBlockM + Epi::kColValues * Cfg::kBlockN <= Cfg::kStagedFloats,
                 "the epilogue hoists more row/column values than the persistent config stages");
   using Mma = MmaOf<In, Cfg>;
@@ -166,6 +171,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
     sm90::cluster_sync();  // the peer's copies and arrives may reach this CTA's barriers from the start
   else
     __syncthreads();
+  if constexpr (Cfg::kPairB) sk_tiles = 0;  // stream-K runs on single CTAs only
   // Per role, after its setmaxnreg (see above): tiles along N and M, units of work (tiles, or pairs of row
   // blocks of a column tile), K blocks per tile.
   auto counts = [&](int& num_n, int& num_m, int& num_tiles, int& kb_count) {
@@ -191,10 +197,12 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
         sm90::prefetch_tma_desc(&a_map);
         sm90::prefetch_tma_desc(&b_map);
         const int pair_rank = Cfg::kPairB ? static_cast<int>(sm90::cluster_rank()) : 0;
-        for (int t = persistent_first<Cfg>(), g = 0; t < num_tiles; t += persistent_step<Cfg>()) {
+        const int c = persistent_first<Cfg>(), ctas = persistent_step<Cfg>();
+        int g = 0;  // K blocks copied so far: the ring's stage and phase
+        auto copy_unit = [&](const StreamKUnit& u) {
           int m_block, n_block;
-          persistent_tile<In, Cfg>(t, num_n, num_m, N, K, m_block, n_block);
-          for (int i = 0; i < kb_count; ++i, ++g) {
+          persistent_tile<In, Cfg>(u.tile, num_n, num_m, N, K, m_block, n_block);
+          for (int i = u.k0; i < u.k0 + u.count; ++i, ++g) {
             const int s = g % Cfg::kStages;
             sm90::mbar_wait(&empty[s], ((g / Cfg::kStages) & 1) ^ 1);
             if constexpr (probe_no_copy(kProbe)) {
@@ -205,13 +213,16 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
                                           b_map, &full[s], a_rows, i, m_block * Cfg::kBlockM, n_block * Cfg::kBlockN,
                                           pair_rank);
           }
-        }
+        };
+        StreamKUnit u;
+        if (stream_k_partial_unit(c, ctas, sk_tiles, kb_count, u)) copy_unit(u);
+        for (int q = 0; stream_k_park_unit(q, c, ctas, num_tiles, sk_tiles, kb_count, u); ++q) copy_unit(u);
       }
       if constexpr (Cfg::kPairB) sm90::cluster_sync();  // every thread of the pair, once, at its end
       return;
     }
     const int e = 32 * w + lane;  // epilogue thread 0 .. kEpilogueThreads - 1
-    for (int t = persistent_first<Cfg>(), it = 0;; t += persistent_step<Cfg>(), ++it) {
+    for (int it = 0;; ++it) {
       // The tile counts are recounted per tile from opaque copies of M and N, and parked_empty is addressed from
       // a fresh base below: held across the loop, they take registers from the 40-register epilogue warps (two
       // rows in flight spilled; with one row this form is 4-14% faster than the counts held; WgmmaConfig).
@@ -219,9 +230,13 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       asm volatile("" : "+r"(m_opaque), "+r"(n_opaque));
       const int tiles_n = (n_opaque + Cfg::kBlockN - 1) / Cfg::kBlockN;
       const int tiles_m = (m_opaque + Cfg::kBlockM - 1) / Cfg::kBlockM;
-      if (t >= tiles_n * (Cfg::kPairB ? (tiles_m + 1) / 2 : tiles_m)) break;
+      StreamKUnit u;
+      if (!stream_k_park_unit(it, persistent_first<Cfg>(), persistent_step<Cfg>(),
+                              tiles_n * (Cfg::kPairB ? (tiles_m + 1) / 2 : tiles_m), sk_tiles,
+                              k_block_count<In, Cfg>(K), u))
+        break;
       int m_block, n_block;
-      persistent_tile<In, Cfg>(t, tiles_n, tiles_m, N, K, m_block, n_block);
+      persistent_tile<In, Cfg>(u.tile, tiles_n, tiles_m, N, K, m_block, n_block);
       const int m0 = m_block * Cfg::kBlockM;
       const int col = n_block * Cfg::kBlockN + 4 * lane;
       const int n0 = n_block * Cfg::kBlockN;
@@ -297,18 +312,35 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
   sm90::u64* parked_empty = sm.parked_empty();
   int num_n, num_m, num_tiles, kb_count;
   counts(num_n, num_m, num_tiles, kb_count);
+  const int c = persistent_first<Cfg>(), ctas = persistent_step<Cfg>();
+  StreamKUnit u;
+  if (stream_k_partial_unit(c, ctas, sk_tiles, kb_count, u)) {  // stream-K: this CTA's range starts inside a tile
+    Acc acc[kAcc];
+#pragma unroll
+    for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
+    consumer_mainloop<In, Cfg, kProbe>(acc, u.g0, u.count, stage_a, stage_b, full, empty,
+                                      sm90::warp_uniform(warp >> 2), lane);
+    stream_k_publish<Cfg>(acc, sk_ws, c, tid);
+  }
   // NOTE: the fp8 two-chain main loop needs 192 accumulators of the 232 registers; little else may stay live
-  // across it (the tile count only; the rest is recomputed after), or ptxas spills inside the loop.
-  const int step = persistent_step<Cfg>();
-  const int my_tiles = (num_tiles - persistent_first<Cfg>() + step - 1) / step;
-  for (int it = 0; it < my_tiles; ++it) {
+  // across it (the unit's index only; the unit is recomputed after), or ptxas spills inside the loop.
+  for (int it = 0; stream_k_park_unit(it, c, ctas, num_tiles, sk_tiles, kb_count, u); ++it) {
     Acc acc[kAcc];
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
     FG_PERSISTENT_STAMP(tid == 0, 0, it);
-    consumer_mainloop<In, Cfg, kProbe>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty,
-                                    sm90::warp_uniform(warp >> 2), lane);
+    consumer_mainloop<In, Cfg, kProbe>(acc, u.g0, u.count, stage_a, stage_b, full, empty,
+                                      sm90::warp_uniform(warp >> 2), lane);
     FG_PERSISTENT_STAMP(tid == 0 || tid == 128, tid == 0 ? 1 : 4, it);
+    {
+      int k_opaque = K;  // recounted: nothing held across the main loop (above)
+      asm volatile("" : "+r"(k_opaque));
+      const int kb = k_block_count<In, Cfg>(k_opaque);
+      StreamKUnit v;  // the unit again (its tile and length; the tile count does not matter here)
+      stream_k_park_unit(it, c, ctas, 0x7fffffff, sk_tiles, kb, v);
+      if (v.count < kb)  // a first piece: the later pieces' CTAs wrote their slots
+        stream_k_gather<Cfg>(acc, sk_ws, c, ctas, sk_tiles * kb, (v.tile + 1) * kb, tid);
+    }
     sm90::mbar_wait(parked_empty, (it & 1) ^ 1);  // the epilogue warps are done with the previous tile
     FG_PERSISTENT_STAMP(tid == 0, 2, it);
     const int ct = tid & 127;  // thread within its consumer warpgroup

@@ -1,0 +1,84 @@
+"""Stream-K's schedule (plan/stream_k.py, the mirror of gemm_a8_sm90_stream_k.hpp): every K block of every tile is
+computed exactly once, each tile's later pieces reach its finisher, a CTA only waits for later CTAs, and the plan
+takes stream-K where the model says it pays. The GPU tests run the kernels on these schedules."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from fusedgemm.plan import stream_k
+from fusedgemm.runtime import kernels
+
+CASES = [(tiles, kb, sms) for tiles, kb, sms in itertools.product(
+    (1, 5, 16, 64, 96, 131, 132, 133, 168, 263, 264, 265, 300, 3072), (1, 2, 3, 6, 16, 32, 112), (132, 114, 8))]
+
+
+@pytest.mark.parametrize("tiles,kb,sms", CASES)
+def test_schedule_covers_every_k_block_once(tiles, kb, sms):
+    sk_tiles, ctas = stream_k.split(tiles, kb, sms)
+    assert 0 < ctas <= max(sms, 1) and sk_tiles <= tiles
+    if sk_tiles:
+        assert ctas * sk_tiles * kb < 2 ** 31 and sk_tiles * kb >= ctas  # no CTA has an empty range
+        assert (tiles - sk_tiles) % ctas == 0  # the whole tiles are whole waves
+    seen = {}
+    partial_of = {}  # CTA -> tile of its partial piece
+    for c in range(ctas):
+        units = stream_k.units(c, ctas, tiles, sk_tiles, kb)
+        g = 0
+        for i, (kind, t, k0, count, g0) in enumerate(units):
+            assert g0 == g and count > 0 and 0 <= k0 and k0 + count <= kb, (c, units)
+            g += count
+            if kind == "partial":
+                assert i == 0 and k0 > 0 and t < sk_tiles
+                partial_of[c] = t
+            else:
+                assert k0 == 0 and (kind == "whole") == (count == kb)
+            for k in range(k0, k0 + count):
+                assert (t, k) not in seen, (t, k, c, seen[(t, k)])
+                seen[(t, k)] = c
+    assert len(seen) == tiles * kb
+    # Each tile's first piece gathers exactly the partial pieces of its tile, from later CTAs.
+    gathered = []
+    for c in range(ctas):
+        for kind, t, _k0, count, _g0 in stream_k.units(c, ctas, tiles, sk_tiles, kb):
+            if kind == "first":
+                peers = stream_k.contributors(c, ctas, sk_tiles, kb, t)
+                assert peers and all(p > c and partial_of[p] == t for p in peers)
+                assert count + sum(stream_k.units(p, ctas, tiles, sk_tiles, kb)[0][3] for p in peers) == kb
+                gathered += peers
+    assert sorted(gathered) == sorted(partial_of)
+
+
+def test_without_stream_k_the_schedule_is_the_persistent_one():
+    """sk_tiles = 0 (whole waves, or a graph capture without a workspace): CTA c takes tiles c, c + P, ..."""
+    for c in range(132):
+        units = stream_k.units(c, 132, 400, 0, 32)
+        assert [u[1] for u in units] == list(range(c, 400, 132)) and {u[0] for u in units} == {"whole"}
+
+
+def test_split_and_model():
+    assert stream_k.split(96, 32, 132) == (96, 132)  # qkv M = 256: every tile, every SM
+    assert stream_k.split(3072, 32, 132) == (36 + 132, 132)  # qkv M = 8192: the last partial wave plus one
+    assert stream_k.split(264, 32, 132) == (0, 132)  # whole waves
+    assert stream_k.split(16, 6, 132) == (16, 24)  # short ranges: >= MIN_RANGE_BLOCKS each
+    assert stream_k.split(16, 4, 132) == (0, 16)  # ... or none
+    assert stream_k.pays(96, 32, 132) and stream_k.pays(64, 32, 132) and stream_k.pays(3072, 32, 132)
+    assert not stream_k.pays(380, 32, 132)  # 2.9 waves: nothing to gain
+    assert not stream_k.pays(264, 32, 132) and not stream_k.pays(16, 4, 132)
+    assert stream_k.workspace_bytes(132) == 4096 + 132 * 65536
+
+
+def test_stream_k_configs_launch_their_base_kernels():
+    from fusedgemm.epilogue.presets import spec_for_activation
+    from fusedgemm.runtime.gemm_a8_spec import GemmA8Kernel
+
+    configs = kernels.GEMM_A8_CONFIGS
+    for name, base in (("kp128n128", "p128n128"), ("ks128n128", "s128n128")):
+        cfg = configs[name]
+        assert cfg.stream_k and cfg.kernel == base and not configs[base].stream_k
+        assert cfg.smem == configs[base].smem and cfg.warps == configs[base].warps and cfg.persistent
+        spec = GemmA8Kernel("sm_90a", name, "fp8", "bf16", spec_for_activation("silu"))
+        assert spec == GemmA8Kernel("sm_90a", base, "fp8", "bf16", spec_for_activation("silu"))
+    names = kernels.gemm_a8_kernel_names("gemm_a8_sm90")
+    assert not any(n.endswith("kp128n128") or n.endswith("ks128n128") for n in names)

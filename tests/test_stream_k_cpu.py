@@ -30,7 +30,8 @@ def test_schedule_covers_every_k_block_once(tiles, kb, sms):
             assert g0 == g and count > 0 and 0 <= k0 and k0 + count <= kb, (c, units)
             g += count
             if kind == "partial":
-                assert i == 0 and k0 > 0 and t < sk_tiles
+                assert k0 > 0 and t >= tiles - sk_tiles and all(u[0] == "whole" for u in units[:i]) and \
+                    partial_of.get(c) is None
                 partial_of[c] = t
             else:
                 assert k0 == 0 and (kind == "whole") == (count == kb)
@@ -38,15 +39,22 @@ def test_schedule_covers_every_k_block_once(tiles, kb, sms):
                 assert (t, k) not in seen, (t, k, c, seen[(t, k)])
                 seen[(t, k)] = c
     assert len(seen) == tiles * kb
-    # Each tile's first piece gathers exactly the partial pieces of its tile, from later CTAs.
+    # Each tile's first piece gathers exactly the partial pieces of its tile: the next CTAs, in order.
     gathered = []
     for c in range(ctas):
-        for kind, t, _k0, count, _g0 in stream_k.units(c, ctas, tiles, sk_tiles, kb):
-            if kind == "first":
-                peers = stream_k.contributors(c, ctas, sk_tiles, kb, t)
-                assert peers and all(p > c and partial_of[p] == t for p in peers)
-                assert count + sum(stream_k.units(p, ctas, tiles, sk_tiles, kb)[0][3] for p in peers) == kb
-                gathered += peers
+        units = stream_k.units(c, ctas, tiles, sk_tiles, kb)
+        for q in range(len(units) + 1):  # the epilogue warps' lean test agrees with the schedule
+            want = units[q][1] - (tiles - sk_tiles) if q < len(units) and units[q][0] == "first" else -1
+            assert stream_k.first_piece(q, c, ctas, tiles, sk_tiles, kb) == want, (c, q, units)
+        for kind, t, _k0, count, _g0 in units:
+            n = stream_k.peers(c, ctas, sk_tiles, kb, t - (tiles - sk_tiles))
+            if kind != "first":
+                continue
+            peers = list(range(c + 1, c + 1 + n))
+            assert peers and all(partial_of[p] == t for p in peers)
+            assert count + sum(u[3] for p in peers for u in stream_k.units(p, ctas, tiles, sk_tiles, kb)
+                               if u[0] == "partial") == kb
+            gathered += peers
     assert sorted(gathered) == sorted(partial_of)
 
 
@@ -74,11 +82,12 @@ def test_stream_k_configs_launch_their_base_kernels():
     from fusedgemm.runtime.gemm_a8_spec import GemmA8Kernel
 
     configs = kernels.GEMM_A8_CONFIGS
-    for name, base in (("kp128n128", "p128n128"), ("ks128n128", "s128n128")):
+    assert "kp128n128" not in configs  # three 40-register epilogue warps: no stream-K paths (kStreamK)
+    for name, base in (("ks128n128", "s128n128"),):
         cfg = configs[name]
         assert cfg.stream_k and cfg.kernel == base and not configs[base].stream_k
         assert cfg.smem == configs[base].smem and cfg.warps == configs[base].warps and cfg.persistent
         spec = GemmA8Kernel("sm_90a", name, "fp8", "bf16", spec_for_activation("silu"))
         assert spec == GemmA8Kernel("sm_90a", base, "fp8", "bf16", spec_for_activation("silu"))
     names = kernels.gemm_a8_kernel_names("gemm_a8_sm90")
-    assert not any(n.endswith("kp128n128") or n.endswith("ks128n128") for n in names)
+    assert not any(n.endswith("ks128n128") for n in names)

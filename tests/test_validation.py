@@ -211,14 +211,15 @@ def test_persistent_plans_on_sm90(m, n, k, kind, want):
     four waves of tiles at K <= 4096 (from half a wave, or any number at M > 128); above, p128n128 (the B-multicast
     pairs, cp128n128, are no longer taken: p128n128 leads them at K = 4096 since 8445445). The
     16-bit kinds take s128n128 from half a wave to one wave of tiles, p128n128 from a wave. Each with stream-K
-    (kp128n128 / ks128n128: the same kernels) where plan/stream_k.py's model says it pays."""
+    (ks128n128: the same kernel; s128n128 only) where plan/stream_k.py's model says it pays."""
     from fusedgemm.gemm_a8 import _choose_config
     from fusedgemm.plan import stream_k
 
     cfg, splits = _choose_config(m, n, k, "sm_90a", 132, in_kind=kind)
     assert (cfg.kernel, splits) == (want, 1) and cfg.persistent
     tiles = -(-m // 128) * -(-n // 128)
-    assert cfg.stream_k == stream_k.pays(tiles, -(-k * (2 if kind in ("bf16", "fp16") else 1) // 128), 132)
+    kb = -(-k * (2 if kind in ("bf16", "fp16") else 1) // 128)
+    assert cfg.stream_k == (want == "s128n128" and stream_k.pays(tiles, kb, 132))  # s128n128's kernel only
 
 
 @pytest.mark.parametrize("m,n,k,want", [(256, 4096, 14336, ("w128n128", 2)), (128, 6144, 4096, ("w128n128", 2))])

@@ -63,35 +63,42 @@ def _begin(c: int, ctas: int, sk_iters: int) -> int:
 
 
 def units(c: int, ctas: int, tiles: int, sk_tiles: int, kb: int) -> list[tuple[str, int, int, int, int]]:
-    """CTA c's units in order, as the kernel runs them: (kind, tile, k0, count, g0), kind 'partial' (written to
-    the workspace), 'first' (a tile's first piece: its finisher adds the later pieces) or 'whole'. g0: the K blocks
-    the CTA ran before the unit. Mirrors stream_k_partial_unit / stream_k_park_unit."""
+    """CTA c's units in order, as the kernel runs them: (kind, tile, k0, count, g0), kind 'whole', 'partial' (copied
+    to the workspace) or 'first' (a tile's first piece: its epilogue adds the later pieces). g0: the K blocks the
+    CTA ran before the unit. Mirrors stream_k_unit: the whole tiles c, c + P, ... before the last sk_tiles, then
+    the CTA's range of the stream-K part's K blocks."""
+    dp_tiles = tiles - sk_tiles
+    n_dp = -(-(dp_tiles - c) // ctas) if dp_tiles > c else 0
+    out = [("whole", c + q * ctas, 0, kb, q * kb) for q in range(n_dp)]
     sk_iters = sk_tiles * kb
     ib, ie = _begin(c, ctas, sk_iters), _begin(c + 1, ctas, sk_iters)
-    out = []
     if ib % kb and ib < ie:
-        t = ib // kb
-        out.append(("partial", t, ib - t * kb, min(ie, (t + 1) * kb) - ib, 0))
+        s = ib // kb
+        out.append(("partial", dp_tiles + s, ib - s * kb, min(ie, (s + 1) * kb) - ib, n_dp * kb))
     first = -(-ib // kb)
-    sk_units = -(-ie // kb) - first
-    for q in range(sk_units):
-        t = first + q
-        count = min(ie, (t + 1) * kb) - t * kb
-        out.append(("first" if count < kb else "whole", t, 0, count, t * kb - ib))
-    d = 0
-    while (t := sk_tiles + c + d * ctas) < tiles:
-        out.append(("whole", t, 0, kb, ie - ib + d * kb))
-        d += 1
+    for s in range(first, -(-ie // kb)):
+        count = min(ie, (s + 1) * kb) - s * kb
+        out.append(("first" if count < kb else "whole", dp_tiles + s, 0, count, n_dp * kb + s * kb - ib))
     return out
 
 
-def contributors(c: int, ctas: int, sk_tiles: int, kb: int, tile: int) -> list[int]:
-    """The CTAs whose partial pieces the finisher of `tile` (CTA c) adds, in order. Mirrors stream_k_gather."""
-    sk_iters, out = sk_tiles * kb, []
-    for p in range(c + 1, ctas):
-        b = _begin(p, ctas, sk_iters)
-        if b >= (tile + 1) * kb:
-            break
-        if b != _begin(p + 1, ctas, sk_iters):
-            out.append(p)
-    return out
+def peers(c: int, ctas: int, sk_tiles: int, kb: int, s: int) -> int:
+    """How many later CTAs (c + 1, ...) hold partial pieces of stream-K tile s whose first piece CTA c computes.
+    Mirrors stream_k_peers."""
+    sk_iters, p = sk_tiles * kb, c + 1
+    while p < ctas and _begin(p, ctas, sk_iters) < (s + 1) * kb:
+        p += 1
+    return p - c - 1
+
+
+def first_piece(q: int, c: int, ctas: int, tiles: int, sk_tiles: int, kb: int) -> int:
+    """The stream-K tile (0 .. sk_tiles - 1) whose first piece is CTA c's q-th unit, else -1. Mirrors
+    stream_k_first_piece (the epilogue warps' lean form of the same schedule)."""
+    dp_tiles = tiles - sk_tiles
+    n_dp = -(-(dp_tiles - c) // ctas) if dp_tiles > c else 0
+    sk_iters = sk_tiles * kb
+    ib, ie = _begin(c, ctas, sk_iters), _begin(c + 1, ctas, sk_iters)
+    if ie % kb == 0 or ie <= ib:
+        return -1
+    count = n_dp + (1 if ib % kb else 0) + -(-ie // kb) - -(-ib // kb)
+    return ie // kb if q == count - 1 and ie // kb * kb >= ib else -1

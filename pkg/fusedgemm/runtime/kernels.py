@@ -230,14 +230,14 @@ GEMM_A8_CONFIGS = {
     # the same in B-multicast pairs (ConfigC128N256), matmul_fused only
     "c128n256": _wgmma_config("c128n256", 128, 4, 1, block_n=256, in_kinds=WIDE_IN, pair_b=True),
     "w192n128": _wgmma_config("w192n128", 192, 5, 1),
-    "p128n128": (_P128 := _wgmma_config("p128n128", 128, 5, 1, chains=2, persistent=True)),
+    "p128n128": _wgmma_config("p128n128", 128, 5, 1, chains=2, persistent=True),
     # the same in B-multicast pairs (ConfigCP128N128)
     "cp128n128": _wgmma_config("cp128n128", 128, 5, 1, chains=2, persistent=True, pair_b=True),
     # the same with seven epilogue warps and one chain, for short K (ConfigS128N128)
     "s128n128": (_S128 := _wgmma_config("s128n128", 128, 5, 1, persistent=True, epilogue_warps=7)),
     "v16n128": _wgmma_config("v16n128", 16, 4, 3, swap_ab=True),
-    # p128n128 / s128n128 launched with stream-K (their kernels; plan/stream_k.py)
-    "kp128n128": dataclasses.replace(_P128, name="kp128n128", stream_k=True, kernel_config="p128n128"),
+    # s128n128 launched with stream-K (its kernels; plan/stream_k.py). Only the seven-epilogue-warp kernel runs
+    # stream-K's hand-over (gemm_a8_sm90_persistent.hpp, kStreamK).
     "ks128n128": dataclasses.replace(_S128, name="ks128n128", stream_k=True, kernel_config="s128n128"),
     # matmul_fused's exact fp32 only (ConfigT128N128 = SplitTf32<...>)
     "t128n128": _wgmma_config("t128n128", 128, 4, 1, in_kinds=SPLIT_IN, split_tf32=True),

@@ -54,7 +54,7 @@ extern "C" __global__ void probe_set_stamps(unsigned long long* p) {{ fg::fg_pro
 ENTRY = """
 extern "C" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocksPerSm) {name}(
     const __grid_constant__ fg::GemmA8Sm90Args<{epi}> args) {{
-  fg::gemm_a8_wgmma<{in_t}, {epi}, {cfg}, {mode}>(args.a_map, args.b_map, args.M, args.N, args.K, args.sk_tiles, args.sk_ws, args.ep);
+  fg::gemm_a8_wgmma<{in_t}, {epi}, {cfg}, {mode}>(args.a_map, args.b_map, args.M, args.N, args.K, args.sk_tiles, args.sk_ctas, args.sk_ws, args.ep);
 }}
 """
 L2_PROMOTION = {"0": 0, "64": 1, "128": 2, "256": 3}  # CUtensorMapL2promotion by bytes
@@ -84,6 +84,8 @@ CASES = {
     "down M=8192 s128n128": (8192, 4096, 14336, "s128n128", 1, "fp8", ("normal",)),
     "qkv M=1024 s128n128": (1024, 6144, 4096, "s128n128", 1, "fp8", ("normal",)),
     "qkv M=256 s128n128": (256, 6144, 4096, "s128n128", 1, "fp8", ("normal",)),
+    "o_proj M=256 s128n128": (256, 4096, 4096, "s128n128", 1, "fp8", ("normal",)),
+    "gate_up M=256 s128n128": (256, 28672, 4096, "s128n128", 1, "fp8", ("normal",)),
     "down M=8192 p128n128": (8192, 4096, 14336, "p128n128", 1, "fp8", ("normal",)),
     "qkv M=8192 w128n128 int8": (8192, 6144, 4096, "w128n128", 1, "i8", ("normal", "no_copy")),
     "qkv M=8192 w192n128 int8": (8192, 6144, 4096, "w192n128", 1, "i8", ("normal", "no_copy")),
@@ -379,7 +381,7 @@ def main() -> int:
         plain_map = encode_tensor_map_tiled(0, 2, w.data_ptr(), (k, n), (k,), (128, cfg.block_n), (1, 1), 0, 3, 3, 0)
         # Everything but the tensor maps: the Params of a bf16 output with no scales, no bias, alpha 1 (results
         # are garbage in the probe modes anyway).
-        values = dict(M=m, N=n, K=k, sk_tiles=0, sk_ws=0, out=out.data_ptr(), ld_out=n,
+        values = dict(M=m, N=n, K=k, sk_tiles=0, sk_ws=0, sk_ctas=0, out=out.data_ptr(), ld_out=n,
                       **g.preset_values(0, 0, 0, 0, 0, 0, 1.0))
         grid = ((n + cfg.block_n - 1) // cfg.block_n, (m + cfg.block_m - 1) // cfg.block_m, splits)
         cluster = (1, 1, splits)
@@ -391,10 +393,11 @@ def main() -> int:
         sk_runs = []  # (column, grid, values) of the stream-K launches (--stream-k)
         if args.stream_k and cfg.persistent and not cfg.pair_b:
             from fusedgemm.plan import stream_k
-            sk_tiles, ctas = stream_k.split(-(-m // 128) * -(-n // 128), -(-k // 128), sms)
+            sk_tiles, ctas, sk_ctas = stream_k.split(-(-m // 128) * -(-n // 128), -(-k // 128), sms)
             if sk_tiles:
                 ws = torch.zeros(stream_k.workspace_bytes(ctas), dtype=torch.uint8, device="cuda")
-                sk_runs.append(("+sk", (ctas, 1, 1), dict(values, sk_tiles=sk_tiles, sk_ws=ws.data_ptr()), ws))
+                sk_runs.append(("+sk", (ctas, 1, 1), dict(values, sk_tiles=sk_tiles, sk_ctas=sk_ctas,
+                                                          sk_ws=ws.data_ptr()), ws))
         for mode in modes:
             for v, mod in mods.items():
                 sig = probe_spec(v, cfg_name, in_name).signature

@@ -12,9 +12,9 @@
       fg_gemm_a8_##IN_NAME##_##OUT_NAME##_##EPI_NAME##_##CFG_NAME(                                             \
           const __grid_constant__ fg::GemmA8Sm90Args<EPI<OUT>> args) {                                        \
     static_assert(__builtin_offsetof(fg::GemmA8Sm90Args<EPI<OUT>>, M) == 256 &&                                \
-                      __builtin_offsetof(fg::GemmA8Sm90Args<EPI<OUT>>, ep) == 280, "GemmA8Sm90Args: packing layout"); \
+                      __builtin_offsetof(fg::GemmA8Sm90Args<EPI<OUT>>, ep) == 288, "GemmA8Sm90Args: packing layout"); \
     fg::gemm_a8_wgmma<IN, EPI<OUT>, CFG>(args.a_map, args.b_map, args.M, args.N, args.K, args.sk_tiles,         \
-                                         args.sk_ws, args.ep);                                                  \
+                                         args.sk_ctas, args.sk_ws, args.ep);                                    \
   }
 
 FG_GEMM_A8_INSTANCES(FG_WGMMA_ENTRY, w64n128, fg::ConfigW64N128)

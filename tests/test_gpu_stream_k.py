@@ -50,10 +50,10 @@ def oracle_error(got, a, w, bias, sa, sb):
     return rel_error(got, ref)
 
 
-# (M, N, K): 4 tiles of 32 K blocks over 32 CTAs (8 pieces a tile); 8 tiles, ragged, a partial last K block; just
-# over a wave (every tile split, no whole ones); 16 x 17 = 272 tiles (two waves and a bit: split tiles, then a wave
-# of whole ones); a ragged 153-tile case with a short K (ranges of 1-3 K blocks).
-SHAPES = [(200, 144, 4096), (130, 400, 1040), (2100, 1040, 1024), (2000, 2064, 1040), (2100, 1040, 272)]
+# (M, N, K): 4 tiles of 32 K blocks in 8 pieces each (32 CTAs); 8 ragged tiles in 2 pieces, a partial last K block;
+# 153 tiles (a wave of whole tiles, then 21 in 2 pieces); 16 x 17 = 272 tiles (two waves, then 8 in 2 pieces); 153
+# tiles with the last 21 in 4 pieces of 4-5 K blocks, a partial last K block.
+SHAPES = [(200, 144, 4096), (130, 400, 1040), (2100, 1040, 1024), (2000, 2064, 1040), (2100, 1040, 2096)]
 
 
 @pytest.mark.parametrize("kind", ["fp8", "int8"])
@@ -62,7 +62,7 @@ def test_stream_k_against_the_oracle(kind, seed):
     with forced_config("ks128n128"):
         for m, n, k in SHAPES:
             tiles = -(-m // 128) * -(-n // 128)
-            sk_tiles, _ctas = stream_k.split(tiles, -(-k // 128), SMS)
+            sk_tiles, _grid, _sk_ctas = stream_k.split(tiles, -(-k // 128), SMS)
             assert sk_tiles, (m, n, k)  # each shape exercises the split
             a, w, bias, sa, sb = problem(kind, m, n, k)
             wq = fg.preshuffle(w)

@@ -127,12 +127,12 @@ class CallPlan:
         cluster = (1, 1, splits)
         if cfg.pair_b:  # two CTAs per column tile and pair of row blocks, clustered along x (no split-K)
             grid, cluster = (2 * grid[0], -(-grid[1] // 2), 1), (2, 1, 1)
-        sk_tiles = 0
+        sk_tiles = sk_ctas = 0
         if cfg.persistent:  # one wave of CTAs, each looping over tiles (pairs: a whole number of clusters)
             grid = (min(grid[0] * grid[1], sm_count(dev) * cfg.min_blocks_per_sm) // cluster[0] * cluster[0], 1, 1)
-            if cfg.stream_k:  # the tail's tiles (all, below one wave) split along K over every CTA
+            if cfg.stream_k:  # the last partial wave's tiles (all, below one wave) in equal K pieces
                 tiles = -(-n // cfg.block_n) * -(-m // cfg.block_m)
-                sk_tiles, ctas = stream_k.split(tiles, -(-k * IN_BYTES[in_kind] // 128), sm_count(dev))
+                sk_tiles, ctas, sk_ctas = stream_k.split(tiles, -(-k * IN_BYTES[in_kind] // 128), sm_count(dev))
                 if sk_tiles:
                     grid = (ctas, 1, 1)
         if grid[1] > _MAX_GRID_Y:
@@ -143,7 +143,7 @@ class CallPlan:
         # address goes.
         names = [f.split(".", 1)[-1] for f in kernel.signature.flat_names[2:]]  # after A and B
         self.template = kernel.signature.values_in_order(
-            dict(values, M=m, N=n, K=k, ld_out=self.n_out, ld_saved=self.n_out, sk_tiles=sk_tiles, sk_ws=0,
+            dict(values, M=m, N=n, K=k, ld_out=self.n_out, ld_saved=self.n_out, sk_tiles=sk_tiles, sk_ws=0, sk_ctas=sk_ctas,
                  **{p: 0 for p in pointers}), skip=2)
         self.slots = tuple(names.index(p) for p in pointers)
         if sk_tiles:
@@ -177,7 +177,7 @@ class CallPlan:
             tiles_slot, ws_slot, nbytes = self.sk
             ws = stream_workspace(self.dev, stream, nbytes)
             args[ws_slot] = ws
-            if not ws:  # capturing a graph: no workspace to bind, so every tile whole (plain persistent)
+            if not ws:  # capturing a graph: no workspace to bind, so every tile whole on the same grid
                 args[tiles_slot] = 0
         # Tensor maps hold the address: memoise the last one per operand (a weight's never changes), then the
         # module-wide cache.

@@ -64,7 +64,7 @@ FG_DEVICE void store_parked_rows(const typename Epi::Params& ep, const float* pa
 // every row (rows past M carry zeros or stale values that only ever reach rows past M). Epilogue warp w of kWarps.
 template <class Cfg>
 FG_DEVICE void stream_k_store_slot(const float* parked, float* slot, int w, int lane) {
-#pragma unroll 1  // rolled: constants hoisted out of an unrolled copy would take the 40-register warps' registers
+#pragma unroll 4
   for (int r = w; r < Cfg::kBlockM; r += Cfg::kEpilogueWarps)
     *reinterpret_cast<float4*>(&slot[r * 128 + 4 * lane]) =
         *reinterpret_cast<const float4*>(&parked[parked_index(r, 4 * lane)]);
@@ -74,7 +74,7 @@ FG_DEVICE void stream_k_store_slot(const float* parked, float* slot, int w, int 
 // slot order (deterministic). Epilogue warp w; each element is this thread's alone.
 template <class Cfg>
 FG_DEVICE void stream_k_add_slots(float* parked, const float* slots, int peers, int w, int lane) {
-#pragma unroll 1  // rolled, as above
+#pragma unroll 4  // four rows' loads in flight (latency bound otherwise: ~10k cycles a tile on an H100)
   for (int r = w; r < Cfg::kBlockM; r += Cfg::kEpilogueWarps) {
     float4* dst = reinterpret_cast<float4*>(&parked[parked_index(r, 4 * lane)]);
     float4 v = *dst;
@@ -174,7 +174,7 @@ FG_DEVICE void persistent_tile(int t, int num_n, int num_m, int N, int K, int& m
 
 template <class In, class Epi, class Cfg, int kProbe>
 FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map, int M, int N, int K,
-                                        int sk_tiles, u8* sk_ws, const typename Epi::Params& ep) {
+                                        int sk_tiles, int sk_ctas, u8* sk_ws, const typename Epi::Params& ep) {
   static_assert(Epi::kRowValues * Cfg::kBlockM + Epi::kColValues * Cfg::kBlockN <= Cfg::kStagedFloats,
                 "the epilogue hoists more row/column values than the persistent config stages");
   using Mma = MmaOf<In, Cfg>;
@@ -206,7 +206,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
   // Stream-K runs on single CTAs with seven epilogue warps (s128n128): its partial and first-piece paths on three
   // 40-register epilogue warps (p128n128) spilled their loop counter, whatever was recomputed per tile.
   constexpr bool kStreamK = !Cfg::kPairB && Cfg::kEpilogueWarps == 7;
-  if constexpr (!kStreamK) sk_tiles = 0;
+  if constexpr (!kStreamK) sk_tiles = sk_ctas = 0;
   // Per role, after its setmaxnreg (see above): tiles along N and M, units of work (tiles, or pairs of row
   // blocks of a column tile), K blocks per tile.
   auto counts = [&](int& num_n, int& num_m, int& num_tiles, int& kb_count) {
@@ -250,7 +250,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
           }
         };
         StreamKUnit u;
-        for (int q = 0; stream_k_unit(q, c, ctas, num_tiles, sk_tiles, kb_count, u); ++q) copy_unit(u);
+        for (int q = 0; stream_k_unit(q, c, ctas, num_tiles, sk_tiles, sk_ctas, kb_count, u); ++q) copy_unit(u);
       }
       if constexpr (Cfg::kPairB) sm90::cluster_sync();  // every thread of the pair, once, at its end
       return;
@@ -274,7 +274,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       {
         StreamKUnit u;
         if (!stream_k_unit(it, c_opaque, persistent_step<Cfg>(), tiles_n * (Cfg::kPairB ? (tiles_m + 1) / 2 : tiles_m),
-                           sk_opaque, k_block_count<In, Cfg>(k_opaque), u))
+                           sk_opaque, sk_ctas, k_block_count<In, Cfg>(k_opaque), u))
           break;
         tile = u.kind == kPartialPiece ? -1 : u.tile;
       }
@@ -334,9 +334,9 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
         asm volatile("" : "+r"(m_o), "+r"(n_o), "+r"(k_o), "+r"(c), "+l"(ws));
         const int t_all = ((n_o + Cfg::kBlockN - 1) / Cfg::kBlockN) * ((m_o + Cfg::kBlockM - 1) / Cfg::kBlockM);
         const int kb = k_block_count<In, Cfg>(k_o);
-        const int s = stream_k_first_piece(it, c, persistent_step<Cfg>(), t_all, sk_tiles, kb);
+        const int s = stream_k_first_piece(it, c, persistent_step<Cfg>(), t_all, sk_tiles, sk_ctas, kb);
         if (s >= 0) {
-          const int peers = stream_k_peers(c, persistent_step<Cfg>(), sk_tiles, kb, s);
+          const int peers = stream_k_peers(c, sk_ctas, sk_tiles, kb, s);
           if (e_t == 0) stream_k_wait_flags(ws, c, peers);  // and reset them
           sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);
           stream_k_add_slots<Cfg>(PersistentSmem<Cfg>().parked(), stream_k_slot(ws, c + 1), peers, w_t, lane_t);
@@ -385,7 +385,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
   StreamKUnit u;
   // NOTE: the fp8 two-chain main loop needs 192 accumulators of the 232 registers; little else may stay live
   // across it (the unit's index only), or ptxas spills inside the loop.
-  for (int it = 0; stream_k_unit(it, c, ctas, num_tiles, sk_tiles, kb_count, u); ++it) {
+  for (int it = 0; stream_k_unit(it, c, ctas, num_tiles, sk_tiles, sk_ctas, kb_count, u); ++it) {
     Acc acc[kAcc];
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);

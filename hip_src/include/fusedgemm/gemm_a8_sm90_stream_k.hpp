@@ -4,10 +4,13 @@
 // Why: a persistent grid of P CTAs over T tiles lasts ceil(T / P) tile times for T / P of work. With T < P (M =
 // 256: qkv has 96 tiles on 132 SMs) a third of the SMs idle for the whole kernel; with T > P the last wave does.
 // The schedule: the last sk_tiles tiles (in tile_of's order) are the stream-K part, their sk_tiles x kb K blocks
-// cut into P equal contiguous ranges (CTA c: [c sk_iters / P, (c + 1) sk_iters / P)); the T - sk_tiles tiles before
-// them run whole first, CTA c taking tiles c, c + P, ... (the plain persistent order: the CTAs that share operands
-// stay in step). The host picks sk_tiles (plan/stream_k.py, which mirrors this file): 0 (every tile whole), all T
-// when T < P, else the last partial wave plus one whole wave, so each range holds one to two tiles' K blocks.
+// cut into sk_ctas <= P equal contiguous ranges (CTA c < sk_ctas: [c sk_iters / sk_ctas, (c + 1) sk_iters /
+// sk_ctas)); the T - sk_tiles tiles before them run whole first, CTA c taking tiles c, c + P, ... (the plain
+// persistent order). The host picks (plan/stream_k.py, which mirrors this file) sk_tiles = the last partial wave
+// (every tile when T < P) and sk_ctas = j x sk_tiles: each of those tiles in j equal pieces, so the CTAs that share
+// a tile's operands (its neighbours in tile_of's order) still run the same K blocks at the same time. Ranges that
+// cut tiles unevenly (stream-K proper: sk_ctas = P) measured 20-50% slower on an H100: CTAs that read the same B
+// blocks many K blocks apart found them evicted from L2 (docs/perf-notes.md).
 //
 // Every unit is parked for the epilogue warps like a whole tile. A CTA's range starts either at a tile's K block 0
 // or inside a tile. Inside, its first stream-K unit is a *partial* piece of that tile: the epilogue warps copy it
@@ -28,9 +31,11 @@ namespace fg {
 constexpr int kStreamKMaxCtas = 1024;          // flags at the workspace's start (4 KB), then the slots
 constexpr int kStreamKSlotBytes = 128 * 128 * 4;  // one 128 x 128 tile of fp32 / int32 accumulators
 
-// The first K block (of the stream-K part's sk_iters) of CTA c's range. The host keeps P x sk_iters < 2^31.
-FG_DEVICE int stream_k_begin(int c, int ctas, int sk_iters) {
-  return static_cast<int>(static_cast<u32>(c) * static_cast<u32>(sk_iters) / static_cast<u32>(ctas));
+// The first K block (of the stream-K part's sk_iters) of CTA c's range; the ranges are those of the first sk_ctas
+// CTAs (the others' are empty). The host keeps sk_ctas x sk_iters < 2^31.
+FG_DEVICE int stream_k_begin(int c, int sk_ctas, int sk_iters) {
+  return c >= sk_ctas ? sk_iters
+                      : static_cast<int>(static_cast<u32>(c) * static_cast<u32>(sk_iters) / static_cast<u32>(sk_ctas));
 }
 
 enum StreamKKind : int { kWholeTile = 0, kPartialPiece = 1, kFirstPiece = 2 };
@@ -41,9 +46,9 @@ struct StreamKUnit {
   int tile, k0, count, g0, kind;
 };
 
-// The q-th unit of CTA c of `ctas` over `tiles` tiles of kb K blocks, the last sk_tiles of them stream-K: false past
-// the CTA's last. The consumers, the copy warp and the epilogue warps each walk the same sequence.
-FG_DEVICE bool stream_k_unit(int q, int c, int ctas, int tiles, int sk_tiles, int kb, StreamKUnit& u) {
+// The q-th unit of CTA c of `ctas` over `tiles` tiles of kb K blocks, the last sk_tiles of them stream-K over the
+// first sk_ctas CTAs: false past the CTA's last. The consumers, the copy warp and the epilogue warps each walk it.
+FG_DEVICE bool stream_k_unit(int q, int c, int ctas, int tiles, int sk_tiles, int sk_ctas, int kb, StreamKUnit& u) {
   const int dp_tiles = tiles - sk_tiles;
   const int n_dp = dp_tiles > c ? (dp_tiles - c + ctas - 1) / ctas : 0;
   u.k0 = 0;
@@ -55,7 +60,7 @@ FG_DEVICE bool stream_k_unit(int q, int c, int ctas, int tiles, int sk_tiles, in
     return true;
   }
   const int sk_iters = sk_tiles * kb;
-  const int ib = stream_k_begin(c, ctas, sk_iters), ie = stream_k_begin(c + 1, ctas, sk_iters);
+  const int ib = stream_k_begin(c, sk_ctas, sk_iters), ie = stream_k_begin(c + 1, sk_ctas, sk_iters);
   int r = q - n_dp;
   int s;  // the tile within the stream-K part
   if (ib % kb != 0 && ib < ie) {
@@ -82,11 +87,11 @@ FG_DEVICE bool stream_k_unit(int q, int c, int ctas, int tiles, int sk_tiles, in
 
 // The stream-K tile (0 .. sk_tiles - 1) whose first piece is CTA c's q-th unit, or -1 when that unit is not a
 // first piece: the last unit of a range that ends inside a tile (stream_k_unit, in fewer registers).
-FG_DEVICE int stream_k_first_piece(int q, int c, int ctas, int tiles, int sk_tiles, int kb) {
+FG_DEVICE int stream_k_first_piece(int q, int c, int ctas, int tiles, int sk_tiles, int sk_ctas, int kb) {
   const int dp_tiles = tiles - sk_tiles;
   const int n_dp = dp_tiles > c ? (dp_tiles - c + ctas - 1) / ctas : 0;
   const int sk_iters = sk_tiles * kb;
-  const int ib = stream_k_begin(c, ctas, sk_iters), ie = stream_k_begin(c + 1, ctas, sk_iters);
+  const int ib = stream_k_begin(c, sk_ctas, sk_iters), ie = stream_k_begin(c + 1, sk_ctas, sk_iters);
   if (ie % kb == 0 || ie <= ib) return -1;
   const int units = n_dp + (ib % kb != 0 ? 1 : 0) + (ie + kb - 1) / kb - (ib + kb - 1) / kb;
   return q == units - 1 && ie / kb * kb >= ib ? ie / kb : -1;
@@ -94,10 +99,10 @@ FG_DEVICE int stream_k_first_piece(int q, int c, int ctas, int tiles, int sk_til
 
 // The later CTAs whose partial pieces complete the first piece of stream-K tile s (tile - (tiles - sk_tiles)) that
 // CTA c computes: CTAs c + 1 .. c + the count returned (their ranges start inside the tile).
-FG_DEVICE int stream_k_peers(int c, int ctas, int sk_tiles, int kb, int s) {
+FG_DEVICE int stream_k_peers(int c, int sk_ctas, int sk_tiles, int kb, int s) {
   const int sk_iters = sk_tiles * kb;
   int p = c + 1;
-  while (p < ctas && stream_k_begin(p, ctas, sk_iters) < (s + 1) * kb) ++p;
+  while (p < sk_ctas && stream_k_begin(p, sk_ctas, sk_iters) < (s + 1) * kb) ++p;
   return p - c - 1;
 }
 

@@ -107,7 +107,7 @@ class GemmA8Kernel:
             entry = (f'extern "C" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocksPerSm)\n'
                      f"{self.kernel_name}(const __grid_constant__ {args} args) {{\n{layout}"
                      f"  fg::gemm_a8_wgmma<{_IN_TYPE[self.in_kind]}, {epi}, {cfg}>(args.a_map, args.b_map, args.M, "
-                     f"args.N, args.K, args.sk_tiles, args.sk_ws, args.ep);\n}}\n")
+                     f"args.N, args.K, args.sk_tiles, args.sk_ctas, args.sk_ws, args.ep);\n}}\n")
             guard = ("#if defined(FG_NVIDIA)\n", "#endif\n")
         else:
             header = "gemm_a8.hpp"

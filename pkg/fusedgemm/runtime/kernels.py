@@ -111,12 +111,12 @@ def epilogue_params_type(epi_spec) -> StructType:
 
 def gemm_a8_args_type(unit: str, epi_spec) -> StructType:
     """The one argument of a gemm_a8 kernel (GemmA8Args / GemmA8Sm90Args): A, B (pointers; the Hopper unit: TMA
-    tensor maps), M, N, K (the Hopper unit: then sk_tiles, sk_ws), then the epilogue's Params fields, each at its
+    tensor maps), M, N, K (the Hopper unit: then sk_tiles, sk_ws, sk_ctas), then the epilogue's Params fields, each at its
     natural alignment."""
     sm90 = unit == "gemm_a8_sm90"
     ab = (("a_map", "tmap"), ("b_map", "tmap")) if sm90 else (("a", "ptr"), ("b", "ptr"))
     # sm_90a: the persistent kernels' stream-K tiles and workspace (gemm_a8_sm90_stream_k.hpp; 0 elsewhere)
-    stream_k = (("sk_tiles", "i32"), ("sk_ws", "ptr")) if sm90 else ()
+    stream_k = (("sk_tiles", "i32"), ("sk_ws", "ptr"), ("sk_ctas", "i32")) if sm90 else ()
     fields, offsets, pos = [], [], 0
     for name, ctype in (*ab, ("M", "i32"), ("N", "i32"), ("K", "i32"), *stream_k):
         _fmt, size, align = _CTYPES[ctype]

@@ -54,7 +54,7 @@ extern "C" __global__ void probe_set_stamps(unsigned long long* p) {{ fg::fg_pro
 ENTRY = """
 extern "C" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocksPerSm) {name}(
     const __grid_constant__ fg::GemmA8Sm90Args<{epi}> args) {{
-  fg::gemm_a8_wgmma<{in_t}, {epi}, {cfg}, {mode}>(args.a_map, args.b_map, args.M, args.N, args.K, args.sk_tiles, args.sk_ctas, args.sk_ws, args.ep);
+  fg::gemm_a8_wgmma<{in_t}, {epi}, {cfg}, {mode}>(args.a_map, args.b_map, args.M, args.N, args.K, args.ep);
 }}
 """
 L2_PROMOTION = {"0": 0, "64": 1, "128": 2, "256": 3}  # CUtensorMapL2promotion by bytes
@@ -74,7 +74,6 @@ CASES = {
     "qkv M=8192 cp128n128": (8192, 6144, 4096, "cp128n128", 1, "fp8", ("normal",)),
     "gate_up M=4096 cp128n128": (4096, 28672, 4096, "cp128n128", 1, "fp8", ("normal",)),
     "o_proj M=4096 p128n128": (4096, 4096, 4096, "p128n128", 1, "fp8", ("normal",)),
-    "o_proj M=1024 p128n128": (1024, 4096, 4096, "p128n128", 1, "fp8", ("normal",)),
     "moe_dn M=8192 p128n128": (8192, 7168, 2048, "p128n128", 1, "fp8", ("normal",)),
     "moe_dn M=1024 s128n128": (1024, 7168, 2048, "s128n128", 1, "fp8", ("normal",)),
     "N5120 K768 M16384 p128n128": (16384, 5120, 768, "p128n128", 1, "fp8", ("normal",)),
@@ -84,8 +83,6 @@ CASES = {
     "down M=8192 s128n128": (8192, 4096, 14336, "s128n128", 1, "fp8", ("normal",)),
     "qkv M=1024 s128n128": (1024, 6144, 4096, "s128n128", 1, "fp8", ("normal",)),
     "qkv M=256 s128n128": (256, 6144, 4096, "s128n128", 1, "fp8", ("normal",)),
-    "o_proj M=256 s128n128": (256, 4096, 4096, "s128n128", 1, "fp8", ("normal",)),
-    "gate_up M=256 s128n128": (256, 28672, 4096, "s128n128", 1, "fp8", ("normal",)),
     "down M=8192 p128n128": (8192, 4096, 14336, "p128n128", 1, "fp8", ("normal",)),
     "qkv M=8192 w128n128 int8": (8192, 6144, 4096, "w128n128", 1, "i8", ("normal", "no_copy")),
     "qkv M=8192 w192n128 int8": (8192, 6144, 4096, "w192n128", 1, "i8", ("normal", "no_copy")),
@@ -225,7 +222,6 @@ def persistent_timeline(mod, name: str, signature, cfg, grid, cluster, stream, a
 
     tiles = PERSISTENT_STAMP_TILES
     buf = torch.zeros(grid[0] * tiles * 8, dtype=torch.int64, device="cuda")
-    persistent_timeline.last = buf
     mod.kernel("probe_set_stamps", Signature((("p", "ptr"),)))((1, 1, 1), 1, 0, stream, buf.data_ptr())
     kern = mod.kernel(name, signature)
     kern.set_max_dynamic_smem(cfg.smem)
@@ -236,7 +232,7 @@ def persistent_timeline(mod, name: str, signature, cfg, grid, cluster, stream, a
     s = buf.view(grid[0], tiles, 8).cpu().tolist()
     cols = {c: [] for c in ("period", "loop", "wait", "park", "lag", "epi", "epi idle")}
     for cta in s:
-        used = [t for t in cta[:tiles - 1] if t[0]]  # the last slot: a stream-K partial piece
+        used = [t for t in cta if t[0]]
         for i in range(1, len(used) - 1):
             t, nxt = used[i], used[i + 1]
             cols["period"].append(nxt[0] - t[0])
@@ -292,10 +288,6 @@ def main() -> int:
     ap.add_argument("--clocks", type=float, default=0.0, help="seconds of back-to-back runs per kernel while "
                     "sampling the SM clock and power (0: off)")
     ap.add_argument("--stamps", action="store_true", help="a per-CTA timeline of each case's normal kernel")
-    ap.add_argument("--stream-k", action="store_true", help="persistent cases (not pairs): also each mode launched "
-                    "with stream-K (column '<mode>+sk'; plan/stream_k.py's split), and the timeline with it")
-    ap.add_argument("--dump", type=Path, help="write the persistent timelines' raw stamps into this JSON file "
-                    "({case: [CTA][tile][slot]})")
     ap.add_argument("--accuracy", action="store_true",
                     help="also each variant's normal-mode error against float64 (needs --act none), beside "
                          "_scaled_mm's with and without fast accumulation, on N(0, 1) and |N(0, 1)| inputs")
@@ -351,7 +343,6 @@ def main() -> int:
     clocks = []
     timelines = []
     ptimelines = []
-    dumps = {}
     stamps_mod = None
     if args.stamps:
         v = STAMPS_VARIANT[0]
@@ -366,7 +357,6 @@ def main() -> int:
         if (args.cases and not any(c in label for c in args.cases)) or cfg_name not in CFGS:
             continue
         cfg = kernels.GEMM_A8_CONFIGS[cfg_name]
-        sms = torch.cuda.get_device_properties(0).multi_processor_count
         dtype = torch.float8_e4m3fn if in_name == "fp8" else torch.int8
         a = torch.randn(m, k, device="cuda").clamp(-100, 100).to(dtype)
         w = torch.randn(n, k, device="cuda").clamp(-100, 100).to(dtype)
@@ -381,23 +371,15 @@ def main() -> int:
         plain_map = encode_tensor_map_tiled(0, 2, w.data_ptr(), (k, n), (k,), (128, cfg.block_n), (1, 1), 0, 3, 3, 0)
         # Everything but the tensor maps: the Params of a bf16 output with no scales, no bias, alpha 1 (results
         # are garbage in the probe modes anyway).
-        values = dict(M=m, N=n, K=k, sk_tiles=0, sk_ws=0, sk_ctas=0, out=out.data_ptr(), ld_out=n,
-                      **g.preset_values(0, 0, 0, 0, 0, 0, 1.0))
+        values = dict(M=m, N=n, K=k, out=out.data_ptr(), ld_out=n, **g.preset_values(0, 0, 0, 0, 0, 0, 1.0))
         grid = ((n + cfg.block_n - 1) // cfg.block_n, (m + cfg.block_m - 1) // cfg.block_m, splits)
         cluster = (1, 1, splits)
         if cfg.pair_b:  # B-multicast pairs, clustered along x (as call_plan.py launches them)
             grid, cluster = (2 * grid[0], -(-grid[1] // 2), 1), (2, 1, 1)
         if cfg.persistent:  # one wave of CTAs looping over the tiles (as call_plan.py launches it)
+            sms = torch.cuda.get_device_properties(0).multi_processor_count
             grid = (min(grid[0] * grid[1], sms) // cluster[0] * cluster[0], 1, 1)
         runs = {}
-        sk_runs = []  # (column, grid, values) of the stream-K launches (--stream-k)
-        if args.stream_k and cfg.persistent and not cfg.pair_b:
-            from fusedgemm.plan import stream_k
-            sk_tiles, ctas, sk_ctas = stream_k.split(-(-m // 128) * -(-n // 128), -(-k // 128), sms)
-            if sk_tiles:
-                ws = torch.zeros(stream_k.workspace_bytes(ctas), dtype=torch.uint8, device="cuda")
-                sk_runs.append(("+sk", (ctas, 1, 1), dict(values, sk_tiles=sk_tiles, sk_ctas=sk_ctas,
-                                                          sk_ws=ws.data_ptr()), ws))
         for mode in modes:
             for v, mod in mods.items():
                 sig = probe_spec(v, cfg_name, in_name).signature
@@ -411,20 +393,11 @@ def main() -> int:
                     def run(kern=kern, kargs=kargs):
                         kern.launch_cluster(grid, cluster, cfg.warps * 32, cfg.smem, stream, *kargs)
                     runs[col_name(mode, v, promotion)] = run
-                    for suffix, sk_grid, sk_values, _ws in sk_runs:
-                        sk_args = sig.values_in_order(dict(sk_values, a_map=a_map, b_map=bm))
-
-                        def run_sk(kern=kern, kargs=sk_args, g=sk_grid):
-                            kern.launch_cluster(g, cluster, cfg.warps * 32, cfg.smem, stream, *kargs)
-                        runs[col_name(mode, v, promotion) + suffix] = run_sk
         row = dict(zip(runs, timer.interleaved(list(runs.values()))))  # rep by rep: one GPU clock for all
         if args.clocks:
             for col, run in runs.items():
                 clocks.append((label, col, *sustained(run, args.clocks)))
         print(f"{label:28} " + " ".join(f"{row[c]:14.1f}" if c in row else f"{'-':>14}" for c in cols), flush=True)
-        extra = [c for c in row if c not in cols]
-        if extra:
-            print(f"{'':28} " + " ".join(f"{c} {row[c]:.1f}" for c in extra), flush=True)
         if args.accuracy and in_name == "fp8":
             normal = {c: r for c, r in runs.items() if c.startswith("normal")}
             accuracy_rows.extend(accuracy(label, a, w, wq, out, normal))
@@ -436,13 +409,9 @@ def main() -> int:
         elif stamps_mod is not None and cfg.persistent:
             sig = probe_spec(STAMPS_VARIANT[0], cfg_name, in_name).signature
             a_map, b_map = maps(None)
-            for suffix, g_run, vals in [("", grid, values)] + [(sx, gr, vl) for sx, gr, vl, _ws in sk_runs]:
-                ptimelines.append((label + suffix, persistent_timeline(
-                    stamps_mod, probe_name(in_name, cfg_name, "normal"), sig, cfg, g_run, cluster, stream,
-                    sig.values_in_order(dict(vals, a_map=a_map, b_map=b_map)), k)))
-                if args.dump:
-                    dumps[label + suffix] = persistent_timeline.last.view(g_run[0], PERSISTENT_STAMP_TILES,
-                                                                          8).cpu().tolist()
+            ptimelines.append((label, persistent_timeline(
+                stamps_mod, probe_name(in_name, cfg_name, "normal"), sig, cfg, grid, cluster, stream,
+                sig.values_in_order(dict(values, a_map=a_map, b_map=b_map)), k)))
         if args.clocks:  # the vendor GEMM at the same shape, for its clock and power
             if in_name == "fp8":
                 sa, sb = torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda")
@@ -450,9 +419,6 @@ def main() -> int:
             else:
                 blas = lambda: torch._int_mm(a, w.t())
             clocks.append((label, "torch", *sustained(blas, args.clocks)))
-    if dumps:
-        import json
-        args.dump.write_text(json.dumps(dumps))
     if accuracy_rows:
         print("\nerror against float64 (bf16 out; rms relative to the reference's rms, and the share of outputs "
               "not equal to the correctly rounded value)")

@@ -1,7 +1,7 @@
 // Entry points of gemm_a8 on Hopper tensor cores (wgmma + TMA; gemm_a8_sm90.hpp) with the preset epilogues.
 // Built for sm_90a only. Names: fg_gemm_a8_<in>_<out>_<preset>_<config>, the same scheme as gemm_a8.hip;
 // runtime/kernels.py packs the one argument struct GemmA8Sm90Args: two 128-byte tensor maps (64-byte aligned),
-// M, N, K, the stream-K tiles and workspace, then the epilogue's Params.
+// M, N, K, then the epilogue's Params.
 #include "include/fusedgemm/gemm_a8_instances.hpp"
 #include "include/fusedgemm/gemm_a8_sm90.hpp"
 
@@ -11,9 +11,8 @@
       fg_gemm_a8_##IN_NAME##_##OUT_NAME##_##EPI_NAME##_##CFG_NAME(                                             \
           const __grid_constant__ fg::GemmA8Sm90Args<EPI<OUT>> args) {                                        \
     static_assert(__builtin_offsetof(fg::GemmA8Sm90Args<EPI<OUT>>, M) == 256 &&                                \
-                      __builtin_offsetof(fg::GemmA8Sm90Args<EPI<OUT>>, ep) == 288, "GemmA8Sm90Args: packing layout"); \
-    fg::gemm_a8_wgmma<IN, EPI<OUT>, CFG>(args.a_map, args.b_map, args.M, args.N, args.K, args.sk_tiles,         \
-                                         args.sk_ctas, args.sk_ws, args.ep);                                    \
+                      __builtin_offsetof(fg::GemmA8Sm90Args<EPI<OUT>>, ep) == 272, "GemmA8Sm90Args: packing layout"); \
+    fg::gemm_a8_wgmma<IN, EPI<OUT>, CFG>(args.a_map, args.b_map, args.M, args.N, args.K, args.ep);             \
   }
 
 FG_GEMM_A8_INSTANCES(FG_WGMMA_ENTRY, w64n128, fg::ConfigW64N128)

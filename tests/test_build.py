@@ -230,13 +230,11 @@ def test_sm90_unit_is_nvidia_only():
 def test_sm90_tensor_map_packing():
     sig = GEMM_A8_SM90_SIG
     # One 64-byte-aligned struct (its tensor maps must be) in the constant bank, whose parameter block starts at
-    # bank offset 0x210: at 48. Inside: the two 128-byte maps, M, N, K, the stream-K tiles, workspace and CTAs,
-    # the epilogue's Params at 288.
+    # bank offset 0x210: at 48. Inside: the two 128-byte maps, M, N, K, the epilogue's Params at 272.
     assert sig.offsets == (48,) and sig.sizes == (384,)
     args = sig.params[0][1]
-    assert args.offsets[:9] == (0, 128, 256, 260, 264, 268, 272, 280, 288)
-    assert [f for f, _c in args.fields[2:8]] == ["M", "N", "K", "sk_tiles", "sk_ws", "sk_ctas"]
-    assert kernels.gemm_a8_arg_offsets("gemm_a8_sm90", PRESET_SPEC) == (256, 288)
+    assert args.offsets[:6] == (0, 128, 256, 260, 264, 272)
+    assert kernels.gemm_a8_arg_offsets("gemm_a8_sm90", PRESET_SPEC) == (256, 272)
     assert sig.struct.size == 48 + 384
 
 

@@ -7,11 +7,10 @@ from __future__ import annotations
 import torch
 
 from .epilogue.ir import operands as _epi_operands
-from .plan import plan_for, sm_count, stream_k
+from .plan import plan_for, sm_count
 from .runtime.device import current_raw_stream
 from .runtime.gemm_a8_spec import MATMUL_IN, OUT_CODEGEN, GemmA8Kernel, config_fits
 from .runtime.kernels import IN_BYTES
-from .runtime.workspace import stream_workspace
 
 _MAX_GRID_Y = 65535
 _KERNELS: dict[tuple, object] = {}  # (device, GemmA8Kernel) -> loaded kernel
@@ -98,7 +97,7 @@ class CallPlan:
     with row stride ldb, or with b_layout 'kn' a [K, N] one; A's row stride lda). op: the name errors carry."""
 
     __slots__ = ("dev", "m", "n", "n_out", "k", "launch", "tma", "block_m", "b_box_rows", "b_chunks", "template",
-                 "slots", "a_map", "b_map", "l2", "bias_align", "kind", "lda", "ldb", "b_layout", "sk")
+                 "slots", "a_map", "b_map", "l2", "bias_align", "kind", "lda", "ldb", "b_layout")
 
     def __init__(self, dev: int, arch: str, in_kind: str, m: int, n: int, k: int, out_dtype: torch.dtype, epi,
                  values: dict, pointers: tuple[str, ...], bias_align: int = 1, lda: int | None = None,
@@ -111,7 +110,6 @@ class CallPlan:
         self.launch = None  # nothing to launch for an empty output
         self.tma = False
         self.a_map = self.b_map = (None, None)  # (address, encoded tensor map): the last one used
-        self.sk = None  # stream-K: (slot of sk_tiles, slot of sk_ws, workspace bytes)
         if m == 0 or n == 0:
             return
         cfg, splits = plan_for(m, n, k, dev, persistent_ok=config_fits("p128n128", epi), in_kind=in_kind)
@@ -127,14 +125,8 @@ class CallPlan:
         cluster = (1, 1, splits)
         if cfg.pair_b:  # two CTAs per column tile and pair of row blocks, clustered along x (no split-K)
             grid, cluster = (2 * grid[0], -(-grid[1] // 2), 1), (2, 1, 1)
-        sk_tiles = sk_ctas = 0
         if cfg.persistent:  # one wave of CTAs, each looping over tiles (pairs: a whole number of clusters)
             grid = (min(grid[0] * grid[1], sm_count(dev) * cfg.min_blocks_per_sm) // cluster[0] * cluster[0], 1, 1)
-            if cfg.stream_k:  # the last partial wave's tiles (all, below one wave) in equal K pieces
-                tiles = -(-n // cfg.block_n) * -(-m // cfg.block_m)
-                sk_tiles, ctas, sk_ctas = stream_k.split(tiles, -(-k * IN_BYTES[in_kind] // 128), sm_count(dev))
-                if sk_tiles:
-                    grid = (ctas, 1, 1)
         if grid[1] > _MAX_GRID_Y:
             raise ValueError(f"{op}: M={m} is too large for one launch (at most {_MAX_GRID_Y * cfg.block_m} rows)")
         spec = GemmA8Kernel(arch, cfg.name, in_kind, OUT_CODEGEN[str(out_dtype).split(".")[-1]], epi, b_layout)
@@ -143,11 +135,8 @@ class CallPlan:
         # address goes.
         names = [f.split(".", 1)[-1] for f in kernel.signature.flat_names[2:]]  # after A and B
         self.template = kernel.signature.values_in_order(
-            dict(values, M=m, N=n, K=k, ld_out=self.n_out, ld_saved=self.n_out, sk_tiles=sk_tiles, sk_ws=0, sk_ctas=sk_ctas,
-                 **{p: 0 for p in pointers}), skip=2)
+            dict(values, M=m, N=n, K=k, ld_out=self.n_out, ld_saved=self.n_out, **{p: 0 for p in pointers}), skip=2)
         self.slots = tuple(names.index(p) for p in pointers)
-        if sk_tiles:
-            self.sk = (names.index("sk_tiles"), names.index("sk_ws"), stream_k.workspace_bytes(grid[0]))
         self.tma = cfg.unit == "gemm_a8_sm90"
         # B's box: a B-multicast pair's CTAs each copy half of the tile: half of a plain K-major B's rows, half of
         # a preshuffled B's K chunks (an MN-major B's boxes are 64-column blocks either way).
@@ -173,12 +162,6 @@ class CallPlan:
         if not self.tma:
             self.launch(stream, a_ptr, b_ptr, *args)
             return
-        if self.sk is not None:
-            tiles_slot, ws_slot, nbytes = self.sk
-            ws = stream_workspace(self.dev, stream, nbytes)
-            args[ws_slot] = ws
-            if not ws:  # capturing a graph: no workspace to bind, so every tile whole on the same grid
-                args[tiles_slot] = 0
         # Tensor maps hold the address: memoise the last one per operand (a weight's never changes), then the
         # module-wide cache.
         a_last, a_map = self.a_map

@@ -199,17 +199,13 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
 }
 
 // The kernel's one argument (passed __grid_constant__: TMA reads the maps in place): the operands' tensor maps
-// (64-byte aligned), the sizes, the persistent kernels' stream-K tiles and workspace (0 and null elsewhere: see
-// gemm_a8_sm90_stream_k.hpp), then the epilogue's Params. Its layout is the packing runtime/kernels.py derives
+// (64-byte aligned), the sizes, then the epilogue's Params. Its layout is the packing runtime/kernels.py derives
 // (gemm_a8_signature); each entry point asserts the offsets.
 template <class Epi>
 struct GemmA8Sm90Args {
   sm90::TmaDesc a_map;  // A [M, K] row-major, box 128 B x BM, swizzle 128
   sm90::TmaDesc b_map;  // B (16,16) preshuffled
   int M, N, K;
-  int sk_tiles;  // tiles of the stream-K part
-  u8* sk_ws;     // stream-K workspace: flags (all 0 between launches), then a partial tile per CTA
-  int sk_ctas;   // the CTAs that share the stream-K part
   typename Epi::Params ep;
 };
 
@@ -218,13 +214,12 @@ template <class In, class Epi, class Cfg, int kProbe = kProbeNone>
 FG_DEVICE void gemm_a8_wgmma(const sm90::TmaDesc& a_map,  // A [M, K] row-major, box 128 B x BM, swizzle 128
                              const sm90::TmaDesc& b_map,  // B (16,16) preshuffled, see above
                              int M, int N, int K,
-                             int sk_tiles, int sk_ctas, u8* sk_ws,  // the persistent kernels' stream-K part
                              const typename Epi::Params& ep) {  // the epilogue's operands and outputs (epilogue.hpp)
   static_assert(Cfg::kSwapAB || Cfg::kBlockN <= 192 || InTraits<In>::kBytes > 1,
                 "256-wide tiles (ConfigW128N256) are the 16/32-bit kinds' (matmul_fused) only: fp8 would hold a "
                 "second 128-register partial tile per consumer thread, and no 8-bit kernel is built on them");
   if constexpr (Cfg::kPersistent)
-    gemm_a8_wgmma_persistent<In, Epi, Cfg, kProbe>(a_map, b_map, M, N, K, sk_tiles, sk_ctas, sk_ws, ep);
+    gemm_a8_wgmma_persistent<In, Epi, Cfg, kProbe>(a_map, b_map, M, N, K, ep);
   else
     gemm_a8_wgmma_tiles<In, Epi, Cfg, kProbe>(a_map, b_map, M, N, K, ep);
 }

@@ -3,7 +3,6 @@
 // warpgroup's spare warps under the next tile's MMAs (WgmmaConfig::kPersistent; gemm_a8_sm90.hpp dispatches).
 #pragma once
 #include "gemm_a8_sm90_mainloop.hpp"
-#include "gemm_a8_sm90_stream_k.hpp"
 
 #if defined(FG_NVIDIA)
 namespace fg {
@@ -60,36 +59,6 @@ FG_DEVICE void store_parked_rows(const typename Epi::Params& ep, const float* pa
   }
 }
 
-// Stream-K's partial piece: the parked tile into the CTA's slot, row-major (a warp's row is 512 contiguous bytes),
-// every row (rows past M carry zeros or stale values that only ever reach rows past M). Epilogue warp w of kWarps.
-template <class Cfg>
-FG_DEVICE void stream_k_store_slot(const float* parked, float* slot, int w, int lane) {
-#pragma unroll 4
-  for (int r = w; r < Cfg::kBlockM; r += Cfg::kEpilogueWarps)
-    *reinterpret_cast<float4*>(&slot[r * 128 + 4 * lane]) =
-        *reinterpret_cast<const float4*>(&parked[parked_index(r, 4 * lane)]);
-}
-
-// Stream-K's first piece: the `peers` later pieces' slots (contiguous from `slots`) added into the parked tile, in
-// slot order (deterministic). Epilogue warp w; each element is this thread's alone.
-template <class Cfg>
-FG_DEVICE void stream_k_add_slots(float* parked, const float* slots, int peers, int w, int lane) {
-#pragma unroll 4  // four rows' loads in flight (latency bound otherwise: ~10k cycles a tile on an H100)
-  for (int r = w; r < Cfg::kBlockM; r += Cfg::kEpilogueWarps) {
-    float4* dst = reinterpret_cast<float4*>(&parked[parked_index(r, 4 * lane)]);
-    float4 v = *dst;
-    for (int p = 0; p < peers; ++p) {
-      const uint4 x = sm90::ld_global_cg_v4(
-          reinterpret_cast<const uint4*>(slots + static_cast<i64>(p) * (kStreamKSlotBytes / 4) + r * 128 + 4 * lane));
-      v.x += __builtin_bit_cast(float, x.x);
-      v.y += __builtin_bit_cast(float, x.y);
-      v.z += __builtin_bit_cast(float, x.z);
-      v.w += __builtin_bit_cast(float, x.w);
-    }
-    *dst = v;
-  }
-}
-
 // The persistent kernel's shared memory: stages (A, then B), the parked tile, the staged epilogue values, the
 // barriers.
 // The base comes through an asm volatile, so each role recomputes it after its setmaxnreg (no CSE with the
@@ -115,16 +84,14 @@ struct PersistentSmem {
   FG_DEVICE sm90::u64* parked_empty() const { return full() + 2 * Cfg::kStages + 1; }
 };
 
-// One wave of CTAs; CTA c computes tiles c, c + gridDim.x, ... (tile_of order), then with stream-K (sk_tiles > 0,
-// not in pairs) its range of the last tiles' K blocks (gemm_a8_sm90_stream_k.hpp). Warp roles:
-//  * consumer warpgroups 0, 1: per unit (a tile, or a piece of one), the K blocks (consumer_mainloop, K blocks
-//    counted across units), then wait until the parked tile is free, park the accumulators as fp32, and go on;
+// One wave of CTAs; CTA c computes tiles c, c + gridDim.x, ... (tile_of order). Warp roles:
+//  * consumer warpgroups 0, 1: per tile, the K blocks (consumer_mainloop, K blocks counted across tiles), then
+//    wait until the parked tile is free, park the accumulators as fp32, and go on with the next tile;
 //  * producer warpgroup, warp 0: TMA copies of every tile's K blocks into the ring, running ahead across tiles;
 //  * producer warpgroup(s), warps 1 .. kEpilogueWarps (epilogue warps: 3 with 40 registers, or 7 with 88, see
 //    WgmmaConfig): per tile, the rows' scales and the columns'
 //    scales and biases into shared memory (while the consumers still compute), then wait for the parked tile and
-//    store it through the epilogue (a stream-K first piece: plus the later pieces from the workspace; a partial
-//    piece: into the workspace instead).
+//    store it through the epilogue.
 // Two barriers hand the parked tile over: parked_full (256 consumer arrivals) and parked_empty (kEpilogueThreads).
 // B-multicast pairs (Cfg::kPairB, clusters of two along x): the units of work are pairs of row blocks of one column
 // tile (tile_of's order over them); cluster c of gridDim.x / 2 takes units c, c + gridDim.x / 2, ..., and its CTA
@@ -133,8 +100,7 @@ struct PersistentSmem {
 // Timeline probe of the persistent kernel (ci/probe_sm90.py --stamps; only with FG_PROBE_STAMPS): the SM clock at
 // each hand-over point of a CTA's first kStampTiles tiles, into fg_probe_stamps[(CTA * kStampTiles + tile) * 8 +
 // slot]: consumer warpgroup 0's thread 0: 0 main loop start, 1 its end, 2 parked tile free, 3 parked; warpgroup
-// 1's thread 0: 4 main loop end, 5 parked; epilogue thread 0: 6 parked tile full, 7 its rows stored (stream-K's
-// units count as tiles; a partial piece has no 6 and 7).
+// 1's thread 0: 4 main loop end, 5 parked; epilogue thread 0: 6 parked tile full, 7 its rows stored.
 constexpr int kStampTiles = 64;
 #if defined(FG_PROBE_STAMPS)
 FG_DEVICE void persistent_stamp(int slot, int it) {
@@ -151,8 +117,6 @@ FG_DEVICE void persistent_stamp(int slot, int it) {
   } while (0)
 #endif
 
-// The units of work (stream_k_unit) are those of CTA persistent_first() of
-// persistent_step(): with kPairB a cluster of the clusters, and sk_tiles is 0 there.
 template <class Cfg>
 FG_DEVICE int persistent_first() {
   return Cfg::kPairB ? static_cast<int>(blockIdx.x) / 2 : static_cast<int>(blockIdx.x);
@@ -174,7 +138,7 @@ FG_DEVICE void persistent_tile(int t, int num_n, int num_m, int N, int K, int& m
 
 template <class In, class Epi, class Cfg, int kProbe>
 FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map, int M, int N, int K,
-                                        int sk_tiles, int sk_ctas, u8* sk_ws, const typename Epi::Params& ep) {
+                                        const typename Epi::Params& ep) {
   static_assert(Epi::kRowValues * Cfg::kBlockM + Epi::kColValues * Cfg::kBlockN <= Cfg::kStagedFloats,
                 "the epilogue hoists more row/column values than the persistent config stages");
   using Mma = MmaOf<In, Cfg>;
@@ -203,10 +167,6 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
     sm90::cluster_sync();  // the peer's copies and arrives may reach this CTA's barriers from the start
   else
     __syncthreads();
-  // Stream-K runs on single CTAs with seven epilogue warps (s128n128): its partial and first-piece paths on three
-  // 40-register epilogue warps (p128n128) spilled their loop counter, whatever was recomputed per tile.
-  constexpr bool kStreamK = !Cfg::kPairB && Cfg::kEpilogueWarps == 7;
-  if constexpr (!kStreamK) sk_tiles = sk_ctas = 0;
   // Per role, after its setmaxnreg (see above): tiles along N and M, units of work (tiles, or pairs of row
   // blocks of a column tile), K blocks per tile.
   auto counts = [&](int& num_n, int& num_m, int& num_tiles, int& kb_count) {
@@ -232,12 +192,10 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
         sm90::prefetch_tma_desc(&a_map);
         sm90::prefetch_tma_desc(&b_map);
         const int pair_rank = Cfg::kPairB ? static_cast<int>(sm90::cluster_rank()) : 0;
-        const int c = persistent_first<Cfg>(), ctas = persistent_step<Cfg>();
-        int g = 0;  // K blocks copied so far: the ring's stage and phase
-        auto copy_unit = [&](const StreamKUnit& u) {
+        for (int t = persistent_first<Cfg>(), g = 0; t < num_tiles; t += persistent_step<Cfg>()) {
           int m_block, n_block;
-          persistent_tile<In, Cfg>(u.tile, num_n, num_m, N, K, m_block, n_block);
-          for (int i = u.k0; i < u.k0 + u.count; ++i, ++g) {
+          persistent_tile<In, Cfg>(t, num_n, num_m, N, K, m_block, n_block);
+          for (int i = 0; i < kb_count; ++i, ++g) {
             const int s = g % Cfg::kStages;
             sm90::mbar_wait(&empty[s], ((g / Cfg::kStages) & 1) ^ 1);
             if constexpr (probe_no_copy(kProbe)) {
@@ -248,56 +206,31 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
                                           b_map, &full[s], a_rows, i, m_block * Cfg::kBlockM, n_block * Cfg::kBlockN,
                                           pair_rank);
           }
-        };
-        StreamKUnit u;
-        for (int q = 0; stream_k_unit(q, c, ctas, num_tiles, sk_tiles, sk_ctas, kb_count, u); ++q) copy_unit(u);
+        }
       }
       if constexpr (Cfg::kPairB) sm90::cluster_sync();  // every thread of the pair, once, at its end
       return;
     }
-    for (int it = 0;; ++it) {
-      // This thread's warp and lane, re-read per tile (held across the loop, they cost the 40-register warps one
-      // register too many with stream-K's paths). e_t: epilogue thread 0 .. kEpilogueThreads - 1.
-      int t_o = static_cast<int>(threadIdx.x);
-      asm volatile("" : "+r"(t_o));
-      const int lane_t = t_o & 31, w_t = (t_o >> 5) - kConsumerWarps - 1, e_t = 32 * w_t + lane_t;
+    const int e = 32 * w + lane;  // epilogue thread 0 .. kEpilogueThreads - 1
+    for (int t = persistent_first<Cfg>(), it = 0;; t += persistent_step<Cfg>(), ++it) {
       // The tile counts are recounted per tile from opaque copies of M and N, and parked_empty is addressed from
       // a fresh base below: held across the loop, they take registers from the 40-register epilogue warps (two
       // rows in flight spilled; with one row this form is 4-14% faster than the counts held; WgmmaConfig).
-      // Likewise every input of the unit's arithmetic (hoisted out of the loop, its invariants spilled).
-      int m_opaque = M, n_opaque = N, k_opaque = K, sk_opaque = sk_tiles, c_opaque = persistent_first<Cfg>();
-      asm volatile("" : "+r"(m_opaque), "+r"(n_opaque), "+r"(k_opaque), "+r"(c_opaque));
-      if constexpr (kStreamK) asm volatile("" : "+r"(sk_opaque));  // else 0, known: no stream-K paths
+      int m_opaque = M, n_opaque = N;
+      asm volatile("" : "+r"(m_opaque), "+r"(n_opaque));
       const int tiles_n = (n_opaque + Cfg::kBlockN - 1) / Cfg::kBlockN;
       const int tiles_m = (m_opaque + Cfg::kBlockM - 1) / Cfg::kBlockM;
-      int tile;  // the unit's tile, or -1 for a stream-K partial piece (one register: these warps have 40)
-      {
-        StreamKUnit u;
-        if (!stream_k_unit(it, c_opaque, persistent_step<Cfg>(), tiles_n * (Cfg::kPairB ? (tiles_m + 1) / 2 : tiles_m),
-                           sk_opaque, sk_ctas, k_block_count<In, Cfg>(k_opaque), u))
-          break;
-        tile = u.kind == kPartialPiece ? -1 : u.tile;
-      }
-      if (kStreamK && tile < 0) {  // stream-K: the parked piece into this CTA's slot, then its flag
-        sm90::mbar_wait(PersistentSmem<Cfg>().parked_full(), it & 1);
-        u8* ws = sk_ws;  // opaque, as above
-        asm volatile("" : "+l"(ws));
-        stream_k_store_slot<Cfg>(PersistentSmem<Cfg>().parked(), stream_k_slot(ws, c_opaque), w_t, lane_t);
-        sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);
-        if (e_t == 0) sm90::flag_release_gpu(&stream_k_flags(ws)[c_opaque], 1u);
-        sm90::mbar_arrive(PersistentSmem<Cfg>().parked_empty());
-        continue;
-      }
+      if (t >= tiles_n * (Cfg::kPairB ? (tiles_m + 1) / 2 : tiles_m)) break;
       int m_block, n_block;
-      persistent_tile<In, Cfg>(tile, tiles_n, tiles_m, N, K, m_block, n_block);
+      persistent_tile<In, Cfg>(t, tiles_n, tiles_m, N, K, m_block, n_block);
       const int m0 = m_block * Cfg::kBlockM;
-      const int col = n_block * Cfg::kBlockN + 4 * lane_t;
+      const int col = n_block * Cfg::kBlockN + 4 * lane;
       const int n0 = n_block * Cfg::kBlockN;
       // Addresses come from a fresh PersistentSmem per tile: held across the loop, 40 registers do not suffice.
       const PersistentSmem<Cfg> tsm;
       float* row_staged = tsm.row_staged();
       float* col_staged = tsm.template col_staged<Epi>();
-      // This thread's rows e_t, e_t + kEpilogueThreads (while < 128) and columns likewise, each set's loads all in
+      // This thread's rows e, e + kEpilogueThreads (while < 128) and columns likewise, each set's loads all in
       // flight at once (through the read-only path): the staging must stay far shorter than a tile's MMAs.
       constexpr int kSlots = (Cfg::kBlockM + Cfg::kEpilogueThreads - 1) / Cfg::kEpilogueThreads;
       static_assert(Cfg::kBlockN == Cfg::kBlockM, "one slot count for rows and columns");
@@ -305,7 +238,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       bool row_in[kSlots], col_in[kSlots];
 #pragma unroll
       for (int s = 0; s < kSlots; ++s) {
-        const int i = e_t + s * Cfg::kEpilogueThreads;
+        const int i = e + s * Cfg::kEpilogueThreads;
         rows[s] = m0 + i;
         cols[s] = n0 + i;
         row_in[s] = i < Cfg::kBlockM && m0 + i < M;
@@ -316,7 +249,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       Epi::template load_cols<kSlots>(ep, cols, col_in, cv);
 #pragma unroll
       for (int s = 0; s < kSlots; ++s) {
-        const int i = e_t + s * Cfg::kEpilogueThreads;
+        const int i = e + s * Cfg::kEpilogueThreads;
         if (i < Cfg::kBlockM) {  // zeros past M / N (load_rows / load_cols write 0 where not in)
 #pragma unroll
           for (int k = 0; k < Epi::kRowValues; ++k) row_staged[k * Cfg::kBlockM + i] = rv[s][k];
@@ -326,23 +259,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       }
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // the rows' and columns' operands are in
       sm90::mbar_wait(tsm.parked_full(), it & 1);
-      FG_PERSISTENT_STAMP(e_t == 0, 6, it);
-      if (kStreamK && sk_tiles > 0) {  // a stream-K first piece: the later pieces added into the parked tile, in order
-        // The unit again, from opaque counts (nothing of it is held across the staging above: 40 registers).
-        int m_o = M, n_o = N, k_o = K, c = persistent_first<Cfg>();
-        u8* ws = sk_ws;
-        asm volatile("" : "+r"(m_o), "+r"(n_o), "+r"(k_o), "+r"(c), "+l"(ws));
-        const int t_all = ((n_o + Cfg::kBlockN - 1) / Cfg::kBlockN) * ((m_o + Cfg::kBlockM - 1) / Cfg::kBlockM);
-        const int kb = k_block_count<In, Cfg>(k_o);
-        const int s = stream_k_first_piece(it, c, persistent_step<Cfg>(), t_all, sk_tiles, sk_ctas, kb);
-        if (s >= 0) {
-          const int peers = stream_k_peers(c, sk_ctas, sk_tiles, kb, s);
-          if (e_t == 0) stream_k_wait_flags(ws, c, peers);  // and reset them
-          sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);
-          stream_k_add_slots<Cfg>(PersistentSmem<Cfg>().parked(), stream_k_slot(ws, c + 1), peers, w_t, lane_t);
-          sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);
-        }
-      }
+      FG_PERSISTENT_STAMP(e == 0, 6, it);
       if (col < N) {  // N % 16 == 0: the thread's four columns are all in or all out
         // Seven epilogue warps (88 registers): two copies of the row loop, the output's alignment tested here, not
         // per row (epilogue.hpp). Three (40 registers): one loop testing each row's address, which was faster there
@@ -357,13 +274,13 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
 #endif
         if (kTestHoisted && Epi::vec4_aligned(ep))
           store_parked_rows<Epi, Cfg::kEpilogueWarps, Cfg::kEpilogueRowsAtOnce, true>(
-              ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane_t, w_t);
+              ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane, w);
         else
           store_parked_rows<Epi, Cfg::kEpilogueWarps, Cfg::kEpilogueRowsAtOnce, false>(
-              ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane_t, w_t);
+              ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane, w);
       }
       sm90::mbar_arrive(PersistentSmem<Cfg>().parked_empty());  // a fresh base (above)
-      FG_PERSISTENT_STAMP(e_t == 0, 7, it);
+      FG_PERSISTENT_STAMP(e == 0, 7, it);
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // everyone is done with the staged values
     }
     if constexpr (Cfg::kPairB) sm90::cluster_sync();
@@ -381,17 +298,17 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
   sm90::u64* parked_empty = sm.parked_empty();
   int num_n, num_m, num_tiles, kb_count;
   counts(num_n, num_m, num_tiles, kb_count);
-  const int c = persistent_first<Cfg>(), ctas = persistent_step<Cfg>();
-  StreamKUnit u;
   // NOTE: the fp8 two-chain main loop needs 192 accumulators of the 232 registers; little else may stay live
-  // across it (the unit's index only), or ptxas spills inside the loop.
-  for (int it = 0; stream_k_unit(it, c, ctas, num_tiles, sk_tiles, sk_ctas, kb_count, u); ++it) {
+  // across it (the tile count only; the rest is recomputed after), or ptxas spills inside the loop.
+  const int step = persistent_step<Cfg>();
+  const int my_tiles = (num_tiles - persistent_first<Cfg>() + step - 1) / step;
+  for (int it = 0; it < my_tiles; ++it) {
     Acc acc[kAcc];
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
     FG_PERSISTENT_STAMP(tid == 0, 0, it);
-    consumer_mainloop<In, Cfg, kProbe>(acc, u.g0, u.count, stage_a, stage_b, full, empty,
-                                      sm90::warp_uniform(warp >> 2), lane);
+    consumer_mainloop<In, Cfg, kProbe>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty,
+                                    sm90::warp_uniform(warp >> 2), lane);
     FG_PERSISTENT_STAMP(tid == 0 || tid == 128, tid == 0 ? 1 : 4, it);
     sm90::mbar_wait(parked_empty, (it & 1) ^ 1);  // the epilogue warps are done with the previous tile
     FG_PERSISTENT_STAMP(tid == 0, 2, it);

@@ -14,7 +14,6 @@ CTA keeps >= 4 K blocks of 128.
 from __future__ import annotations
 
 from ..runtime import kernels
-from . import stream_k
 
 
 # int8: p128n128 (persistent CTAs, the epilogue on spare warps under the next tile's MMAs) where every SM gets a
@@ -128,15 +127,6 @@ def _persistent(m: int, n: int, k: int, sms: int, in_kind: str) -> kernels.TileC
     return kernels.GEMM_A8_CONFIGS["s128n128" if eight_bit and k <= SHORT_K else "p128n128"]
 
 
-def with_stream_k(cfg: kernels.TileConfig, m: int, n: int, k: int, sms: int) -> kernels.TileConfig:
-    """The persistent config `cfg`, or its stream-K variant where plan/stream_k.py's model says splitting the last
-    partial wave's tiles along K (every tile's, below one wave) shortens the launch. k: bytes of K."""
-    variant = kernels.GEMM_A8_CONFIGS.get("k" + cfg.name)
-    if variant is None or not variant.stream_k:
-        return cfg
-    return variant if stream_k.pays(tile_count(cfg, m, n), -(-k // 128), sms) else cfg
-
-
 # fp8 at M > 64 with at most a quarter of a wave of 128 x 128 tiles (and no persistent plan): the 64-row tile
 # w64n128, split-K up to 4 while its CTAs stay within 1.25 waves (not 2: it runs two CTAs per SM, but 4-way
 # splits of 64 tiles were slower). H100, bf16 out, bias_silu, every plan rep by rep (docs/results/
@@ -160,7 +150,7 @@ def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str =
     elif m <= 64:  # weight streaming; up to 16 rows the swapped tile wastes less of the tensor core
         cfg = configs["v16n128" if m <= 16 else "w64n128"]
     elif persistent_ok and (persistent := _persistent(m, n, k, sms, in_kind)) is not None:
-        return with_stream_k(persistent, m, n, k, sms), 1
+        return persistent, 1
     elif in_kind == "fp8" and FP8_FEW_TILES_W64 * tile_count(configs["w128n128"], m, n) <= sms:
         cfg, slots = configs["w64n128"], W64_MAX_WAVES * sms
     else:  # pairs need two row blocks: with one, half of their CTAs would only copy B for the other

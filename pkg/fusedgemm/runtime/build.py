@@ -357,8 +357,6 @@ def _epilogue_specs(args, parser) -> list[BuildSpec]:
         for name, cfg in kernels.GEMM_A8_CONFIGS.items():
             if (args.config and name not in args.config) or arch not in UNIT_ARCHES.get(cfg.unit, (arch,)):
                 continue
-            if cfg.kernel != name:
-                continue  # a stream-K config: its base config's kernels
             if not config_fits(name, epi):
                 continue  # the persistent config cannot stage this epilogue's hoisted values
             for kind in args.in_kind or ["fp8", "int8"]:

@@ -40,12 +40,6 @@ class GemmA8Kernel:
     epilogue: codegen.EpilogueSpec
     b_layout: str = "nk"  # "kn": B [K, N], N contiguous (matmul_fused, 16-bit kinds on sm_90a: MnMajorB<Config>)
 
-    def __post_init__(self):
-        # A stream-K config launches its base config's kernels: one spec (and one build) for both.
-        base = kernels.GEMM_A8_CONFIGS[self.config].kernel
-        if base != self.config:
-            object.__setattr__(self, "config", base)
-
     @property
     def cfg(self) -> kernels.TileConfig:
         return kernels.GEMM_A8_CONFIGS[self.config]
@@ -107,7 +101,7 @@ class GemmA8Kernel:
             entry = (f'extern "C" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocksPerSm)\n'
                      f"{self.kernel_name}(const __grid_constant__ {args} args) {{\n{layout}"
                      f"  fg::gemm_a8_wgmma<{_IN_TYPE[self.in_kind]}, {epi}, {cfg}>(args.a_map, args.b_map, args.M, "
-                     f"args.N, args.K, args.sk_tiles, args.sk_ctas, args.sk_ws, args.ep);\n}}\n")
+                     f"args.N, args.K, args.ep);\n}}\n")
             guard = ("#if defined(FG_NVIDIA)\n", "#endif\n")
         else:
             header = "gemm_a8.hpp"

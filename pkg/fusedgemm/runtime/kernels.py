@@ -111,14 +111,10 @@ def epilogue_params_type(epi_spec) -> StructType:
 
 def gemm_a8_args_type(unit: str, epi_spec) -> StructType:
     """The one argument of a gemm_a8 kernel (GemmA8Args / GemmA8Sm90Args): A, B (pointers; the Hopper unit: TMA
-    tensor maps), M, N, K (the Hopper unit: then sk_tiles, sk_ws, sk_ctas), then the epilogue's Params fields, each at its
-    natural alignment."""
-    sm90 = unit == "gemm_a8_sm90"
-    ab = (("a_map", "tmap"), ("b_map", "tmap")) if sm90 else (("a", "ptr"), ("b", "ptr"))
-    # sm_90a: the persistent kernels' stream-K tiles and workspace (gemm_a8_sm90_stream_k.hpp; 0 elsewhere)
-    stream_k = (("sk_tiles", "i32"), ("sk_ws", "ptr"), ("sk_ctas", "i32")) if sm90 else ()
+    tensor maps), M, N, K, then the epilogue's Params fields, each at its natural alignment."""
+    ab = (("a_map", "tmap"), ("b_map", "tmap")) if unit == "gemm_a8_sm90" else (("a", "ptr"), ("b", "ptr"))
     fields, offsets, pos = [], [], 0
-    for name, ctype in (*ab, ("M", "i32"), ("N", "i32"), ("K", "i32"), *stream_k):
+    for name, ctype in (*ab, ("M", "i32"), ("N", "i32"), ("K", "i32")):
         _fmt, size, align = _CTYPES[ctype]
         pos = -(-pos // align) * align
         fields.append((name, ctype))
@@ -128,7 +124,7 @@ def gemm_a8_args_type(unit: str, epi_spec) -> StructType:
     base = -(-pos // ep.align) * ep.align
     fields += ep.fields
     offsets += [base + o for o in ep.offsets]
-    align = max(ep.align, 64 if sm90 else 8)
+    align = max(ep.align, 64 if unit == "gemm_a8_sm90" else 8)
     return StructType(tuple(fields), tuple(offsets), -(-(base + ep.size) // align) * align, align)
 
 
@@ -171,16 +167,6 @@ class TileConfig:
     # CTAs in clusters of two along grid x that share B's tile by TMA multicast (WgmmaConfig::kPairB): the grid
     # is (2 x column tiles, pairs of row blocks), no split-K, and each CTA's B box holds half of the tile.
     pair_b: bool = False
-    # Stream-K (persistent configs): the launch splits the last partial wave's tiles (all tiles, below one wave)
-    # along K over every CTA (gemm_a8_sm90_stream_k.hpp, plan/stream_k.py). Such a config launches the kernels
-    # of `kernel_config`, the same config without it: only the grid and the arguments differ.
-    stream_k: bool = False
-    kernel_config: str = ""
-
-    @property
-    def kernel(self) -> str:
-        """The config whose kernels this one launches (its own name, but for the stream-K variants)."""
-        return self.kernel_config or self.name
 
     def serves(self, in_kind: str) -> bool:
         return in_kind in self.in_kinds
@@ -234,11 +220,8 @@ GEMM_A8_CONFIGS = {
     # the same in B-multicast pairs (ConfigCP128N128)
     "cp128n128": _wgmma_config("cp128n128", 128, 5, 1, chains=2, persistent=True, pair_b=True),
     # the same with seven epilogue warps and one chain, for short K (ConfigS128N128)
-    "s128n128": (_S128 := _wgmma_config("s128n128", 128, 5, 1, persistent=True, epilogue_warps=7)),
+    "s128n128": _wgmma_config("s128n128", 128, 5, 1, persistent=True, epilogue_warps=7),
     "v16n128": _wgmma_config("v16n128", 16, 4, 3, swap_ab=True),
-    # s128n128 launched with stream-K (its kernels; plan/stream_k.py). Only the seven-epilogue-warp kernel runs
-    # stream-K's hand-over (gemm_a8_sm90_persistent.hpp, kStreamK).
-    "ks128n128": dataclasses.replace(_S128, name="ks128n128", stream_k=True, kernel_config="s128n128"),
     # matmul_fused's exact fp32 only (ConfigT128N128 = SplitTf32<...>)
     "t128n128": _wgmma_config("t128n128", 128, 4, 1, in_kinds=SPLIT_IN, split_tf32=True),
 }
@@ -253,7 +236,7 @@ def gemm_a8_kernel_names(unit: str = "gemm_a8") -> list[str]:
     from ..epilogue.presets import ACTIVATIONS
 
     return [gemm_a8_kernel_name(i, o, a, c) for c, cfg in GEMM_A8_CONFIGS.items() if cfg.unit == unit
-            and cfg.kernel == c for i in GEMM_A8_IN if cfg.serves(i) for o in GEMM_A8_OUT for a in ACTIVATIONS]
+            for i in GEMM_A8_IN if cfg.serves(i) for o in GEMM_A8_OUT for a in ACTIVATIONS]
 
 
 BMM_TINY = Signature((

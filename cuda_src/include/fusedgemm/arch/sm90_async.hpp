@@ -111,29 +111,6 @@ FG_DEVICE void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
-// ---- flags in global memory between CTAs of one grid (stream-K's partial tiles) ------------------------------
-// A flag is set with release semantics after a barrier of the threads whose stores it publishes, and read with
-// acquire semantics before a barrier of the threads that then read those stores (the PTX memory model's
-// cumulativity carries the other threads' stores across the barrier).
-FG_DEVICE void flag_release_gpu(u32* flag, u32 value) {
-  asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(flag), "r"(value) : "memory");
-}
-FG_DEVICE u32 flag_acquire_gpu(const u32* flag) {
-  u32 v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-  return v;
-}
-FG_DEVICE void flag_clear_gpu(u32* flag) {
-  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(flag), "r"(0u) : "memory");
-}
-// 16 bytes from global memory through L2 only (another SM wrote them during this grid: L1 may hold stale lines).
-FG_DEVICE uint4 ld_global_cg_v4(const uint4* p) {
-  uint4 v;
-  asm volatile("ld.global.cg.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p)
-               : "memory");
-  return v;
-}
-
 // ---- clusters ---------------------------------------------------------------------------------------------
 // gridDim.x read where it is used: a volatile read is never hoisted into a register held across a loop (in the
 // persistent kernel's 40-register epilogue warps ptxas spilled the hoisted copy rather than re-read it).

@@ -29,7 +29,7 @@ from pathlib import Path
 MODES = {"normal": 0, "no_mma": 1, "no_copy": 2, "plain_b": 3, "no_copy_plain_b": 4}
 CFGS = {"w64n128": "fg::ConfigW64N128", "w128n128": "fg::ConfigW128N128", "w128n192": "fg::ConfigW128N192",
         "w192n128": "fg::ConfigW192N128", "v16n128": "fg::ConfigV16N128", "p128n128": "fg::ConfigP128N128",
-        "cp128n128": "fg::ConfigCP128N128", "s128n128": "fg::ConfigS128N128"}
+        "cp128n128": "fg::ConfigCP128N128", "s128n128": "fg::ConfigS128N128", "q128n128": "fg::ConfigQ128N128"}
 # Probe kernel input name -> (C++ input type, the input kind of gemm_a8_spec).
 INPUTS = {"fp8": ("fg::Fp8E4M3", "fp8"), "i8": ("fg::Int8", "int8")}
 VARIANTS = {"default": [], "old_desc": ["-DFG_PROBE_OLD_DESCRIPTORS"], "unroll4": ["-DFG_PROBE_UNROLL=4"],
@@ -74,6 +74,11 @@ CASES = {
     "qkv M=8192 cp128n128": (8192, 6144, 4096, "cp128n128", 1, "fp8", ("normal",)),
     "gate_up M=4096 cp128n128": (4096, 28672, 4096, "cp128n128", 1, "fp8", ("normal",)),
     "o_proj M=4096 p128n128": (4096, 4096, 4096, "p128n128", 1, "fp8", ("normal",)),
+    "qkv M=8192 q128n128": (8192, 6144, 4096, "q128n128", 1, "fp8", ("normal",)),
+    "o_proj M=4096 q128n128": (4096, 4096, 4096, "q128n128", 1, "fp8", ("normal",)),
+    "gate_up M=4096 q128n128": (4096, 28672, 4096, "q128n128", 1, "fp8", ("normal",)),
+    "moe_dn M=8192 q128n128": (8192, 7168, 2048, "q128n128", 1, "fp8", ("normal",)),
+    "N5120 K768 M16384 q128n128": (16384, 5120, 768, "q128n128", 1, "fp8", ("normal",)),
     "moe_dn M=8192 p128n128": (8192, 7168, 2048, "p128n128", 1, "fp8", ("normal",)),
     "moe_dn M=1024 s128n128": (1024, 7168, 2048, "s128n128", 1, "fp8", ("normal",)),
     "N5120 K768 M16384 p128n128": (16384, 5120, 768, "p128n128", 1, "fp8", ("normal",)),

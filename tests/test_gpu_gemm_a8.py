@@ -138,7 +138,7 @@ def test_fp8_few_tile_plans_by_the_heuristic(m, n, k, seed):
 
 
 @pytest.mark.parametrize("config", ["v16n128", "w64n128", "w128n128", "w192n128", "p128n128", "cp128n128",
-                                    "s128n128"])
+                                    "s128n128", "q128n128"])
 def test_grouped_tile_order_for_weights_larger_than_l2(config, seed):
     """Weights over 48 MiB take tiles in groups of 8 row blocks (tile_of_block in gemm_a8_sm90.hpp): every
     tile is computed once, including the ragged last group and ragged last column tile."""
@@ -190,7 +190,7 @@ def test_out_into_a_slice_detects_writes_past_the_end(seed):
     assert not torch.isnan(out).any()
 
 
-@pytest.mark.parametrize("config", ["w128n128", "p128n128", "cp128n128"])
+@pytest.mark.parametrize("config", ["w128n128", "p128n128", "cp128n128", "q128n128"])
 def test_two_chain_groups_for_every_k_block_count(config, seed):
     """fp8 with two partial tiles runs its K blocks in unrolled groups of 8, then 4, 2 and 1 (consumer_mainloop):
     K block counts that leave every combination of the remainder groups, with and without a partial last K
@@ -206,12 +206,12 @@ def test_two_chain_groups_for_every_k_block_count(config, seed):
                 assert err <= ONE_ROUNDING[torch.bfloat16], (blocks, k, err)
 
 
-@pytest.mark.parametrize("config, m", [("p128n128", 2000), ("s128n128", 2000), ("cp128n128", 2000),
-                                       ("cp128n128", 1900)])
+@pytest.mark.parametrize("config, m", [("p128n128", 2000), ("s128n128", 2000), ("q128n128", 2000),
+                                       ("cp128n128", 2000), ("cp128n128", 1900)])
 @pytest.mark.parametrize("kind", ["fp8", "int8"])
 @pytest.mark.parametrize("scalar_scales", [False, True])
 def test_persistent_ctas_loop_over_tiles(config, m, kind, scalar_scales, seed):
-    """p128n128 (and s128n128: seven epilogue warps, so rows are dealt unevenly) with more tiles than SMs (16 x 17
+    """p128n128 (and s128n128 / q128n128: seven epilogue warps, so rows are dealt unevenly) with more tiles than SMs (16 x 17
     = 272: each CTA takes 2-3, so the parked tile, its barriers' phases and the staged row and column operands are
     reused), ragged M and N, a partial last K block, and an
     output that is only 4-byte aligned (the epilogue warps' 8-byte stores become two 4-byte ones); nothing is

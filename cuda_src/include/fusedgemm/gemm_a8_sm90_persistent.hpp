@@ -261,8 +261,9 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       sm90::mbar_wait(tsm.parked_full(), it & 1);
       FG_PERSISTENT_STAMP(e == 0, 6, it);
       if (col < N) {  // N % 16 == 0: the thread's four columns are all in or all out
-        // Seven epilogue warps (88 registers): two copies of the row loop, the output's alignment tested here, not
-        // per row (epilogue.hpp). Three (40 registers): one loop testing each row's address, which was faster there
+        // Seven epilogue warps with 88 registers: two copies of the row loop, the output's alignment tested here, not
+        // per row (epilogue.hpp). With 40 (three warps, or seven beside two chains): one loop testing each row's
+        // address, which was faster there
         // (probe, H100, SiLU, rep by rep: p128n128 N 5120 K 768 M 16384 270 against 292 us with two copies, moe_dn
         // M = 8192 272 against 283; s128n128 N 5120 K 768 184 against 194 the other way round).
 #if defined(FG_PROBE_STORE_TEST_PER_ROW)  // ci/probe_sm90.py's A/B variant: every config tests per row
@@ -270,7 +271,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
 #elif defined(FG_PROBE_STORE_TEST_HOISTED)  // ... every config tests once
         constexpr bool kTestHoisted = true;
 #else
-        constexpr bool kTestHoisted = Cfg::kEpilogueWarps == 7;
+        constexpr bool kTestHoisted = Cfg::kProducerRegs >= 88;
 #endif
         if (kTestHoisted && Epi::vec4_aligned(ep))
           store_parked_rows<Epi, Cfg::kEpilogueWarps, Cfg::kEpilogueRowsAtOnce, true>(

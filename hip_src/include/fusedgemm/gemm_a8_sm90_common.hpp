@@ -68,7 +68,8 @@ struct WgmmaConfig {
   // with 48 on an H100: the persistent kernel hung).
   // kEpilogueWarps (persistent): 3, the producer warpgroup's spare warps, with 40 registers (consumers 232:
   // two chains fit); or 7, a second producer warpgroup, with 88 registers (consumers 168: one chain), for short K
-  // where the epilogue, not the MMAs, sets a tile's time (3 warps, one per sub-partition, are latency bound).
+  // where the epilogue, not the MMAs, sets a tile's time (3 warps, one per sub-partition, are latency bound); or 7
+  // with 40 registers beside two chains (consumers 216: 2 x 128 x 216 + 256 x 40 = 65536).
   static constexpr int kEpilogueWarps = kPersistent ? kEpilogueWarps_ : 0;
   // Rows an epilogue warp has in flight at once (store_parked_rows). SiLU, probe, H100, one process (event us):
   //                          this loop, 1 row   2 rows   the loop before (1 row, counts held across tiles)
@@ -83,8 +84,11 @@ struct WgmmaConfig {
 #endif
   // persistent: the copy warp and the epilogue warps (one or two warpgroups); else a warpgroup or one warp
   static constexpr int kProducerThreads = kPersistent ? 32 * (1 + kEpilogueWarps) : kSetMaxNReg ? 128 : 32;
-  static constexpr int kProducerRegs = kConsumerWarpgroups == 3 ? 24 : kEpilogueWarps == 7 ? 88 : 40;
-  static constexpr int kConsumerRegs = kConsumerWarpgroups == 3 ? 160 : kEpilogueWarps == 7 ? 168 : 232;
+  // Seven epilogue warps beside two chains (q128n128): 40 registers each, the consumers 216 (256 x 216 + 256 x 40).
+  static constexpr int kProducerRegs =
+      kConsumerWarpgroups == 3 ? 24 : kEpilogueWarps == 7 ? (kChains > 1 ? 40 : 88) : 40;
+  static constexpr int kConsumerRegs =
+      kConsumerWarpgroups == 3 ? 160 : kEpilogueWarps == 7 ? (kChains > 1 ? 216 : 168) : 232;
   static constexpr int kThreads = kConsumerThreads + kProducerThreads;
   static constexpr int kStageBytesA = kBlockM * kBlockK;
   static constexpr int kStageBytesB = kBlockN * kBlockK;
@@ -113,8 +117,7 @@ struct WgmmaConfig {
                 "two chains: fp8 needs 3 x 64 accumulators per thread, which fits 2 consumer warpgroups of n128 only");
   static_assert(!kPersistent || (!kSwapAB && kConsumerWarpgroups == 2 && kBlockN == 128),
                 "persistent: the parked-tile layout and the epilogue warps' row mapping assume a 128 x 128 tile");
-  static_assert(!kPersistent || kEpilogueWarps == 3 || (kEpilogueWarps == 7 && kChains == 1),
-                "3 epilogue warps, or 7 with one chain (the consumers' 168 registers hold one partial tile)");
+  static_assert(!kPersistent || kEpilogueWarps == 3 || kEpilogueWarps == 7, "3 or 7 epilogue warps");
   static_assert(!kPairB || (!kSwapAB && (kChains == 1 || kPersistent) && kBlockN % 32 == 0),
                 "B-multicast pairs: unswapped, one chain (two: persistent only), halves of whole 16-row blocks");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
@@ -173,6 +176,11 @@ using ConfigCP128N128 = WgmmaConfig<128, 5, 1, 128, false, 2, true, true>;
 // Short K (8-bit kinds, K <= 2048): seven epilogue warps, one chain. H100, fp8 bias_silu, every plan timed rep by
 // rep: N 5120 K 768 M 16384 199 us against 309 on p128n128; moe_dn M = 8192 235 against 288 (plan/sm90.py).
 using ConfigS128N128 = WgmmaConfig<128, 5, 1, 128, false, 1, true, false, 7>;
+// The same with two chains (seven 40-register epilogue warps, consumers 216): fp8 at K = 2048-4096 bytes, 2-4%
+// ahead of s128n128 there (H100, moe_dn M = 8192 229 against 238 us; at K = 768 3% behind). Per tile at qkv M =
+// 8192 (probe stamps, SiLU): its epilogue warps take 8600 cycles against p128n128's three warps' 18200, its main
+// loop 20700 against 19700 (216 registers against 232).
+using ConfigQ128N128 = WgmmaConfig<128, 5, 1, 128, false, 2, true, false, 7>;
 // F32x3 (matmul_fused's exact fp32) only: 128 x 128, one chain, 4 x 32 KB stages + 2 x 32 KB of small parts.
 using ConfigT128N128 = SplitTf32<WgmmaConfig<128, 4, 1>>;
 using ConfigV16N128 = WgmmaConfig<16, 4, 3, 128, true>;  // M <= 16, swapped: 4 x 18 KB stages, 3 CTAs per SM

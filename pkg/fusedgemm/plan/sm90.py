@@ -51,9 +51,18 @@ SHORT_K = 2048  # bytes of K, 8-bit kinds (int8; fp8 uses FP8_SHORT_K)
 #    w128n128 split 2, the tuned table's entry); M <= 128 keeps the split-K tiles (not measured); and at any
 #    number of tiles up to K = 3072 bytes (N 5120 K 3072 M = 4096, 9.7 waves: 123.2 us against 129.7 on
 #    cp128n128 and 125.7 on p128n128).
+#  * q128n128 (two chains beside seven 40-register epilogue warps; the consumers keep 216 registers) wherever the
+#    rules above take s128n128 at K >= FP8_TWO_CHAIN_MIN_K bytes. H100, bias_silu, plans rep by rep
+#    (docs/results/h100_bench_fp8_plans_q128n128.txt, ..._sweep_plans_q128n128.txt): moe_dn (K 2048) M = 1024 / 4096
+#    / 8192 40.8 / 120.7 / 229.2 us against 41.9 / 124.0 / 237.6 on s128n128, qkv / o_proj M = 1024 47.8 / 34.7
+#    against 48.8 / 35.3, N 5120 K 3072 M = 4096 121.4 against 125.2; at K = 1536 the two tie (N 2560 / 12288) and at
+#    K = 768 s128n128 leads (N 5120 M = 4096 52.7 against 54.2: one chain is enough there, and the 88-register
+#    warps test the output's alignment once per tile). At K = 4096 and >= 4 waves p128n128 stays ahead of both
+#    (qkv M = 8192 341.7 against 348.1 on q128n128, gate_up 8192 1557 against 1610).
 FP8_FEW_TILES_WAVES = 4
 FP8_FEW_TILES_MAX_K = 4096  # bytes: down (K 14336) M = 256 keeps split-K (44.3 us against 49.6 on s128n128)
 FP8_SHORT_K = 3072  # bytes
+FP8_TWO_CHAIN_MIN_K = 2048  # bytes
 PERSISTENT_MAX_K_FP8 = 16384
 
 
@@ -61,11 +70,12 @@ def choose_fp8_persistent(m: int, k: int, tiles: int, sms: int) -> kernels.TileC
     """fp8's persistent config for an M > 64 problem of `tiles` 128 x 128 tiles and K bytes, or None (then the
     CTA-per-tile model decides)."""
     configs = kernels.GEMM_A8_CONFIGS
+    seven_warps = configs["q128n128" if k >= FP8_TWO_CHAIN_MIN_K else "s128n128"]
     if k <= FP8_FEW_TILES_MAX_K and (2 * tiles >= sms or m > 128) and tiles <= FP8_FEW_TILES_WAVES * sms:
-        return configs["s128n128"]
+        return seven_warps
     if tiles < sms or k > PERSISTENT_MAX_K_FP8:
         return None
-    return configs["s128n128" if k <= FP8_SHORT_K else "p128n128"]
+    return seven_warps if k <= FP8_SHORT_K else configs["p128n128"]
 
 
 # Output elements per unit of time of each M > 64 config relative to w128n128, when each runs whole waves

@@ -221,8 +221,10 @@ GEMM_A8_CONFIGS = {
     "cp128n128": _wgmma_config("cp128n128", 128, 5, 1, chains=2, persistent=True, pair_b=True),
     # the same with seven epilogue warps and one chain, for short K (ConfigS128N128)
     "s128n128": _wgmma_config("s128n128", 128, 5, 1, persistent=True, epilogue_warps=7),
-    # the same with two chains beside seven 40-register epilogue warps (ConfigQ128N128; fp8 at K 2048-4096 bytes)
-    "q128n128": _wgmma_config("q128n128", 128, 5, 1, chains=2, persistent=True, epilogue_warps=7),
+    # the same with two chains beside seven 40-register epilogue warps (ConfigQ128N128; fp8 at K 2048-4096 bytes;
+    # the 8-bit kinds only: measured on fp8, not on the 16-bit kinds)
+    "q128n128": _wgmma_config("q128n128", 128, 5, 1, chains=2, persistent=True, epilogue_warps=7,
+                              in_kinds=tuple(GEMM_A8_IN)),
     "v16n128": _wgmma_config("v16n128", 16, 4, 3, swap_ab=True),
     # matmul_fused's exact fp32 only (ConfigT128N128 = SplitTf32<...>)
     "t128n128": _wgmma_config("t128n128", 128, 4, 1, in_kinds=SPLIT_IN, split_tf32=True),

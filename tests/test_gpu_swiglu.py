@@ -4,7 +4,7 @@ arch's plan may choose (outputs poisoned with NaN), exact=True against eager tor
 the interleaved-copy cache after an in-place update, torch.compile.
 
 Tolerances come from the float64 reference: g and u are each off by at most eps * sum_k |x w| (fp32 sums of
-exact products: eps = 2^-16 for 16-bit, 2^-14 for fp8's promoted accumulator), which moves act(g) * u by at
+exact products: eps = 2^-16 for 16-bit, 2^-13 for fp8's truncating accumulator), which moves act(g) * u by at
 most L |u| dg + |act(g)| du + L dg du (L: the activation's Lipschitz bound), plus 4e-6 relative for the fast
 exp / reciprocal, plus one rounding to the output type."""
 import math
@@ -145,7 +145,10 @@ def test_8bit_swiglu(kind, m):
     else:
         dt = fg.FP8_DTYPE_FOR_ARCH[arch()]
         x, w = torch.randn(m, k, device="cuda").to(dt), torch.randn(2 * i, k, device="cuda").to(dt)
-        base, eps = 1.0 / math.sqrt(k), 2.0 ** -14
+        # The fp8 tensor core keeps ~13 fraction bits in its accumulator and truncates: one ulp of it, 2^-13, per
+        # 128-value K block before promotion (2^-14, half of that, failed 1 run in 6 on an H100 by 3% on one
+        # near-zero output of 47104; gemm_a8's fp8 error equals _scaled_mm's: test_gpu_gemm_a8).
+        base, eps = 1.0 / math.sqrt(k), 2.0 ** -13
     sa = (torch.rand(m, device="cuda") + 0.5) * base
     sb = torch.rand(2 * i, device="cuda") + 0.5
     b = torch.randn(2 * i, device="cuda")

@@ -201,17 +201,18 @@ def test_fp8_few_tiles_take_w64n128(m, n, k, kind, want):
     (4096, 5120, 3072, "fp8", "q128n128"), (256, 1024, 768, "fp8", "s128n128"),  # fp8: K <= 3072; few tiles
     (4096, 5120, 1536, "fp8", "s128n128"), (256, 4096, 4096, "fp8", "q128n128"),  # K < 2048: one chain; 64 tiles
     (8192, 4096, 14336, "fp8", "p128n128"), (1024, 4096, 14336, "fp8", "p128n128"),  # long K
-    (8192, 7168, 2048, "int8", "s128n128"), (8192, 6144, 4096, "int8", "p128n128"),   # int8: as before
+    (8192, 7168, 2048, "int8", "q128n128"), (8192, 6144, 4096, "int8", "p128n128"),   # int8: fp8's rules
+    (256, 6144, 4096, "int8", "q128n128"), (1024, 4096, 14336, "int8", "p128n128"),  # ... few tiles; long K
     (256, 6144, 4096, "bf16", "s128n128"), (256, 7168, 2048, "bf16", "s128n128"),     # 16-bit: half a wave to one
     (1024, 6144, 4096, "bf16", "p128n128"), (8192, 4096, 4096, "fp16", "p128n128"),  # a wave and more
 ])
 def test_persistent_plans_on_sm90(m, n, k, kind, want):
-    """The 8-bit kinds' persistent 128 x 128 kernels (plan/sm90.py): seven epilogue warps and one chain at K <= 2048
-    (int8) or 3072 (fp8; moe_dn M = 8192: 16% faster than two chains with three epilogue warps) and, for fp8, up to
-    four waves of tiles at K <= 4096 (from half a wave, or any number at M > 128); above, p128n128 (the B-multicast
-    pairs, cp128n128, are no longer taken: p128n128 leads them at K = 4096 since 8445445). The
-    16-bit kinds take s128n128 from half a wave to one wave of tiles, p128n128 from a wave. fp8 takes q128n128 (two
-    chains beside seven 40-register epilogue warps) for s128n128 from K = 2048 bytes."""
+    """The 8-bit kinds' persistent 128 x 128 kernels (plan/sm90.py, one rule set for fp8 and int8): seven epilogue
+    warps at K <= 3072 bytes (moe_dn M = 8192: 16% faster than two chains with three epilogue warps) and up to four
+    waves of tiles at K <= 4096 (from half a wave, or any number at M > 128), with two chains (q128n128) from K =
+    2048 and one (s128n128) below; above, p128n128, up to K = 16384 (the B-multicast pairs, cp128n128, are no longer
+    taken: p128n128 leads them at K = 4096 since 8445445). The 16-bit kinds take s128n128 from half a wave to one
+    wave of tiles, p128n128 from a wave."""
     from fusedgemm.gemm_a8 import _choose_config
 
     cfg, splits = _choose_config(m, n, k, "sm_90a", 132, in_kind=kind)

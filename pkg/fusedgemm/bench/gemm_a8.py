@@ -195,7 +195,7 @@ def run(argv=None) -> int:
 
         row = dict(shape=name, M=m, N=n, K=k, fg_us=timer(ours))
         if args.compare_plans is not None:
-            cfg, splits = plan_for(m, n, k, torch.cuda.current_device())
+            cfg, splits = plan_for(m, n, k, torch.cuda.current_device(), in_kind=args.dtype)
             row["plan"] = f"{cfg.name}:{splits}"
             h_cfg, h_splits = choose_config(m, n, k, arch, sm_count(torch.cuda.current_device()), True, args.dtype)
             row["heuristic"] = f"{h_cfg.name}:{h_splits}"

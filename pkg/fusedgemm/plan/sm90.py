@@ -3,8 +3,8 @@
 M <= 64 is weight streaming: M <= 16 on the swapped 16 x 128 tiles (the weight's rows are the MMA's M, the
 activation's its N: a quarter of the tensor-core work of an m64 tile at M = 1; three CTAs per SM), else 64 x 128
 tiles (rows past M cost nothing, TMA zero-fills them), two CTAs per SM. M > 64: the persistent 128 x 128 kernel
-when there are at least as many tiles as SMs and K <= PERSISTENT_MAX_K (and the epilogue fits its staging; at
-short K with seven epilogue warps for the 8-bit kinds; fp8: see choose_fp8_persistent), else (fp8, at most a
+when there are at least as many tiles as SMs (and the epilogue fits its staging; with seven epilogue warps at short
+K or few tiles; the 8-bit kinds: see choose_8bit_persistent), else (fp8, at most a
 quarter wave of 128 x 128 tiles) the 64 x 128 tile with split-K, else 128 x 128, 128 x 192 or 192 x 128 tiles
 (matmul_fused's 16/32-bit kinds also 128 x 256, alone or in B-multicast pairs), whichever modelled_time says. When
 there are too few output tiles to fill the SMs, K is split over a cluster of 2 or 4 CTAs (2 for M > 64), while every
@@ -16,21 +16,18 @@ from __future__ import annotations
 from ..runtime import kernels
 
 
-# int8: p128n128 (persistent CTAs, the epilogue on spare warps under the next tile's MMAs) where every SM gets a
-# tile and K is not long: the epilogue it hides is a fixed cost per tile, so its share shrinks with K while the
-# 128 x 128 tile's operand traffic stays. Measured on fp8 before the 8-block unroll (H100, bias_silu, same
-# process, docs/perf-notes.md): fastest at K = 2048 and 4096 on every grid shape with >= 132 tiles (3-21% over
-# the best CTA-per-tile plan), 3-12% slower than w128n192 at K = 14336 (down). fp8 now has its own rules below;
-# int8 (whose loop the unroll does not touch) keeps these.
-PERSISTENT_MAX_K = 8192
-
-# ... for the 8-bit kinds at short K on s128n128: the same kernel with seven epilogue warps (88 registers) and one
+# The 8-bit kinds at short K on s128n128: the persistent kernel with seven epilogue warps (88 registers) and one
 # accumulator chain (the consumers keep 168). At short K the epilogue, not the MMAs, sets a tile's time: three
 # epilogue warps, one per SM sub-partition, are latency bound. H100, fp8 bias_silu, every plan timed rep by rep
 # (docs/perf-notes.md): N 5120 K 768 M 16384 199 us against 303 on cp128n128, moe_dn (K 2048) M = 8192 235 against
 # 279, N 12288 K 1536 M 16384 617 against 816; at K = 4096 2-5% behind p128n128 (qkv M = 8192 355 against 347,
 # gate_up 1642 against 1569). Its B-multicast pair (measured, not kept) was 3-10% slower than it on every row.
-SHORT_K = 2048  # bytes of K, 8-bit kinds (int8; fp8 uses FP8_SHORT_K)
+#
+# int8 takes the same rules as fp8 (below) since 2026-11-26: H100, bias_silu, plans rep by rep
+# (docs/results/h100_bench_int8_plans.txt) against its old rules (persistent only from a whole wave and up to K = 8192,
+# s128n128 at K <= 2048): qkv / o_proj / moe_dn M = 256 19.8 / 19.1 / 15.1 us on q128n128 against 24.5 / 21.6 / 19.5
+# on the CTA-per-tile plan; down (K 14336) M = 1024 / 4096 / 8192 89.1 / 338.4 / 689.8 on p128n128 against 105.5 /
+# 446.2 / 820.9; qkv / o_proj M = 1024 41.9 / 31.6 on q128n128 against 43.0 / 32.8 on p128n128.
 
 # fp8 after the 8-block unroll of the two-chain main loop (H100, bias_silu, every plan timed rep by rep, one
 # process: docs/results/h100_bench_fp8_tune_unroll8.txt):
@@ -66,9 +63,9 @@ FP8_TWO_CHAIN_MIN_K = 2048  # bytes
 PERSISTENT_MAX_K_FP8 = 16384
 
 
-def choose_fp8_persistent(m: int, k: int, tiles: int, sms: int) -> kernels.TileConfig | None:
-    """fp8's persistent config for an M > 64 problem of `tiles` 128 x 128 tiles and K bytes, or None (then the
-    CTA-per-tile model decides)."""
+def choose_8bit_persistent(m: int, k: int, tiles: int, sms: int) -> kernels.TileConfig | None:
+    """The 8-bit kinds' persistent config for an M > 64 problem of `tiles` 128 x 128 tiles and K bytes, or None
+    (then the CTA-per-tile model decides)."""
     configs = kernels.GEMM_A8_CONFIGS
     seven_warps = configs["q128n128" if k >= FP8_TWO_CHAIN_MIN_K else "s128n128"]
     if k <= FP8_FEW_TILES_MAX_K and (2 * tiles >= sms or m > 128) and tiles <= FP8_FEW_TILES_WAVES * sms:
@@ -127,14 +124,13 @@ def modelled_time(cfg: kernels.TileConfig, m: int, n: int, sms: int, rates: dict
 def _persistent(m: int, n: int, k: int, sms: int, in_kind: str) -> kernels.TileConfig | None:
     """The persistent config of an M > 64 problem with K bytes, or None (then the CTA-per-tile model decides)."""
     tiles = tile_count(kernels.GEMM_A8_CONFIGS["p128n128"], m, n)
-    if in_kind == "fp8":
-        return choose_fp8_persistent(m, k, tiles, sms)
-    eight_bit = in_kind in kernels.GEMM_A8_IN
-    if not eight_bit and 2 * tiles >= sms > tiles and k <= PERSISTENT_MAX_K_WIDE:
+    if in_kind in kernels.GEMM_A8_IN:
+        return choose_8bit_persistent(m, k, tiles, sms)
+    if 2 * tiles >= sms > tiles and k <= PERSISTENT_MAX_K_WIDE:
         return kernels.GEMM_A8_CONFIGS["s128n128"]
-    if tiles < sms or k > (PERSISTENT_MAX_K if eight_bit else PERSISTENT_MAX_K_WIDE):
+    if tiles < sms or k > PERSISTENT_MAX_K_WIDE:
         return None
-    return kernels.GEMM_A8_CONFIGS["s128n128" if eight_bit and k <= SHORT_K else "p128n128"]
+    return kernels.GEMM_A8_CONFIGS["p128n128"]
 
 
 # fp8 at M > 64 with at most a quarter of a wave of 128 x 128 tiles (and no persistent plan): the 64-row tile

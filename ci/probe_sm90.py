@@ -35,7 +35,8 @@ INPUTS = {"fp8": ("fg::Fp8E4M3", "fp8"), "i8": ("fg::Int8", "int8")}
 VARIANTS = {"default": [], "old_desc": ["-DFG_PROBE_OLD_DESCRIPTORS"], "unroll4": ["-DFG_PROBE_UNROLL=4"],
             "erows2": ["-DFG_PROBE_EPILOGUE_ROWS=2"], "perrow": ["-DFG_PROBE_STORE_TEST_PER_ROW"],
             "hoisted": ["-DFG_PROBE_STORE_TEST_HOISTED"],
-            "oldloop": ["-DFG_PROBE_STORE_TEST_PER_ROW", "-DFG_PROBE_ROW_CLAMP"]}
+            "oldloop": ["-DFG_PROBE_STORE_TEST_PER_ROW", "-DFG_PROBE_ROW_CLAMP"],
+            "nohelp": ["-DFG_PROBE_NO_LAST_TILE_HELP"]}
 # The timeline build (--stamps): a variant of its own, with the SiLU epilogue the bench times.
 STAMPS_VARIANT = ("stamps", ["-DFG_PROBE_STAMPS"])
 # The preset epilogue each build variant's kernels run (bf16 out): the identity one, except the timeline's.

@@ -144,6 +144,15 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
   using Acc = typename Mma::Acc;
   constexpr int kAcc = Cfg::kAccPerThread;
   constexpr int kConsumerWarps = Cfg::kConsumerThreads / 32;
+  // A CTA's last tile: no MMAs follow to hide its epilogue, so the consumer warps, done, store rows beside the
+  // epilogue warps (rows dealt over all kAllWarps; barrier 3 hands them the staged row and column values).
+#if defined(FG_PROBE_NO_LAST_TILE_HELP)  // ci/probe_sm90.py's A/B variant: the epilogue warps alone
+  constexpr bool kLastTileHelp = false;
+#else
+  constexpr bool kLastTileHelp = !Cfg::kPairB;
+#endif
+  constexpr int kAllWarps = Cfg::kEpilogueWarps + kConsumerWarps;
+  constexpr int kLastTileThreads = Cfg::kEpilogueThreads + Cfg::kConsumerThreads;
 
   if (sm90::dynamic_smem_bytes() < Cfg::kSmemBytes) __trap();  // host / device layouts disagree: fail loudly
   const int tid = static_cast<int>(threadIdx.x);
@@ -220,6 +229,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       const int tiles_n = (n_opaque + Cfg::kBlockN - 1) / Cfg::kBlockN;
       const int tiles_m = (m_opaque + Cfg::kBlockM - 1) / Cfg::kBlockM;
       if (t >= tiles_n * (Cfg::kPairB ? (tiles_m + 1) / 2 : tiles_m)) break;
+      const bool last = kLastTileHelp && t + persistent_step<Cfg>() >= tiles_n * tiles_m;
       int m_block, n_block;
       persistent_tile<In, Cfg>(t, tiles_n, tiles_m, N, K, m_block, n_block);
       const int m0 = m_block * Cfg::kBlockM;
@@ -257,6 +267,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
         }
       }
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // the rows' and columns' operands are in
+      if (last) sm90::named_barrier_arrive(3, kLastTileThreads);  // ... for the consumers too
       sm90::mbar_wait(tsm.parked_full(), it & 1);
       FG_PERSISTENT_STAMP(e == 0, 6, it);
       if (col < N) {  // N % 16 == 0: the thread's four columns are all in or all out
@@ -272,7 +283,10 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
 #else
         constexpr bool kTestHoisted = Cfg::kProducerRegs >= 88;
 #endif
-        if (kTestHoisted && Epi::vec4_aligned(ep))
+        if (last)  // every kAllWarps-th row from w on; the consumer warps take the others
+          store_parked_rows<Epi, kAllWarps, 1, false>(ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane,
+                                                      w);
+        else if (kTestHoisted && Epi::vec4_aligned(ep))
           store_parked_rows<Epi, Cfg::kEpilogueWarps, Cfg::kEpilogueRowsAtOnce, true>(
               ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane, w);
         else
@@ -319,6 +333,24 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
           make_float2(static_cast<float>(acc[j]), static_cast<float>(acc[j + 1]));
     sm90::mbar_arrive(parked_full);
     FG_PERSISTENT_STAMP(tid == 0 || tid == 128, tid == 0 ? 3 : 5, it);
+  }
+  if constexpr (kLastTileHelp) {
+    if (my_tiles > 0) {  // the last tile's rows E + w, E + w + kAllWarps, ... (E: the epilogue warps' count)
+      sm90::named_barrier_sync(3, kLastTileThreads);  // staged values in, and every consumer has parked
+      int m_block, n_block;
+      persistent_tile<In, Cfg>(persistent_first<Cfg>() + (my_tiles - 1) * step, num_n, num_m, N, K, m_block, n_block);
+      const int col = n_block * Cfg::kBlockN + 4 * lane;
+      float* row_staged = sm.row_staged();
+      float* col_staged = sm.template col_staged<Epi>();
+      if (col < N) {
+        if (Epi::vec4_aligned(ep))
+          store_parked_rows<Epi, kAllWarps, 1, true>(ep, parked, row_staged, col_staged, M, m_block * Cfg::kBlockM,
+                                                     col, 4 * lane, Cfg::kEpilogueWarps + warp);
+        else
+          store_parked_rows<Epi, kAllWarps, 1, false>(ep, parked, row_staged, col_staged, M, m_block * Cfg::kBlockM,
+                                                      col, 4 * lane, Cfg::kEpilogueWarps + warp);
+      }
+    }
   }
   if constexpr (Cfg::kPairB) sm90::cluster_sync();
 }

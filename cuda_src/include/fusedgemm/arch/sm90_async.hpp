@@ -110,6 +110,10 @@ FG_DEVICE void setmaxnreg_inc() {
 FG_DEVICE void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
+// ... arriving without waiting: the threads that bar.sync on it wait for these too (producer -> consumer hand-off).
+FG_DEVICE void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 // ---- clusters ---------------------------------------------------------------------------------------------
 // gridDim.x read where it is used: a volatile read is never hoisted into a register held across a loop (in the

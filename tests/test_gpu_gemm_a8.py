@@ -211,10 +211,10 @@ def test_two_chain_groups_for_every_k_block_count(config, seed):
 @pytest.mark.parametrize("kind", ["fp8", "int8"])
 @pytest.mark.parametrize("scalar_scales", [False, True])
 def test_persistent_ctas_loop_over_tiles(config, m, kind, scalar_scales, seed):
-    """p128n128 (and s128n128 / q128n128: seven epilogue warps, so rows are dealt unevenly) with more tiles than SMs (16 x 17
-    = 272: each CTA takes 2-3, so the parked tile, its barriers' phases and the staged row and column operands are
-    reused), ragged M and N, a partial last K block, and an
-    output that is only 4-byte aligned (the epilogue warps' 8-byte stores become two 4-byte ones); nothing is
+    """p128n128 (and s128n128 / q128n128: seven epilogue warps, so rows are dealt unevenly) with more tiles than
+    SMs (16 x 17 = 272: each CTA takes 2-3, so the parked tile, its barriers' phases and the staged row and column
+    operands are reused; the last tile's rows go to the consumer warps too), ragged M and N, a partial last K
+    block, and an output that is only 4-byte aligned (the epilogue warps' 8-byte stores become two 4-byte ones); nothing is
     written outside it. cp128n128 (B-multicast pairs) also with an odd number of row blocks (M = 1900: 15), whose
     last pair's second CTA has no rows."""
     from fusedgemm.gemm_a8 import forced_config

@@ -31,13 +31,13 @@ from ..runtime import kernels
 
 # fp8 after the 8-block unroll of the two-chain main loop (H100, bias_silu, every plan timed rep by rep, one
 # process: docs/results/h100_bench_fp8_tune_unroll8.txt):
-#  * up to FP8_FEW_TILES_WAVES waves of tiles, from half a wave, and K <= FP8_FEW_TILES_MAX_K bytes: s128n128. With
+#  * up to FEW_TILES_WAVES waves of tiles, from half a wave, and K <= FEW_TILES_MAX_K bytes: s128n128. With
 #    few tiles per CTA the last tile's epilogue is not hidden, and seven epilogue warps finish it sooner: qkv M =
 #    256 / 1024 21.5 / 48.6 us against 24.4 / 52.1 on p128n128, o_proj M = 1024 35.1 / 38.7, gate_up M = 256
 #    67.2 / 71.6, moe_dn M = 256 15.8 / 18.6 (w128n128: 20.8); from 7.8 waves (o_proj / qkv M = 4096) the two
 #    are within 1.5%, and at gate_up M = 4096 / 8192 (54 / 109 waves) s128n128 is 4-9% behind.
 #  * above that: p128n128, up to K = 14336 (down M = 4096 / 8192 376 / 753 us against 437 / 824 on w192n128,
-#    385 / 775 on s128n128, 381 / 757 on cp128n128): PERSISTENT_MAX_K_FP8. At K = 4096 the B-multicast pairs
+#    385 / 775 on s128n128, 381 / 757 on cp128n128): PERSISTENT_MAX_K_8BIT. At K = 4096 the B-multicast pairs
 #    (cp128n128) were taken here until the epilogue warps' loop change (8445445); since then p128n128 leads them on
 #    every K = 4096 row at M >= 1024: H100 by 0.4-2.8% (--tune, docs/results/h100_bench_fp8_tune_epilogue1row.txt),
 #    H200 by 1.5-2.9% (qkv M = 8192 340.7 against 346.7 us, gate_up M = 8192 1594 against 1640;
@@ -49,30 +49,31 @@ from ..runtime import kernels
 #    number of tiles up to K = 3072 bytes (N 5120 K 3072 M = 4096, 9.7 waves: 123.2 us against 129.7 on
 #    cp128n128 and 125.7 on p128n128).
 #  * q128n128 (two chains beside seven 40-register epilogue warps; the consumers keep 216 registers) wherever the
-#    rules above take s128n128 at K >= FP8_TWO_CHAIN_MIN_K bytes. H100, bias_silu, plans rep by rep
+#    rules above take s128n128 at K >= TWO_CHAIN_MIN_K bytes. H100, bias_silu, plans rep by rep
 #    (docs/results/h100_bench_fp8_plans_q128n128.txt, ..._sweep_plans_q128n128.txt): moe_dn (K 2048) M = 1024 / 4096
 #    / 8192 40.8 / 120.7 / 229.2 us against 41.9 / 124.0 / 237.6 on s128n128, qkv / o_proj M = 1024 47.8 / 34.7
 #    against 48.8 / 35.3, N 5120 K 3072 M = 4096 121.4 against 125.2; at K = 1536 the two tie (N 2560 / 12288) and at
 #    K = 768 s128n128 leads (N 5120 M = 4096 52.7 against 54.2: one chain is enough there, and the 88-register
 #    warps test the output's alignment once per tile). At K = 4096 and >= 4 waves p128n128 stays ahead of both
 #    (qkv M = 8192 341.7 against 348.1 on q128n128, gate_up 8192 1557 against 1610).
-FP8_FEW_TILES_WAVES = 4
-FP8_FEW_TILES_MAX_K = 4096  # bytes: down (K 14336) M = 256 keeps split-K (44.3 us against 49.6 on s128n128)
-FP8_SHORT_K = 3072  # bytes
-FP8_TWO_CHAIN_MIN_K = 2048  # bytes
-PERSISTENT_MAX_K_FP8 = 16384
+# The 8-bit kinds' rules (fp8's, measured above; int8 since 2026-11-26), bytes of K:
+FEW_TILES_WAVES = 4
+FEW_TILES_MAX_K = 4096  # bytes: down (K 14336) M = 256 keeps split-K (44.3 us against 49.6 on s128n128)
+SHORT_K_8BIT = 3072  # bytes
+TWO_CHAIN_MIN_K = 2048  # bytes
+PERSISTENT_MAX_K_8BIT = 16384
 
 
 def choose_8bit_persistent(m: int, k: int, tiles: int, sms: int) -> kernels.TileConfig | None:
     """The 8-bit kinds' persistent config for an M > 64 problem of `tiles` 128 x 128 tiles and K bytes, or None
     (then the CTA-per-tile model decides)."""
     configs = kernels.GEMM_A8_CONFIGS
-    seven_warps = configs["q128n128" if k >= FP8_TWO_CHAIN_MIN_K else "s128n128"]
-    if k <= FP8_FEW_TILES_MAX_K and (2 * tiles >= sms or m > 128) and tiles <= FP8_FEW_TILES_WAVES * sms:
+    seven_warps = configs["q128n128" if k >= TWO_CHAIN_MIN_K else "s128n128"]
+    if k <= FEW_TILES_MAX_K and (2 * tiles >= sms or m > 128) and tiles <= FEW_TILES_WAVES * sms:
         return seven_warps
-    if tiles < sms or k > PERSISTENT_MAX_K_FP8:
+    if tiles < sms or k > PERSISTENT_MAX_K_8BIT:
         return None
-    return seven_warps if k <= FP8_SHORT_K else configs["p128n128"]
+    return seven_warps if k <= SHORT_K_8BIT else configs["p128n128"]
 
 
 # Output elements per unit of time of each M > 64 config relative to w128n128, when each runs whole waves

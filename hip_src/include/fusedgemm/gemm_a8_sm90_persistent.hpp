@@ -58,6 +58,17 @@ FG_DEVICE void store_parked_rows(const typename Epi::Params& ep, const float* pa
   }
 }
 
+// One tile's rows (every kStride-th from w) through store_parked_rows, the output's alignment tested once for them
+// all where kTestOnce (two copies of the row loop), else per row.
+template <class Epi, int kStride, int kRowsAtOnce, bool kTestOnce>
+FG_DEVICE void store_parked_tile(const typename Epi::Params& ep, const float* parked, const float* row_staged,
+                                 const float* col_staged, int M, int m0, int col, int col_local, int w) {
+  if (kTestOnce && Epi::vec4_aligned(ep))
+    store_parked_rows<Epi, kStride, kRowsAtOnce, true>(ep, parked, row_staged, col_staged, M, m0, col, col_local, w);
+  else
+    store_parked_rows<Epi, kStride, kRowsAtOnce, false>(ep, parked, row_staged, col_staged, M, m0, col, col_local, w);
+}
+
 // The persistent kernel's shared memory: stages (A, then B), the parked tile, the staged epilogue values, the
 // barriers.
 // The base comes through an asm volatile, so each role recomputes it after its setmaxnreg (no CSE with the
@@ -228,8 +239,9 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       asm volatile("" : "+r"(m_opaque), "+r"(n_opaque));
       const int tiles_n = (n_opaque + Cfg::kBlockN - 1) / Cfg::kBlockN;
       const int tiles_m = (m_opaque + Cfg::kBlockM - 1) / Cfg::kBlockM;
-      if (t >= tiles_n * (Cfg::kPairB ? (tiles_m + 1) / 2 : tiles_m)) break;
-      const bool last = kLastTileHelp && t + persistent_step<Cfg>() >= tiles_n * tiles_m;
+      const int tiles = tiles_n * (Cfg::kPairB ? (tiles_m + 1) / 2 : tiles_m);
+      if (t >= tiles) break;
+      const bool last = kLastTileHelp && t + persistent_step<Cfg>() >= tiles;
       int m_block, n_block;
       persistent_tile<In, Cfg>(t, tiles_n, tiles_m, N, K, m_block, n_block);
       const int m0 = m_block * Cfg::kBlockM;
@@ -284,13 +296,10 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
         constexpr bool kTestHoisted = Cfg::kProducerRegs >= 88;
 #endif
         if (last)  // every kAllWarps-th row from w on; the consumer warps take the others
-          store_parked_rows<Epi, kAllWarps, 1, false>(ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane,
+          store_parked_tile<Epi, kAllWarps, 1, false>(ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane,
                                                       w);
-        else if (kTestHoisted && Epi::vec4_aligned(ep))
-          store_parked_rows<Epi, Cfg::kEpilogueWarps, Cfg::kEpilogueRowsAtOnce, true>(
-              ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane, w);
         else
-          store_parked_rows<Epi, Cfg::kEpilogueWarps, Cfg::kEpilogueRowsAtOnce, false>(
+          store_parked_tile<Epi, Cfg::kEpilogueWarps, Cfg::kEpilogueRowsAtOnce, kTestHoisted>(
               ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane, w);
       }
       sm90::mbar_arrive(PersistentSmem<Cfg>().parked_empty());  // a fresh base (above)
@@ -342,14 +351,9 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       const int col = n_block * Cfg::kBlockN + 4 * lane;
       float* row_staged = sm.row_staged();
       float* col_staged = sm.template col_staged<Epi>();
-      if (col < N) {
-        if (Epi::vec4_aligned(ep))
-          store_parked_rows<Epi, kAllWarps, 1, true>(ep, parked, row_staged, col_staged, M, m_block * Cfg::kBlockM,
-                                                     col, 4 * lane, Cfg::kEpilogueWarps + warp);
-        else
-          store_parked_rows<Epi, kAllWarps, 1, false>(ep, parked, row_staged, col_staged, M, m_block * Cfg::kBlockM,
-                                                      col, 4 * lane, Cfg::kEpilogueWarps + warp);
-      }
+      if (col < N)
+        store_parked_tile<Epi, kAllWarps, 1, true>(ep, parked, row_staged, col_staged, M, m_block * Cfg::kBlockM, col,
+                                                   4 * lane, Cfg::kEpilogueWarps + warp);
     }
   }
   if constexpr (Cfg::kPairB) sm90::cluster_sync();

@@ -37,6 +37,9 @@ VARIANTS = {"default": [], "old_desc": ["-DFG_PROBE_OLD_DESCRIPTORS"], "unroll4"
             "hoisted": ["-DFG_PROBE_STORE_TEST_HOISTED"],
             "oldloop": ["-DFG_PROBE_STORE_TEST_PER_ROW", "-DFG_PROBE_ROW_CLAMP"],
             "nohelp": ["-DFG_PROBE_NO_LAST_TILE_HELP"]}
+# A variant name not in VARIANTS is a plain build under that name: an A/B of two trees in one process builds
+# `--build-only DIR --variants base` in a checkout of the other tree, copies its probe_base.cubin beside this
+# tree's cubins and times `--cubins DIR --variants default base`.
 # The timeline build (--stamps): a variant of its own, with the SiLU epilogue the bench times.
 STAMPS_VARIANT = ("stamps", ["-DFG_PROBE_STAMPS"])
 # The preset epilogue each build variant's kernels run (bf16 out): the identity one, except the timeline's.
@@ -311,6 +314,8 @@ def main() -> int:
     global ACT
     ACT = args.act
     if args.variants:
+        for name in args.variants:
+            VARIANTS.setdefault(name, [])
         for name in [v for v in VARIANTS if v not in args.variants]:
             del VARIANTS[name]
     if args.configs:

@@ -7,7 +7,8 @@
 Each case runs once between cudaProfilerStart / Stop (--profile), so the report holds exactly one launch per case:
 torch._scaled_mm with row-wise scales (CUTLASS's fp8 kernel, no epilogue beyond the scales), then gemm_a8 on each
 forced config with the identity epilogue (the same work) and with bias + SiLU. Shape: M N K from the command line,
-default the grid's qkv at M = 8192.
+default the grid's qkv at M = 8192. `--kinds fp8,int8` adds the int8 kernels on the same configs (after
+torch._int_mm), e.g. to set fp8's promotion beside int8's loop, which has none.
 """
 import argparse
 
@@ -22,26 +23,41 @@ def main() -> None:
     p.add_argument("shape", nargs="*", type=int, default=[8192, 6144, 4096])
     p.add_argument("--profile", action="store_true")
     p.add_argument("--configs", default="p128n128,cp128n128,w128n192")
+    p.add_argument("--kinds", default="fp8", help="fp8, int8 or both (comma-separated)")
     args = p.parse_args()
     m, n, k = args.shape
-    dt = fg.FP8_DTYPE_FOR_ARCH["sm_90a"]
     torch.manual_seed(0)
-    a = (torch.randn(m, k, device="cuda") / 4).to(dt)
-    w = (torch.randn(n, k, device="cuda") / 4).to(dt)
-    wq = fg.preshuffle(w)
     sa, sb = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") + 0.5
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-    ref = torch._scaled_mm(a, w.t(), scale_a=sa[:, None], scale_b=sb[None, :], out_dtype=torch.bfloat16)
-    cases = [("torch._scaled_mm", lambda: torch._scaled_mm(a, w.t(), scale_a=sa[:, None], scale_b=sb[None, :],
-                                                            out_dtype=torch.bfloat16))]
-    for cfg in args.configs.split(","):
-        for epi in ("none", "bias_silu"):
-            def run(epi=epi):
-                return fg.gemm_a8(a, wq, bias if epi != "none" else None, scale_a=sa, scale_b=sb, epilogue=epi)
-            cases.append((f"{cfg} {epi}", with_plan(run, cfg)))
+    cases, refs = [], {}
+    for kind in args.kinds.split(","):
+        if kind == "fp8":
+            dt = fg.FP8_DTYPE_FOR_ARCH["sm_90a"]
+            a = (torch.randn(m, k, device="cuda") / 4).to(dt)
+            w = (torch.randn(n, k, device="cuda") / 4).to(dt)
+
+            def base(a=a, w=w):
+                return torch._scaled_mm(a, w.t(), scale_a=sa[:, None], scale_b=sb[None, :], out_dtype=torch.bfloat16)
+            label = "torch._scaled_mm"
+        else:
+            a = torch.randint(-8, 8, (m, k), device="cuda", dtype=torch.int8)
+            w = torch.randint(-8, 8, (n, k), device="cuda", dtype=torch.int8)
+
+            def base(a=a, w=w):
+                return torch._int_mm(a, w.t())
+            label = "torch._int_mm"
+        refs[kind] = base() if kind == "fp8" else (base().float() * sa[:, None] * sb[None, :]).to(torch.bfloat16)
+        cases.append((label, base))
+        wq = fg.preshuffle(w)
+        for cfg in args.configs.split(","):
+            for epi in ("none", "bias_silu"):
+                def run(epi=epi, a=a, wq=wq):
+                    return fg.gemm_a8(a, wq, bias if epi != "none" else None, scale_a=sa, scale_b=sb, epilogue=epi)
+                cases.append((f"{kind} {cfg} {epi}", with_plan(run, cfg)))
     for name, fn in cases:  # warm-up: builds, loads, and a sanity check of the identity-epilogue results
         y = fn()
         if name.endswith("none"):
+            ref = refs[name.split()[0]]
             err = ((y.float() - ref.float()).abs().max() / ref.float().abs().max()).item()
             print(f"{name}: max error relative to max |y| {err:.2e}")
             assert err < 2e-2, name

@@ -38,15 +38,14 @@ def main() -> None:
 
             def base(a=a, w=w):
                 return torch._scaled_mm(a, w.t(), scale_a=sa[:, None], scale_b=sb[None, :], out_dtype=torch.bfloat16)
-            label = "torch._scaled_mm"
+            label, refs[kind] = "torch._scaled_mm", base()
         else:
             a = torch.randint(-8, 8, (m, k), device="cuda", dtype=torch.int8)
             w = torch.randint(-8, 8, (n, k), device="cuda", dtype=torch.int8)
 
             def base(a=a, w=w):
                 return torch._int_mm(a, w.t())
-            label = "torch._int_mm"
-        refs[kind] = base() if kind == "fp8" else (base().float() * sa[:, None] * sb[None, :]).to(torch.bfloat16)
+            label, refs[kind] = "torch._int_mm", (base().float() * sa[:, None] * sb[None, :]).to(torch.bfloat16)
         cases.append((label, base))
         wq = fg.preshuffle(w)
         for cfg in args.configs.split(","):

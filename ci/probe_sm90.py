@@ -26,6 +26,9 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kblock_timeline  # noqa: E402  (ci/kblock_timeline.py, beside this script)
+
 MODES = {"normal": 0, "no_mma": 1, "no_copy": 2, "plain_b": 3, "no_copy_plain_b": 4}
 CFGS = {"w64n128": "fg::ConfigW64N128", "w128n128": "fg::ConfigW128N128", "w128n192": "fg::ConfigW128N192",
         "w192n128": "fg::ConfigW192N128", "v16n128": "fg::ConfigV16N128", "p128n128": "fg::ConfigP128N128",
@@ -42,8 +45,10 @@ VARIANTS = {"default": [], "old_desc": ["-DFG_PROBE_OLD_DESCRIPTORS"], "unroll4"
 # tree's cubins and times `--cubins DIR --variants default base`.
 # The timeline build (--stamps): a variant of its own, with the SiLU epilogue the bench times.
 STAMPS_VARIANT = ("stamps", ["-DFG_PROBE_STAMPS"])
-# The preset epilogue each build variant's kernels run (bf16 out): the identity one, except the timeline's.
-VARIANT_ACT = {STAMPS_VARIANT[0]: "silu"}
+# The per-K-block timeline build (--kstamps, persistent kernels; ci/kblock_timeline.py).
+KSTAMPS_VARIANT = ("kstamps", ["-DFG_PROBE_KSTAMPS"])
+# The preset epilogue each build variant's kernels run (bf16 out): the identity one, except the timelines'.
+VARIANT_ACT = {STAMPS_VARIANT[0]: "silu", KSTAMPS_VARIANT[0]: "silu"}
 ACT = "none"  # the other variants' activation (--act)
 OUT = "bf16"
 PRELUDE = """
@@ -51,6 +56,9 @@ PRELUDE = """
 #include "{root}/cuda_src/include/fusedgemm/gemm_a8_sm90.hpp"
 #if defined(FG_PROBE_STAMPS)
 extern "C" __global__ void probe_set_stamps(unsigned long long* p) {{ fg::fg_probe_stamps = p; }}
+#endif
+#if defined(FG_PROBE_KSTAMPS)
+extern "C" __global__ void probe_set_kstamps(unsigned* p) {{ fg::fg_probe_kstamps = p; }}
 #endif
 """
 # As FG_WGMMA_ENTRY in hip_src/gemm_a8_sm90.hip, with a probe mode: the preset kernels' one argument
@@ -93,6 +101,7 @@ CASES = {
     "qkv M=1024 s128n128": (1024, 6144, 4096, "s128n128", 1, "fp8", ("normal",)),
     "qkv M=256 s128n128": (256, 6144, 4096, "s128n128", 1, "fp8", ("normal",)),
     "down M=8192 p128n128": (8192, 4096, 14336, "p128n128", 1, "fp8", ("normal",)),
+    "qkv M=8192 p128n128 int8": (8192, 6144, 4096, "p128n128", 1, "i8", ("normal", "no_copy")),
     "qkv M=8192 w128n128 int8": (8192, 6144, 4096, "w128n128", 1, "i8", ("normal", "no_copy")),
     "qkv M=8192 w192n128 int8": (8192, 6144, 4096, "w192n128", 1, "i8", ("normal", "no_copy")),
 }
@@ -130,7 +139,7 @@ def build(out_dir: Path, variant: str) -> Path:
     from fusedgemm.runtime.build import NVCC_FLAGS, find_nvidia_tool, source_root
     from fusedgemm.epilogue.presets import struct_name
 
-    defines = dict(VARIANTS, **dict([STAMPS_VARIANT]))[variant]
+    defines = dict(VARIANTS, **dict([STAMPS_VARIANT, KSTAMPS_VARIANT]))[variant]
     src = [PRELUDE.format(root=source_root())]
     for cfg_name, cfg in CFGS.items():
         for in_name, (in_t, _kind) in INPUTS.items():
@@ -297,6 +306,10 @@ def main() -> int:
     ap.add_argument("--clocks", type=float, default=0.0, help="seconds of back-to-back runs per kernel while "
                     "sampling the SM clock and power (0: off)")
     ap.add_argument("--stamps", action="store_true", help="a per-CTA timeline of each case's normal kernel")
+    ap.add_argument("--kstamps", type=Path, help="a per-K-block timeline of each persistent case's normal kernel "
+                    "(ci/kblock_timeline.py); one CTA's blocks in full are written into this directory")
+    ap.add_argument("--kstamps-variant", default="default", help="the build variant whose defines the --kstamps "
+                    "build adds (e.g. perrow)")
     ap.add_argument("--accuracy", action="store_true",
                     help="also each variant's normal-mode error against float64 (needs --act none), beside "
                          "_scaled_mm's with and without fast accumulation, on N(0, 1) and |N(0, 1)| inputs")
@@ -313,6 +326,7 @@ def main() -> int:
         ap.error("--accuracy compares A . B^T itself: use --act none")
     global ACT
     ACT = args.act
+    known_variants = dict(VARIANTS)  # before --variants narrows VARIANTS
     if args.variants:
         for name in args.variants:
             VARIANTS.setdefault(name, [])
@@ -321,9 +335,10 @@ def main() -> int:
     if args.configs:
         for name in [c for c in CFGS if c not in args.configs]:
             del CFGS[name]
+    KSTAMPS_VARIANT[1].extend(known_variants.get(args.kstamps_variant, []))
     if args.build_only:
         args.build_only.mkdir(parents=True, exist_ok=True)
-        names = [*VARIANTS, STAMPS_VARIANT[0]]
+        names = [*VARIANTS, STAMPS_VARIANT[0], KSTAMPS_VARIANT[0]]
         with ThreadPoolExecutor(max_workers=len(names)) as pool:
             for path in pool.map(lambda v: build(args.build_only, v), names):
                 print(path)
@@ -354,10 +369,9 @@ def main() -> int:
     clocks = []
     timelines = []
     ptimelines = []
-    stamps_mod = None
-    if args.stamps:
-        v = STAMPS_VARIANT[0]
-        stamps_mod = load(v)
+    stamps_mod = load(STAMPS_VARIANT[0]) if args.stamps else None
+    kstamps_mod = load(KSTAMPS_VARIANT[0]) if args.kstamps else None
+    ktimelines = []
     l2s = args.l2 or [None]  # None: the promotion _CallPlan picks
     def col_name(mode: str, v: str, l2) -> str:
         return ((f"{mode}/{v}" if len(VARIANTS) > 1 else mode)
@@ -423,6 +437,14 @@ def main() -> int:
             ptimelines.append((label, persistent_timeline(
                 stamps_mod, probe_name(in_name, cfg_name, "normal"), sig, cfg, grid, cluster, stream,
                 sig.values_in_order(dict(values, a_map=a_map, b_map=b_map)), k)))
+        for mode in [x for x in modes if x in ("normal", "no_copy")] if kstamps_mod and cfg.persistent else ():
+            sig = probe_spec(KSTAMPS_VARIANT[0], cfg_name, in_name).signature
+            a_map, b_map = maps(None)
+            args.kstamps.mkdir(parents=True, exist_ok=True)
+            dump = args.kstamps / f"kblocks_{label.replace(' ', '_').replace('=', '')}_{mode}.txt"
+            ktimelines.append((f"{label} [{mode}]", kblock_timeline.run(
+                kstamps_mod, probe_name(in_name, cfg_name, mode), sig, cfg, grid, cluster, stream,
+                sig.values_in_order(dict(values, a_map=a_map, b_map=b_map)), k, dump)))
         if args.clocks:  # the vendor GEMM at the same shape, for its clock and power
             if in_name == "fp8":
                 sa, sb = torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda")
@@ -450,6 +472,7 @@ def main() -> int:
         print(f"{'case':28} " + " ".join(f"{c:>8}" for c in names))
         for label, t in ptimelines:
             print(f"{label:28} " + " ".join(f"{t[c]:8.0f}" for c in names))
+    kblock_timeline.print_table(ktimelines)
     if clocks:
         print(f"\n{'back to back, no L2 flush':28} {'kernel':>16} {'us/call':>9} {'SM MHz':>7} {'W':>6}")
         for label, col, us, mhz, watts in clocks:

@@ -419,6 +419,29 @@ FG_DEVICE sm90::u64 k_major_desc(u32 base, int kk) {
 #if defined(FG_PROBE_STAMPS)  // ci/probe_sm90.py --stamps: where the timeline probes write (gemm_a8_sm90.hpp, persistent)
 __device__ unsigned long long* fg_probe_stamps;
 #endif
+// Per-K-block timeline (ci/probe_sm90.py --kstamps; only with FG_PROBE_KSTAMPS): the SM clock (low 32 bits) at
+// each step of the CTA's K blocks g = kKStampFirst .. + kKStampBlocks - 1 (its count over all its tiles), into
+// fg_probe_kstamps[((CTA * 3 + role) * kKStampBlocks + g - kKStampFirst) * 4 + slot]. Roles 0 / 1: consumer
+// warpgroup 0 / 1's thread 0, slots 0 before the full-barrier wait, 1 after it, 2 the block's MMAs committed, 3 the
+// block's MMAs seen complete (its wgmma wait returned); role 2: the copy thread, slots 0 before the empty-barrier
+// wait, 1 after it, 2 the block's copies issued. The row pointer is read once per tile (kblock_stamps): a read of
+// the global pointer per stamp held each stamp's store for a load's latency and slowed the kernel by 30%.
+#if defined(FG_PROBE_KSTAMPS)
+__device__ unsigned* fg_probe_kstamps;
+constexpr int kKStampFirst = 128, kKStampBlocks = 96;
+FG_DEVICE unsigned* kblock_stamps(int role) {
+  return fg_probe_kstamps + (static_cast<int>(blockIdx.x) * 3 + role) * kKStampBlocks * 4;
+}
+#define FG_KSTAMP(ROW, G, SLOT)                                                                           \
+  do {                                                                                                    \
+    if ((ROW) != nullptr && static_cast<unsigned>((G) - kKStampFirst) < static_cast<unsigned>(kKStampBlocks)) \
+      (ROW)[((G) - kKStampFirst) * 4 + (SLOT)] = static_cast<unsigned>(clock());                          \
+  } while (0)
+#else
+#define FG_KSTAMP(ROW, G, SLOT) \
+  do {                         \
+  } while (0)
+#endif
 enum ProbeMode : int { kProbeNone = 0, kProbeNoMma = 1, kProbeNoCopy = 2, kProbePlainB = 3, kProbeNoCopyPlainB = 4 };
 __host__ __device__ constexpr bool probe_no_copy(int probe) { return probe == kProbeNoCopy || probe == kProbeNoCopyPlainB; }
 __host__ __device__ constexpr bool probe_plain_b(int probe) { return probe == kProbePlainB || probe == kProbeNoCopyPlainB; }

@@ -105,13 +105,18 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
   }
   using Mma = MmaOf<In, Cfg>;
   constexpr int kAccPerMma = Mma::kAccPerThread;
+#if defined(FG_PROBE_KSTAMPS)
+  unsigned* const kst = (threadIdx.x & 127) == 0 ? kblock_stamps(wg) : nullptr;  // thread 0 of each warpgroup
+#endif
   constexpr int kValues = kStageValues<In, Cfg>;  // K rows of an MN-major B stage
   // Issue K block i's MMAs into `d` (asynchronously; committed as one group). accumulate = false: the
   // block's first MMA overwrites d.
   auto issue = [&](int i, Acc(&d)[kAcc], bool accumulate) {
     const int g = g0 + i;
     const int s = g % Cfg::kStages;
+    FG_KSTAMP(kst, g, 0);
     sm90::mbar_wait(&full[s], (g / Cfg::kStages) & 1);
+    FG_KSTAMP(kst, g, 1);
     if constexpr (kProbe == kProbeNoMma) return;
     const u32 a_base = sm90::smem_addr(stage_a + s * Cfg::kStageBytesA + wg * 64 * Cfg::kBlockK);
     const u32 b_base = sm90::smem_addr(stage_b + s * Cfg::kStageBytesB);
@@ -145,6 +150,7 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
       }
     }
     sm90::wgmma_commit();
+    FG_KSTAMP(kst, g, 2);
   };
   // K block i's MMAs are complete: its stage can be refilled.
   // In a B-multicast pair the peer's producer also writes this stage: it waits for this warp's arrival too.
@@ -170,10 +176,12 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
         issue(i, acc, i > 0);
       if (i > 0) {
         sm90::wgmma_wait<1>();
+        FG_KSTAMP(kst, g0 + i - 1, 3);
         release(i - 1);
       }
     }
     sm90::wgmma_wait<0>();
+    FG_KSTAMP(kb_count > 0 ? kst : nullptr, g0 + kb_count - 1, 3);
     sm90::fence_regs(acc);
     if (kb_count > 0) release(kb_count - 1);
     if constexpr (Cfg::kChains > 1) {
@@ -218,6 +226,7 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
         }
         if (u > 0) {
           sm90::wgmma_wait<1>();  // block i + u - 1 is complete
+          FG_KSTAMP(kst, g0 + i + u - 1, 3);
           release(i + u - 1);
           if (u & 1)
             promote(part0);
@@ -226,6 +235,7 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
         }
       }
       sm90::wgmma_wait<0>();
+      FG_KSTAMP(kst, g0 + i + kCount - 1, 3);
       release(i + kCount - 1);
       if ((kCount - 1) & 1)
         promote(part1);
@@ -261,6 +271,7 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
       sm90::fence_regs(part);
       issue(i, part, false);
       sm90::wgmma_wait<0>();
+      FG_KSTAMP(kst, g0 + i, 3);
       sm90::fence_regs(part);
       release(i);
 #pragma unroll

@@ -211,12 +211,17 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
         sm90::prefetch_tma_desc(&a_map);
         sm90::prefetch_tma_desc(&b_map);
         const int pair_rank = Cfg::kPairB ? static_cast<int>(sm90::cluster_rank()) : 0;
+#if defined(FG_PROBE_KSTAMPS)
+        unsigned* const kst = kblock_stamps(2);
+#endif
         for (int t = persistent_first<Cfg>(), g = 0; t < num_tiles; t += persistent_step<Cfg>()) {
           int m_block, n_block;
           persistent_tile<In, Cfg>(t, num_n, num_m, N, K, m_block, n_block);
           for (int i = 0; i < kb_count; ++i, ++g) {
             const int s = g % Cfg::kStages;
+            FG_KSTAMP(kst, g, 0);
             sm90::mbar_wait(&empty[s], ((g / Cfg::kStages) & 1) ^ 1);
+            FG_KSTAMP(kst, g, 1);
             if constexpr (probe_no_copy(kProbe)) {
               sm90::mbar_arrive(&full[s]);
               continue;
@@ -224,6 +229,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
             copy_k_block<In, Cfg, kProbe>(stage_a + s * Cfg::kStageBytesA, stage_b + s * Cfg::kStageBytesB, a_map,
                                           b_map, &full[s], a_rows, i, m_block * Cfg::kBlockM, n_block * Cfg::kBlockN,
                                           pair_rank);
+            FG_KSTAMP(kst, g, 2);
           }
         }
       }

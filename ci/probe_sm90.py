@@ -308,6 +308,8 @@ def main() -> int:
     ap.add_argument("--stamps", action="store_true", help="a per-CTA timeline of each case's normal kernel")
     ap.add_argument("--kstamps", type=Path, help="a per-K-block timeline of each persistent case's normal kernel "
                     "(ci/kblock_timeline.py); one CTA's blocks in full are written into this directory")
+    ap.add_argument("--kstamps-act", choices=("none", "silu", "gelu", "relu"), default="silu",
+                    help="the activation of the --kstamps build's kernels (default silu, as the bench)")
     ap.add_argument("--kstamps-variant", default="default", help="the build variant whose defines the --kstamps "
                     "build adds (e.g. perrow)")
     ap.add_argument("--accuracy", action="store_true",
@@ -336,6 +338,7 @@ def main() -> int:
         for name in [c for c in CFGS if c not in args.configs]:
             del CFGS[name]
     KSTAMPS_VARIANT[1].extend(known_variants.get(args.kstamps_variant, []))
+    VARIANT_ACT[KSTAMPS_VARIANT[0]] = args.kstamps_act
     if args.build_only:
         args.build_only.mkdir(parents=True, exist_ok=True)
         names = [*VARIANTS, STAMPS_VARIANT[0], KSTAMPS_VARIANT[0]]

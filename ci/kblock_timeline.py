@@ -76,7 +76,7 @@ def run(mod, name: str, signature, cfg, grid, cluster, stream, args, k: int, dum
         c0, c1, p = cta
         for j in range(BLOCKS):
             g = FIRST + j
-            for w, c in enumerate((c0, c1)):
+            for c in (c0, c1):
                 t = c[j]
                 if not all(t):
                     continue

@@ -310,8 +310,8 @@ def main() -> int:
                     "(ci/kblock_timeline.py); one CTA's blocks in full are written into this directory")
     ap.add_argument("--kstamps-act", choices=("none", "silu", "gelu", "relu"), default="silu",
                     help="the activation of the --kstamps build's kernels (default silu, as the bench)")
-    ap.add_argument("--kstamps-variant", default="default", help="the build variant whose defines the --kstamps "
-                    "build adds (e.g. perrow)")
+    ap.add_argument("--kstamps-variant", default="default", choices=list(VARIANTS),
+                    help="the build variant whose defines the --kstamps build adds (e.g. perrow)")
     ap.add_argument("--accuracy", action="store_true",
                     help="also each variant's normal-mode error against float64 (needs --act none), beside "
                          "_scaled_mm's with and without fast accumulation, on N(0, 1) and |N(0, 1)| inputs")
@@ -328,7 +328,8 @@ def main() -> int:
         ap.error("--accuracy compares A . B^T itself: use --act none")
     global ACT
     ACT = args.act
-    known_variants = dict(VARIANTS)  # before --variants narrows VARIANTS
+    KSTAMPS_VARIANT[1].extend(VARIANTS[args.kstamps_variant])  # before --variants narrows VARIANTS
+    VARIANT_ACT[KSTAMPS_VARIANT[0]] = args.kstamps_act
     if args.variants:
         for name in args.variants:
             VARIANTS.setdefault(name, [])
@@ -337,8 +338,6 @@ def main() -> int:
     if args.configs:
         for name in [c for c in CFGS if c not in args.configs]:
             del CFGS[name]
-    KSTAMPS_VARIANT[1].extend(known_variants.get(args.kstamps_variant, []))
-    VARIANT_ACT[KSTAMPS_VARIANT[0]] = args.kstamps_act
     if args.build_only:
         args.build_only.mkdir(parents=True, exist_ok=True)
         names = [*VARIANTS, STAMPS_VARIANT[0], KSTAMPS_VARIANT[0]]
@@ -429,25 +428,26 @@ def main() -> int:
         if args.accuracy and in_name == "fp8":
             normal = {c: r for c, r in runs.items() if c.startswith("normal")}
             accuracy_rows.extend(accuracy(label, a, w, wq, out, normal))
+        def timeline_args(variant: str):  # a timeline build's signature and packed values at this case
+            sig = probe_spec(variant, cfg_name, in_name).signature
+            a_map, b_map = maps(None)
+            return sig, sig.values_in_order(dict(values, a_map=a_map, b_map=b_map))
         if stamps_mod is not None and splits == 1 and not cfg.persistent:  # stamps: CTA-per-tile kernels
-            sig = probe_spec(STAMPS_VARIANT[0], cfg_name, in_name).signature
-            a_map, b_map = maps(None)
+            sig, kargs = timeline_args(STAMPS_VARIANT[0])
             timelines.append((label, timeline(stamps_mod, probe_name(in_name, cfg_name, "normal"), sig, cfg, grid,
-                                              stream, sig.values_in_order(dict(values, a_map=a_map, b_map=b_map)), k)))
+                                              stream, kargs, k)))
         elif stamps_mod is not None and cfg.persistent:
-            sig = probe_spec(STAMPS_VARIANT[0], cfg_name, in_name).signature
-            a_map, b_map = maps(None)
+            sig, kargs = timeline_args(STAMPS_VARIANT[0])
             ptimelines.append((label, persistent_timeline(
-                stamps_mod, probe_name(in_name, cfg_name, "normal"), sig, cfg, grid, cluster, stream,
-                sig.values_in_order(dict(values, a_map=a_map, b_map=b_map)), k)))
-        for mode in [x for x in modes if x in ("normal", "no_copy")] if kstamps_mod and cfg.persistent else ():
-            sig = probe_spec(KSTAMPS_VARIANT[0], cfg_name, in_name).signature
-            a_map, b_map = maps(None)
+                stamps_mod, probe_name(in_name, cfg_name, "normal"), sig, cfg, grid, cluster, stream, kargs, k)))
+        if kstamps_mod is not None and cfg.persistent:
+            sig, kargs = timeline_args(KSTAMPS_VARIANT[0])
             args.kstamps.mkdir(parents=True, exist_ok=True)
-            dump = args.kstamps / f"kblocks_{label.replace(' ', '_').replace('=', '')}_{mode}.txt"
-            ktimelines.append((f"{label} [{mode}]", kblock_timeline.run(
-                kstamps_mod, probe_name(in_name, cfg_name, mode), sig, cfg, grid, cluster, stream,
-                sig.values_in_order(dict(values, a_map=a_map, b_map=b_map)), k, dump)))
+            for mode in [x for x in modes if x in ("normal", "no_copy")]:
+                dump = args.kstamps / f"kblocks_{label.replace(' ', '_').replace('=', '')}_{mode}.txt"
+                ktimelines.append((f"{label} [{mode}]", kblock_timeline.run(
+                    kstamps_mod, probe_name(in_name, cfg_name, mode), sig, cfg, grid, cluster, stream, kargs, k,
+                    dump)))
         if args.clocks:  # the vendor GEMM at the same shape, for its clock and power
             if in_name == "fp8":
                 sa, sb = torch.ones(m, 1, device="cuda"), torch.ones(1, n, device="cuda")

@@ -2,9 +2,12 @@
 which existing plan suits bf16 / fp16 / tf32, whose K blocks hold half / a quarter of fp8's values.
 
     PYTHONPATH=pkg python3 ci/matmul_plans.py [--dtype bf16] [--shapes qkv:1,qkv:64,qkv:4096,...]
+        [--clocks 2]   # also each plan and torch.mm back to back for 2 s: SM clock, board power, cycles, energy
 """
 import argparse
 import json
+import sys
+from pathlib import Path
 
 import torch
 
@@ -12,6 +15,9 @@ import fusedgemm as fg
 from fusedgemm.bench.common import Timer
 from fusedgemm.plan import choose_config, plans, with_plan
 from fusedgemm.runtime.kernels import GEMM_A8_CONFIGS
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from probe_sm90 import sustained  # noqa: E402  (ci/probe_sm90.py, beside this script)
 
 GRID = {"qkv": (6144, 4096), "o_proj": (4096, 4096), "gate_up": (28672, 4096), "down": (4096, 14336),
         "moe_dn": (7168, 2048)}
@@ -25,6 +31,12 @@ def main():
     p.add_argument("--small-tiles-up-to", type=int, default=64,
                    help="also time the 64-row tiles (w64n128) for M up to this (default: decode sizes only)")
     p.add_argument("--configs", default=None, help="comma-separated config names to time (default: every plan)")
+    p.add_argument("--act", default="silu", help="the epilogue's activation (default silu; 'none' and --no-bias: "
+                                                  "the identity epilogue, a plain store)")
+    p.add_argument("--no-bias", action="store_true")
+    p.add_argument("--clocks", type=float, default=0.0,
+                   help="seconds of back-to-back runs per plan (and torch.mm) while nvidia-smi reads the SM clock "
+                        "and board power; prints cycles and joules per call (clocks are only read, never set)")
     args = p.parse_args()
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}[args.dtype]
     torch.backends.cuda.matmul.allow_tf32 = True
@@ -50,7 +62,8 @@ def main():
             if m <= 16 and cname not in ("v16n128", "w64n128") or (16 < m <= 64 and cname != "w64n128") or \
                     (cname == "v16n128" and m > 16):
                 continue
-            run = with_plan(lambda: fg.matmul_fused(x, w, b, activation="silu", precision="tf32"), cname, splits)
+            bias = None if args.no_bias else b
+            run = with_plan(lambda: fg.matmul_fused(x, w, bias, activation=args.act, precision="tf32"), cname, splits)
             try:
                 run()
             except Exception as e:  # noqa: BLE001
@@ -58,7 +71,8 @@ def main():
                 continue
             runs[f"{cname}:{splits}"] = run
         # torch.mm and every plan in turn, rep by rep (Timer.interleaved): one GPU clock for all
-        t_mm, *times = timer.interleaved([lambda: torch.mm(x, w.t()), *runs.values()])
+        blas = lambda: torch.mm(x, w.t())  # noqa: E731
+        t_mm, *times = timer.interleaved([blas, *runs.values()])
         line["torch.mm"] = t_mm
         line.update(zip(runs, times))
         rows.append(line)
@@ -68,9 +82,28 @@ def main():
               f"{line.get(line['heuristic'], float('nan')):8.1f} | best {best:12s} {plan_times[best]:8.1f} "
               f"({2 * m * n * k / plan_times[best] / 1e6:.0f} TFLOP/s) | " +
               " ".join(f"{k_}={v:.0f}" for k_, v in sorted(plan_times.items(), key=lambda kv: kv[1])[:6]), flush=True)
+        if args.clocks:
+            print(f"  {name} M={m}: cuBLAS kernel {blas_kernel(blas)}")
+            for label, fn in [("torch.mm", blas), *runs.items()]:
+                us, mhz, watts = sustained(fn, args.clocks)
+                line[f"clocks {label}"] = [us, mhz, watts]
+                print(f"  {label:14s} back to back {us:8.1f} us  {mhz:6.0f} MHz  {watts:5.0f} W  "
+                      f"{us * mhz / 1e3:7.1f}k cycles  {us * watts / 1e6 * 1e3:6.1f} mJ/call  "
+                      f"{2 * m * n * k / us / 1e6:5.0f} TFLOP/s", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(rows, f, indent=1)
+
+
+def blas_kernel(fn) -> str:
+    """The name of the longest GPU kernel one call of fn launches (torch's profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type.name == "CUDA"]
+    return max(events, key=lambda e: e.device_time_total).name if events else "?"
 
 
 if __name__ == "__main__":

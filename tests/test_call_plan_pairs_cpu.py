@@ -1,6 +1,6 @@
 """CallPlan's launch shape for the B-multicast pair configs, on the CPU (the kernel and the plan mocked): the grid is
-(2 x column tiles, pairs of row blocks) in clusters of two along x, a persistent pair grid is a whole number of
-clusters, and B's box holds half the tile (half the rows of a plain B, half the K chunks of a preshuffled one)."""
+(2 x column tiles, pairs of row blocks) in clusters of two along x, a persistent (or tile-loop) pair grid is a whole
+number of clusters, and B's box holds half the tile (half the rows of a plain B, half the K chunks of a preshuffled one)."""
 import types
 
 import pytest
@@ -43,6 +43,11 @@ def make_plan(monkeypatch, config, kind, m, n, k):
     ("cp128n128", "bf16", 1900, 2064, 1040, (132, 1, 1), (2, 1, 1), 64, 8),
     ("p128n128", "fp8", 1900, 2064, 1040, (132, 1, 1), (1, 1, 1), 128, 8),
     ("cp128n128", "fp8", 300, 256, 1040, (8, 1, 1), (2, 1, 1), 128, 4),  # 2 x 2 pair units: 8 CTAs
+    # tile-loop configs: one wave like the persistent ones (pairs: a whole number of clusters)
+    ("cl128n256", "bf16", 1900, 2064, 1040, (132, 1, 1), (2, 1, 1), 128, 8),
+    ("cl128n256", "bf16", 300, 600, 264, (12, 1, 1), (2, 1, 1), 128, 8),  # 3 x 2 pair units: 12 CTAs
+    ("l128n256", "bf16", 1900, 2064, 1040, (132, 1, 1), (1, 1, 1), 256, 8),
+    ("l128n256", "bf16", 300, 600, 264, (9, 1, 1), (1, 1, 1), 256, 8),
 ])
 def test_pair_grids_clusters_and_b_boxes(monkeypatch, launches, config, kind, m, n, k, grid, cluster, box_rows,
                                          chunks):

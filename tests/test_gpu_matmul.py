@@ -126,6 +126,25 @@ def test_b_multicast_pairs_with_an_odd_last_row_block(layout):
     check(out, a, w, bias=b, act="silu", layout=layout)
 
 
+@pytest.mark.parametrize("config", ["l128n256", "cl128n256"])
+@pytest.mark.parametrize("dtype,layout", [(torch.bfloat16, "nk"), (torch.float16, "kn"), (torch.float32, "nk")],
+                         ids=str)
+def test_tile_loop_configs_take_several_tiles_per_cta(config, dtype, layout):
+    """The tile-loop configs (one wave of CTAs looping over tiles, each stored from the consumers' registers) with
+    more tiles than CTAs: 17 row blocks (the last pair's second CTA has no rows), a ragged last column tile, K
+    blocks continuing one ring sequence across a CTA's tiles (K = 520: 9 or 17 blocks, the last one ragged)."""
+    if arch() != "sm_90a":
+        pytest.skip("tile-loop configs are sm_90a's")
+    m, n, k = 2100, 3000, 520
+    a = rand((m, k), dtype, 150)
+    w = rand((n, k) if layout == "nk" else (k, n), dtype, 151, 1 / math.sqrt(k))
+    b = rand(n, dtype, 152)
+    out = torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
+    with forced_config(config, 1):
+        fg.matmul_fused(a, w, b, layout=layout, activation="silu", out=out, precision="tf32")
+    check(out, a, w, bias=b, act="silu", layout=layout)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_kn_layout_every_config_reads_b_in_place(dtype, recwarn):
     """B as [K, N] (N contiguous): the MN-major kernels on sm_90a, each plan, ragged shapes, no copy warning."""

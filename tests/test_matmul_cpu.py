@@ -104,10 +104,11 @@ def test_specs_and_plans_of_the_wide_kinds():
     assert k.preset is None and k.unit.startswith("matmul_sm90_bf16_bf16_w128n192_e")
     assert k.kernel_name.startswith("fg_matmul_bf16_bf16_e") and "gemm_a8_wgmma<fg::Bf16," in k.source()
     # The plan counts K in bytes (K x the element size): bf16 up to K = 4096 takes the persistent kernel from one
-    # wave of tiles; above, the 128 x 256 tile in pairs (TILE_RATE_WIDE measured on an H100); from half a wave to
+    # wave of tiles; above, the 128 x 256 tile in pairs looping over the tiles (TILE_RATE_WIDE measured on an H100);
+    # from half a wave to
     # one wave, s128n128 (qkv M = 256: 96 tiles of 128 x 128); fewer, the modelled tiles.
     assert choose_config(1024, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "p128n128"
-    assert choose_config(4096, 4096, 14336, "sm_90a", 132, True, "bf16")[0].name == "c128n256"  # long K: pairs
+    assert choose_config(4096, 4096, 14336, "sm_90a", 132, True, "bf16")[0].name == "cl128n256"  # long K: pairs
     assert choose_config(8192, 7168, 2048, "sm_90a", 132, True, "bf16")[0].name == "p128n128"
     assert choose_config(256, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "s128n128"
     assert not choose_config(256, 4096, 4096, "sm_90a", 132, True, "bf16")[0].persistent  # 64 tiles < 66
@@ -136,7 +137,24 @@ def test_b_multicast_pairs_plan_without_split_k_and_with_two_row_blocks():
         assert not cfg.pair_b, (m, cfg.name)
     for m, n, k in ((4096, 4096, 14336), (2048, 28672, 8192), (8192, 6144, 8192)):  # K > 4096: not persistent
         cfg, splits = choose_config(m, n, k, "sm_90a", 132, True, "bf16")
-        assert (cfg.name, splits) == ("c128n256", 1), (m, n, k)
+        assert (cfg.name, splits) == ("cl128n256", 1), (m, n, k)
+
+
+def test_tile_loop_configs_are_one_wave_without_split_k():
+    """l128n256 / cl128n256 (WgmmaConfig::kTileLoop): w128n256 / c128n256's kernel and shared memory, launched as one
+    wave of CTAs that loop over the tiles; never split-K; the wide kinds only."""
+    from fusedgemm.plan import forced_config
+
+    for loop, base in (("l128n256", "w128n256"), ("cl128n256", "c128n256")):
+        lc, bc = kernels.GEMM_A8_CONFIGS[loop], kernels.GEMM_A8_CONFIGS[base]
+        assert lc.tile_loop and lc.one_wave and not lc.persistent and not lc.splits_k
+        assert (lc.smem, lc.warps, lc.pair_b, lc.in_kinds) == (bc.smem, bc.warps, bc.pair_b, bc.in_kinds)
+        for kind in ("bf16", "fp16", "tf32"):
+            assert [p for p in plans("sm_90a", kind) if p[0] == loop] == [(loop, 1)]
+        assert all(name != loop for kind in ("fp8", "int8") for name, _s in plans("sm_90a", kind))
+        with pytest.raises(ValueError):
+            with forced_config(loop, 2):
+                pass
 
 
 def test_the_256_wide_tile_serves_the_wide_kinds_only():
@@ -240,6 +258,10 @@ def test_fp32_ieee_takes_the_split_tf32_kernel_on_sm90():
     ("tf32", "w128n256", r"\bHGMMA\.64x256x8\.F32\.TF32\b", "nk"),
     ("bf16", "c128n256", r"\bHGMMA\.64x256x16\.F32\.BF16\b", "nk"),
     ("fp16", "c128n256", r"\bHGMMA\.64x256x16\.F32\b", "kn"),
+    ("bf16", "l128n256", r"\bHGMMA\.64x256x16\.F32\.BF16\b", "nk"),
+    ("bf16", "cl128n256", r"\bHGMMA\.64x256x16\.F32\.BF16\b", "nk"),
+    ("fp16", "cl128n256", r"\bHGMMA\.64x256x16\.F32\b", "kn"),
+    ("tf32", "l128n256", r"\bHGMMA\.64x256x8\.F32\.TF32\b", "nk"),
     ("f32x3", "t128n128", r"\bHGMMA\.64x128x8\.F32\.TF32\b", "nk"),
 ])
 def test_sm90_kernels_build_with_wgmma_no_spills_and_layout(kind, config, mma, layout):

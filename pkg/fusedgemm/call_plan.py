@@ -125,7 +125,7 @@ class CallPlan:
         cluster = (1, 1, splits)
         if cfg.pair_b:  # two CTAs per column tile and pair of row blocks, clustered along x (no split-K)
             grid, cluster = (2 * grid[0], -(-grid[1] // 2), 1), (2, 1, 1)
-        if cfg.persistent:  # one wave of CTAs, each looping over tiles (pairs: a whole number of clusters)
+        if cfg.one_wave:  # one wave of CTAs, each looping over tiles (pairs: a whole number of clusters)
             grid = (min(grid[0] * grid[1], sm_count(dev) * cfg.min_blocks_per_sm) // cluster[0] * cluster[0], 1, 1)
         if grid[1] > _MAX_GRID_Y:
             raise ValueError(f"{op}: M={m} is too large for one launch (at most {_MAX_GRID_Y * cfg.block_m} rows)")

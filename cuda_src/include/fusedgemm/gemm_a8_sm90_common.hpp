@@ -35,8 +35,15 @@ namespace fg {
 // a stage is refilled only when the consumers of both have released it ("empty" barriers count both CTAs'
 // consumer warps: one local and one remote arrive per warp), and the pair starts and ends behind cluster
 // barriers (the peer's copies and arrives may reach this CTA's barriers from its first to its last K block).
+//
+// kTileLoop (CTA-per-tile kernel, no split-K): one wave of CTAs, each looping over tiles in the persistent kernel's
+// order, the consumers storing each tile from their registers while the producer already fetches the next tile's
+// K blocks. For tiles whose fp32 tile does not fit beside the stages (128 x 256: 128 KB against 4 x 48 KB):
+// the epilogue is not hidden under MMAs, but the copies run on through it, and CTA start-up and the pipeline's
+// fill are paid once per CTA, not per tile.
 template <int kBlockM_, int kStages_, int kMinBlocksPerSm_, int kBlockN_ = 128, bool kSwapAB_ = false,
-          int kChains_ = 1, bool kPersistent_ = false, bool kPairB_ = false, int kEpilogueWarps_ = 3>
+          int kChains_ = 1, bool kPersistent_ = false, bool kPairB_ = false, int kEpilogueWarps_ = 3,
+          bool kTileLoop_ = false>
 struct WgmmaConfig {
   static constexpr int kBlockM = kBlockM_;
   // One m64nBN wgmma per warpgroup per K step of 32 bytes: 128, 192 or 256 (256: the 16/32-bit kinds only).
@@ -48,6 +55,7 @@ struct WgmmaConfig {
   static constexpr int kChains = kChains_;
   static constexpr bool kPersistent = kPersistent_;
   static constexpr bool kPairB = kPairB_;
+  static constexpr bool kTileLoop = kTileLoop_;
   static constexpr int kPair = kPairB ? 2 : 1;  // CTAs whose consumers release each stage
   static constexpr bool kBMnMajor = false;  // B [K, N] (N contiguous): MnMajorB<Config>
   static constexpr bool kSplitTf32 = false;  // two buffers of a stage's small TF32 parts: SplitTf32<Config>
@@ -119,6 +127,7 @@ struct WgmmaConfig {
   static_assert(!kPersistent || (!kSwapAB && kConsumerWarpgroups == 2 && kBlockN == 128),
                 "persistent: the parked-tile layout and the epilogue warps' row mapping assume a 128 x 128 tile");
   static_assert(!kPersistent || kEpilogueWarps == 3 || kEpilogueWarps == 7, "3 or 7 epilogue warps");
+  static_assert(!kTileLoop || (!kPersistent && !kSwapAB), "the tile loop is the unswapped CTA-per-tile kernel's");
   static_assert(!kPairB || (!kSwapAB && (kChains == 1 || kPersistent) && kBlockN % 32 == 0),
                 "B-multicast pairs: unswapped, one chain (two: persistent only), halves of whole 16-row blocks");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA can have");
@@ -166,6 +175,9 @@ using ConfigW128N192 = WgmmaConfig<128, 5, 1, 192>;
 using ConfigW128N256 = WgmmaConfig<128, 4, 1, 256>;
 // The same tile in B-multicast pairs (kPairB; matmul_fused only).
 using ConfigC128N256 = WgmmaConfig<128, 4, 1, 256, false, 1, false, true>;
+// Both looping over tiles (kTileLoop; matmul_fused only).
+using ConfigL128N256 = WgmmaConfig<128, 4, 1, 256, false, 1, false, false, 3, true>;
+using ConfigCL128N256 = WgmmaConfig<128, 4, 1, 256, false, 1, false, true, 3, true>;
 using ConfigW192N128 = WgmmaConfig<192, 5, 1>;  // large M: three consumer warpgroups keep the tensor core fed
                                                 // while one of them promotes; 5 x 40 KB stages
 // M > 64, many tiles: persistent, epilogue warps, 5 x 32 KB stages (the parked tile takes 64 KB), two accumulator

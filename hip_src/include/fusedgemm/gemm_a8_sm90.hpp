@@ -79,15 +79,29 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid >> 5;
   const int lane = tid & 31;
-  int m_block, n_block;
   // The cluster is a B-multicast pair (Cfg::kPairB) or the split-K group (split-K over K blocks), never both.
   const int pair_rank = Cfg::kPairB ? static_cast<int>(sm90::cluster_rank()) : 0;
-  if constexpr (Cfg::kPairB)
-    tile_of_pair_block(N, K * InTraits<In>::kBytes, pair_rank, m_block, n_block);
-  else
-    tile_of_block(N, K * InTraits<In>::kBytes, m_block, n_block);
-  const int m0 = m_block * Cfg::kBlockM;
-  const int n0 = n_block * Cfg::kBlockN;
+  // The CTA's tiles: its block's one, or (Cfg::kTileLoop) tiles (pairs' units) persistent_first, + step, ...
+  // my_tiles of them; tile_at(it) -> the it-th one's first row and column.
+  int my_tiles = 1;
+  if constexpr (Cfg::kTileLoop) {
+    const int num_n = (N + Cfg::kBlockN - 1) / Cfg::kBlockN, num_m = (M + Cfg::kBlockM - 1) / Cfg::kBlockM;
+    const int units = num_n * (Cfg::kPairB ? (num_m + 1) / 2 : num_m);
+    my_tiles = max(0, (units - persistent_first<Cfg>() + persistent_step<Cfg>() - 1) / persistent_step<Cfg>());
+  }
+  auto tile_at = [&](int it, int& m0, int& n0) {
+    int m_block, n_block;
+    if constexpr (Cfg::kTileLoop)
+      persistent_tile<In, Cfg>(persistent_first<Cfg>() + it * persistent_step<Cfg>(),
+                               (N + Cfg::kBlockN - 1) / Cfg::kBlockN, (M + Cfg::kBlockM - 1) / Cfg::kBlockM, N, K,
+                               m_block, n_block);
+    else if constexpr (Cfg::kPairB)
+      tile_of_pair_block(N, K * InTraits<In>::kBytes, pair_rank, m_block, n_block);
+    else
+      tile_of_block(N, K * InTraits<In>::kBytes, m_block, n_block);
+    m0 = m_block * Cfg::kBlockM;
+    n0 = n_block * Cfg::kBlockN;
+  };
   const int splits = Cfg::kPairB ? 1 : static_cast<int>(sm90::cluster_size());
   const int rank = Cfg::kPairB ? 0 : static_cast<int>(sm90::cluster_rank());
   const int k_blocks = k_block_count<In, Cfg>(K);
@@ -113,15 +127,19 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
       const int a_rows = a_box_rows<Cfg>(M);
       sm90::prefetch_tma_desc(&a_map);
       sm90::prefetch_tma_desc(&b_map);
-      for (int i = 0; i < kb_count; ++i) {
-        const int s = i % Cfg::kStages;
-        sm90::mbar_wait(&empty[s], ((i / Cfg::kStages) & 1) ^ 1);
-        if constexpr (probe_no_copy(kProbe)) {
-          sm90::mbar_arrive(&full[s]);
-          continue;
+      for (int it = 0, g = 0; it < my_tiles; ++it) {  // g: the CTA's K blocks, across its tiles
+        int m0, n0;
+        tile_at(it, m0, n0);
+        for (int i = 0; i < kb_count; ++i, ++g) {
+          const int s = g % Cfg::kStages;
+          sm90::mbar_wait(&empty[s], ((g / Cfg::kStages) & 1) ^ 1);
+          if constexpr (probe_no_copy(kProbe)) {
+            sm90::mbar_arrive(&full[s]);
+            continue;
+          }
+          copy_k_block<In, Cfg, kProbe>(stage_a + s * Cfg::kStageBytesA, stage_b + s * Cfg::kStageBytesB, a_map,
+                                        b_map, &full[s], a_rows, kb_begin + i, m0, n0, pair_rank);
         }
-        copy_k_block<In, Cfg, kProbe>(stage_a + s * Cfg::kStageBytesA, stage_b + s * Cfg::kStageBytesB, a_map, b_map,
-                                      &full[s], a_rows, kb_begin + i, m0, n0, pair_rank);
       }
     }
     if (splits > 1) {  // the cluster barriers of the split-K reduction count every thread
@@ -134,6 +152,46 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
 
   // ---- consumer warpgroups --------------------------------------------------------------------------------
   if constexpr (Cfg::kSetMaxNReg) sm90::setmaxnreg_inc<Cfg::kConsumerRegs>();
+  const int ct = tid & 127;  // thread within its consumer warpgroup
+  // A tile's accumulators through the epilogue slot, straight from the registers (no split-K): the column
+  // values in column_rounds rounds (one, but for the 256-wide tiles): round r covers accumulators kRoundAcc r ..
+  // kRoundAcc (r + 1) - 1, i.e. the columns from n0 + 2 kRoundAcc r on.
+  auto store_tile = [&](const Acc(&acc)[kAcc], int m0, int n0) {
+    const int row0 = m0 + 64 * (warp >> 2) + acc_row(ct, 0);
+    float row_values[2][Epi::kRowValues];  // of rows row0 and row0 + 8
+    load_row_pair<Epi>(ep, M, row0, row_values);
+    constexpr int kRounds = column_rounds<Epi, kAcc>();
+    constexpr int kRoundAcc = kAcc / kRounds;
+    static_assert(kAcc % (4 * kRounds) == 0, "whole 8-column groups per round");
+#pragma unroll
+    for (int r = 0; r < kRounds; ++r) {
+      ColumnValues<Epi, kRoundAcc / 4> col_values;
+      col_values.load(ep, N, n0 + 2 * kRoundAcc * r, ct);
+#pragma unroll
+      for (int i = 0; i < kRoundAcc; i += 4) {
+        const int j = kRoundAcc * r + i;
+        store_group<Epi>(ep, M, N, row_values, row0, n0 + acc_col(ct, j), col_values.v[i / 2],
+                         col_values.v[i / 2 + 1], acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+      }
+    }
+  };
+  if constexpr (Cfg::kTileLoop) {
+    // The K blocks continue one ring sequence across the tiles (it * kb_count on); no split-K (splits == 1).
+    for (int it = 0; it < my_tiles; ++it) {
+      int m0, n0;
+      tile_at(it, m0, n0);
+      Acc acc[kAcc];
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
+      consumer_mainloop<In, Cfg, kProbe>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty,
+                                        sm90::warp_uniform(warp >> 2), lane);
+      store_tile(acc, m0, n0);
+    }
+    if constexpr (Cfg::kPairB) sm90::cluster_sync();  // the peer may arrive on this CTA's barriers until then
+    return;
+  }
+  int m0, n0;
+  tile_at(0, m0, n0);
   Acc acc[kAcc];
 #pragma unroll
   for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
@@ -146,35 +204,18 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   FG_PROBE_STAMP(5, true);
   FG_PROBE_STAMP(2, false);
   // ---- epilogue -------------------------------------------------------------------------------------------
-  const int ct = tid & 127;                   // thread within its consumer warpgroup
   if constexpr (Cfg::kSwapAB) {
     store_swapped<Epi, Cfg, kAcc, kAccPerMma>(ep, M, N, m0, n0, ct, splits, rank, acc, smem);
   } else {
-    const int wg_row0 = m0 + 64 * (warp >> 2);  // first row of the warpgroup's tile
-    const int row0 = wg_row0 + acc_row(ct, 0);
-    float row_values[2][Epi::kRowValues];  // of rows row0 and row0 + 8
-    load_row_pair<Epi>(ep, M, row0, row_values);
     if (splits == 1) {
-      // The groups' column values in column_rounds rounds (one, but for the 256-wide tiles): round r covers
-      // accumulators kRoundAcc r .. kRoundAcc (r + 1) - 1, i.e. the columns from n0 + 2 kRoundAcc r on.
-      constexpr int kRounds = column_rounds<Epi, kAcc>();
-      constexpr int kRoundAcc = kAcc / kRounds;
-      static_assert(kAcc % (4 * kRounds) == 0, "whole 8-column groups per round");
-#pragma unroll
-      for (int r = 0; r < kRounds; ++r) {
-        ColumnValues<Epi, kRoundAcc / 4> col_values;
-        col_values.load(ep, N, n0 + 2 * kRoundAcc * r, ct);
-#pragma unroll
-        for (int i = 0; i < kRoundAcc; i += 4) {
-          const int j = kRoundAcc * r + i;
-          store_group<Epi>(ep, M, N, row_values, row0, n0 + acc_col(ct, j), col_values.v[i / 2],
-                           col_values.v[i / 2 + 1], acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
-        }
-      }
+      store_tile(acc, m0, n0);
       FG_PROBE_STAMP(3, false);
       if constexpr (Cfg::kPairB) sm90::cluster_wait();  // the peer may arrive on this CTA's barriers until then
       return;
     }
+    const int row0 = m0 + 64 * (warp >> 2) + acc_row(ct, 0);
+    float row_values[2][Epi::kRowValues];  // of rows row0 and row0 + 8
+    load_row_pair<Epi>(ep, M, row0, row_values);
 
     const u32* partial = park_partials<Cfg>(acc, smem, tid);  // split-K over the cluster
     {

@@ -103,7 +103,13 @@ PERSISTENT_MAX_K_WIDE = 8192  # bytes
 # every plan forced in one process (docs/perf-notes.md): qkv M = 4096 / 8192 321 / 630 us against 331 / 667 on
 # w128n256, o_proj 4096 217 / 227, gate_up 4096 1422 / 1472, down 4096 632 / 656, moe_dn 8192 448 / 452 (the
 # persistent kernel 427): 1.01-1.06x, mean 1.04.
-TILE_RATE_WIDE = {"w128n128": 1.0, "w128n192": 1.1, "w192n128": 1.05, "w128n256": 1.23, "c128n256": 1.28}
+# cl128n256 (c128n256 as one wave of CTAs looping over the tiles, kTileLoop: CTA start-up and the pipeline's fill
+# once per CTA, and the copies run on through each tile's epilogue), H100, bf16 silu, every plan rep by rep
+# (docs/results/h100_matmul_bf16_plans_tile_loop.txt): qkv M = 4096 / 8192 304 / 590 us against 320 / 623 on
+# c128n256, o_proj 8192 397 / 416, gate_up 4096 1375 / 1409, down 4096 622 / 627, moe_dn 8192 402 / 451, M = 1024
+# within 1 us either way: 1.01-1.12x, so it takes c128n256's place (with fewer tiles than CTAs the two are the same
+# kernel run).
+TILE_RATE_WIDE = {"w128n128": 1.0, "w128n192": 1.1, "w192n128": 1.05, "w128n256": 1.23, "cl128n256": 1.32}
 
 
 def tile_count(cfg: kernels.TileConfig, m: int, n: int) -> int:

@@ -28,7 +28,8 @@ _CONFIG_TYPE = {"m16n16k8": "fg::ConfigM16N16K8", "m64n16k8": "fg::ConfigM64N16K
                 "w192n128": "fg::ConfigW192N128", "p128n128": "fg::ConfigP128N128", "cp128n128": "fg::ConfigCP128N128",
                 "s128n128": "fg::ConfigS128N128", "q128n128": "fg::ConfigQ128N128",
                 "v16n128": "fg::ConfigV16N128",
-                "w128n256": "fg::ConfigW128N256", "c128n256": "fg::ConfigC128N256", "t128n128": "fg::ConfigT128N128"}
+                "w128n256": "fg::ConfigW128N256", "c128n256": "fg::ConfigC128N256", "t128n128": "fg::ConfigT128N128",
+                "l128n256": "fg::ConfigL128N256", "cl128n256": "fg::ConfigCL128N256"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -167,6 +167,14 @@ class TileConfig:
     # CTAs in clusters of two along grid x that share B's tile by TMA multicast (WgmmaConfig::kPairB): the grid
     # is (2 x column tiles, pairs of row blocks), no split-K, and each CTA's B box holds half of the tile.
     pair_b: bool = False
+    # One wave of CTAs looping over tiles of the CTA-per-tile kernel, each tile stored from the consumers' registers
+    # (WgmmaConfig::kTileLoop): the grid is one wave, like a persistent config's; no split-K.
+    tile_loop: bool = False
+
+    @property
+    def one_wave(self) -> bool:
+        """Whether the grid is one wave of CTAs that loop over the tiles (persistent or tile-loop configs)."""
+        return self.persistent or self.tile_loop
 
     def serves(self, in_kind: str) -> bool:
         return in_kind in self.in_kinds
@@ -175,13 +183,13 @@ class TileConfig:
     def splits_k(self) -> bool:
         """Whether K may be split over a cluster: the sm_90 wgmma configs, but for the persistent ones and the
         B-multicast pairs (whose cluster is the pair)."""
-        return self.unit == "gemm_a8_sm90" and not self.persistent and not self.pair_b
+        return self.unit == "gemm_a8_sm90" and not self.one_wave and not self.pair_b
 
 
 def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n: int = 128,
                   swap_ab: bool = False, chains: int = 1, persistent: bool = False,
                   in_kinds: tuple[str, ...] = ALL_IN, split_tf32: bool = False, pair_b: bool = False,
-                  epilogue_warps: int = 3) -> TileConfig:
+                  epilogue_warps: int = 3, tile_loop: bool = False) -> TileConfig:
     """Mirror of WgmmaConfig (and SplitTf32) in hip_src/include/fusedgemm/gemm_a8_sm90_common.hpp (K step 128 B)."""
     # stages, then (persistent) the parked fp32 tile, its rows' scales, its columns' scales and biases, then the
     # barriers (+2 persistent); SplitTf32: then, 1024-aligned, two stage-sized buffers of small parts
@@ -199,7 +207,7 @@ def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n
     else:
         producer_warps = 1
     return TileConfig(name, block_m, block_n, consumer_warps + producer_warps, "gemm_a8_sm90", smem, min_blocks,
-                      swap_ab, persistent, in_kinds, pair_b)
+                      swap_ab, persistent, in_kinds, pair_b, tile_loop)
 
 
 # Must match the Config* aliases in hip_src/include/fusedgemm/gemm_a8.hpp / gemm_a8_sm90_common.hpp and (the
@@ -215,6 +223,9 @@ GEMM_A8_CONFIGS = {
     "w128n256": _wgmma_config("w128n256", 128, 4, 1, block_n=256, in_kinds=WIDE_IN),
     # the same in B-multicast pairs (ConfigC128N256), matmul_fused only
     "c128n256": _wgmma_config("c128n256", 128, 4, 1, block_n=256, in_kinds=WIDE_IN, pair_b=True),
+    # both as one wave of CTAs looping over the tiles (ConfigL128N256, ConfigCL128N256), matmul_fused only
+    "l128n256": _wgmma_config("l128n256", 128, 4, 1, block_n=256, in_kinds=WIDE_IN, tile_loop=True),
+    "cl128n256": _wgmma_config("cl128n256", 128, 4, 1, block_n=256, in_kinds=WIDE_IN, pair_b=True, tile_loop=True),
     "w192n128": _wgmma_config("w192n128", 192, 5, 1),
     "p128n128": _wgmma_config("p128n128", 128, 5, 1, chains=2, persistent=True),
     # the same in B-multicast pairs (ConfigCP128N128)

@@ -2,7 +2,8 @@
 // SM clock each shape reaches with its operands already in shared memory (no copies, no epilogue), and how much
 // a concurrent stream of copies into shared memory (as the TMA ring writes it) takes away.
 //
-//   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I cuda_src/include -o wgmma_rate ci/wgmma_rate.cu && ./wgmma_rate
+//   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -I cuda_src/include -o wgmma_rate ci/wgmma_rate.cu
+//   ./wgmma_rate
 //
 // One CTA per SM (all SMs), kWgs consumer warpgroups; each issues kBlocks "K blocks" of 4 k16 steps. Per K step a
 // warpgroup issues kMRep wgmmas m64nNk16 (kMRep 2: 128 rows of A against one B, CUTLASS's cooperative 256 x N
@@ -27,7 +28,8 @@ using sm90::u64;
 
 constexpr int kBlocks = 2048;
 constexpr int kSmemOperands = 96 * 1024;  // A (up to 128 rows x 128 B x 4 stages) and B
-constexpr int kCopyRegion = 128 * 1024;  // 4 ring slots 20 KB apart (copies of up to 48 KB overlap: only the timing counts)
+// 4 ring slots 20 KB apart (copies of up to 48 KB overlap: only their timing counts, not their bytes)
+constexpr int kCopyRegion = 128 * 1024;
 constexpr int kRing = 4;
 // The copies' source: kSourceSlots blocks of kCopyBytes (at most 48 KB: 24 MB, L2-resident); CTA c reads slots
 // 64 c, 64 c + 1, ... (mod kSourceSlots), so the SMs read different lines at any one time, as a GEMM's CTAs do.

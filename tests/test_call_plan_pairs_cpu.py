@@ -1,6 +1,7 @@
 """CallPlan's launch shape for the B-multicast pair configs, on the CPU (the kernel and the plan mocked): the grid is
 (2 x column tiles, pairs of row blocks) in clusters of two along x, a persistent (or tile-loop) pair grid is a whole
-number of clusters, and B's box holds half the tile (half the rows of a plain B, half the K chunks of a preshuffled one)."""
+number of clusters, and B's box holds half the tile (half the rows of a plain B, half the K chunks of a preshuffled
+one)."""
 import types
 
 import pytest

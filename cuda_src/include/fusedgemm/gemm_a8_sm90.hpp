@@ -103,6 +103,10 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
     m0 = m_block * Cfg::kBlockM;
     n0 = n_block * Cfg::kBlockN;
   };
+  // A CTA-per-tile kernel's tile, computed once before the roles split; the tile loop sets m0, n0 per tile in
+  // each role.
+  int m0 = 0, n0 = 0;
+  if constexpr (!Cfg::kTileLoop) tile_at(0, m0, n0);
   const int splits = Cfg::kPairB ? 1 : static_cast<int>(sm90::cluster_size());
   const int rank = Cfg::kPairB ? 0 : static_cast<int>(sm90::cluster_rank());
   const int k_blocks = k_block_count<In, Cfg>(K);
@@ -129,8 +133,7 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
       sm90::prefetch_tma_desc(&a_map);
       sm90::prefetch_tma_desc(&b_map);
       for (int it = 0, g = 0; it < my_tiles; ++it) {  // g: the CTA's K blocks, across its tiles
-        int m0, n0;
-        tile_at(it, m0, n0);
+        if constexpr (Cfg::kTileLoop) tile_at(it, m0, n0);
         for (int i = 0; i < kb_count; ++i, ++g) {
           const int s = g % Cfg::kStages;
           sm90::mbar_wait(&empty[s], ((g / Cfg::kStages) & 1) ^ 1);
@@ -157,10 +160,8 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   // A tile's accumulators through the epilogue slot, straight from the registers (no split-K): the column
   // values in column_rounds rounds (one, but for the 256-wide tiles): round r covers accumulators kRoundAcc r ..
   // kRoundAcc (r + 1) - 1, i.e. the columns from n0 + 2 kRoundAcc r on.
-  auto store_tile = [&](const Acc(&acc)[kAcc], int m0, int n0) {
-    const int row0 = m0 + 64 * (warp >> 2) + acc_row(ct, 0);
-    float row_values[2][Epi::kRowValues];  // of rows row0 and row0 + 8
-    load_row_pair<Epi>(ep, M, row0, row_values);
+  // row0: the thread's first row; row_values: those of rows row0 and row0 + 8.
+  auto store_tile = [&](const Acc(&acc)[kAcc], int row0, const float(&row_values)[2][Epi::kRowValues], int n0) {
     constexpr int kRounds = column_rounds<Epi, kAcc>();
     constexpr int kRoundAcc = kAcc / kRounds;
     static_assert(kAcc % (4 * kRounds) == 0, "whole 8-column groups per round");
@@ -179,20 +180,20 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   if constexpr (Cfg::kTileLoop) {
     // The K blocks continue one ring sequence across the tiles (it * kb_count on); no split-K (splits == 1).
     for (int it = 0; it < my_tiles; ++it) {
-      int m0, n0;
       tile_at(it, m0, n0);
       Acc acc[kAcc];
 #pragma unroll
       for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
       consumer_mainloop<In, Cfg, kProbe>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty,
                                         sm90::warp_uniform(warp >> 2), lane);
-      store_tile(acc, m0, n0);
+      const int row0 = m0 + 64 * (warp >> 2) + acc_row(ct, 0);
+      float row_values[2][Epi::kRowValues];
+      load_row_pair<Epi>(ep, M, row0, row_values);
+      store_tile(acc, row0, row_values, n0);
     }
     if constexpr (Cfg::kPairB) sm90::cluster_sync();  // the peer may arrive on this CTA's barriers until then
     return;
   }
-  int m0, n0;
-  tile_at(0, m0, n0);
   Acc acc[kAcc];
 #pragma unroll
   for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
@@ -208,15 +209,16 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   if constexpr (Cfg::kSwapAB) {
     store_swapped<Epi, Cfg, kAcc, kAccPerMma>(ep, M, N, m0, n0, ct, splits, rank, acc, smem);
   } else {
+    const int wg_row0 = m0 + 64 * (warp >> 2);  // first row of the warpgroup's tile
+    const int row0 = wg_row0 + acc_row(ct, 0);
+    float row_values[2][Epi::kRowValues];  // of rows row0 and row0 + 8
+    load_row_pair<Epi>(ep, M, row0, row_values);
     if (splits == 1) {
-      store_tile(acc, m0, n0);
+      store_tile(acc, row0, row_values, n0);
       FG_PROBE_STAMP(3, false);
       if constexpr (Cfg::kPairB) sm90::cluster_wait();  // the peer may arrive on this CTA's barriers until then
       return;
     }
-    const int row0 = m0 + 64 * (warp >> 2) + acc_row(ct, 0);
-    float row_values[2][Epi::kRowValues];  // of rows row0 and row0 + 8
-    load_row_pair<Epi>(ep, M, row0, row_values);
 
     const u32* partial = park_partials<Cfg>(acc, smem, tid);  // split-K over the cluster
     {

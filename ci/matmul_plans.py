@@ -88,7 +88,7 @@ def main():
                 us, mhz, watts = sustained(fn, args.clocks)
                 line[f"clocks {label}"] = [us, mhz, watts]
                 print(f"  {label:14s} back to back {us:8.1f} us  {mhz:6.0f} MHz  {watts:5.0f} W  "
-                      f"{us * mhz / 1e3:7.1f}k cycles  {us * watts / 1e6 * 1e3:6.1f} mJ/call  "
+                      f"{us * mhz / 1e3:7.1f}k cycles  {us * watts / 1e3:6.1f} mJ/call  "
                       f"{2 * m * n * k / us / 1e6:5.0f} TFLOP/s", flush=True)
     if args.json:
         with open(args.json, "w") as f:

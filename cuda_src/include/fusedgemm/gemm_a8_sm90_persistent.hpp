@@ -136,6 +136,14 @@ template <class Cfg>
 FG_DEVICE int persistent_step() {
   return Cfg::kPairB ? sm90::grid_ctas_x() / 2 : sm90::grid_ctas_x();
 }
+// A one-wave grid's units of work for tiles_n x tiles_m tiles: the tiles, or (pairs) a column tile's two row blocks;
+// and how many of `units` a CTA takes that takes every step-th from first (persistent_first, persistent_step). The
+// persistent kernel and the CTA-per-tile kernel's tile loop share them.
+template <class Cfg>
+FG_DEVICE int unit_count(int tiles_n, int tiles_m) {
+  return tiles_n * (Cfg::kPairB ? (tiles_m + 1) / 2 : tiles_m);
+}
+FG_DEVICE int cta_unit_count(int units, int first, int step) { return (units - first + step - 1) / step; }
 // Tiles always in groups of row blocks (tile_of's group_all: see there).
 template <class In, class Cfg>
 FG_DEVICE void persistent_tile(int t, int num_n, int num_m, int N, int K, int& m_block, int& n_block) {
@@ -192,7 +200,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
   auto counts = [&](int& num_n, int& num_m, int& num_tiles, int& kb_count) {
     num_n = (N + Cfg::kBlockN - 1) / Cfg::kBlockN;
     num_m = (M + Cfg::kBlockM - 1) / Cfg::kBlockM;
-    num_tiles = num_n * (Cfg::kPairB ? (num_m + 1) / 2 : num_m);
+    num_tiles = unit_count<Cfg>(num_n, num_m);
     kb_count = k_block_count<In, Cfg>(K);
   };
 
@@ -246,7 +254,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       asm volatile("" : "+r"(m_opaque), "+r"(n_opaque));
       const int tiles_n = (n_opaque + Cfg::kBlockN - 1) / Cfg::kBlockN;
       const int tiles_m = (m_opaque + Cfg::kBlockM - 1) / Cfg::kBlockM;
-      const int tiles = tiles_n * (Cfg::kPairB ? (tiles_m + 1) / 2 : tiles_m);
+      const int tiles = unit_count<Cfg>(tiles_n, tiles_m);
       if (t >= tiles) break;
       const bool last = kLastTileHelp && t + persistent_step<Cfg>() >= tiles;
       int m_block, n_block;
@@ -331,7 +339,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
   // NOTE: the fp8 two-chain main loop needs 192 accumulators of the 232 registers; little else may stay live
   // across it (the tile count only; the rest is recomputed after), or ptxas spills inside the loop.
   const int step = persistent_step<Cfg>();
-  const int my_tiles = (num_tiles - persistent_first<Cfg>() + step - 1) / step;
+  const int my_tiles = cta_unit_count(num_tiles, persistent_first<Cfg>(), step);
   for (int it = 0; it < my_tiles; ++it) {
     Acc acc[kAcc];
 #pragma unroll

@@ -84,11 +84,10 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   // The CTA's tiles: its block's one, or (Cfg::kTileLoop) tiles (pairs' units) persistent_first, + step, ...
   // my_tiles of them; tile_at(it) -> the it-th one's first row and column.
   int my_tiles = 1;
-  if constexpr (Cfg::kTileLoop) {
-    const int num_n = (N + Cfg::kBlockN - 1) / Cfg::kBlockN, num_m = (M + Cfg::kBlockM - 1) / Cfg::kBlockM;
-    const int units = num_n * (Cfg::kPairB ? (num_m + 1) / 2 : num_m);
-    my_tiles = max(0, (units - persistent_first<Cfg>() + persistent_step<Cfg>() - 1) / persistent_step<Cfg>());
-  }
+  if constexpr (Cfg::kTileLoop)
+    my_tiles = max(0, cta_unit_count(unit_count<Cfg>((N + Cfg::kBlockN - 1) / Cfg::kBlockN,
+                                                     (M + Cfg::kBlockM - 1) / Cfg::kBlockM),
+                                     persistent_first<Cfg>(), persistent_step<Cfg>()));
   auto tile_at = [&](int it, int& m0, int& n0) {
     int m_block, n_block;
     if constexpr (Cfg::kTileLoop)
@@ -159,7 +158,9 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   // A tile's accumulators through the epilogue slot, straight from the registers (no split-K): the column
   // values in column_rounds rounds (one, but for the 256-wide tiles): round r covers accumulators kRoundAcc r ..
   // kRoundAcc (r + 1) - 1, i.e. the columns from n0 + 2 kRoundAcc r on.
-  // row0: the thread's first row; row_values: those of rows row0 and row0 + 8.
+  // row0: the thread's first row; row_values: those of rows row0 and row0 + 8, loaded by the caller (NOTE: loaded
+  // in here, the CTA-per-tile kernels' split-K path needs its own copy of the loads, and w64n128's fp8 swiglu8
+  // kernel then spilled 24 B).
   auto store_tile = [&](const Acc(&acc)[kAcc], int row0, const float(&row_values)[2][Epi::kRowValues], int n0) {
     constexpr int kRounds = column_rounds<Epi, kAcc>();
     constexpr int kRoundAcc = kAcc / kRounds;

@@ -8,7 +8,8 @@ Each case runs once between cudaProfilerStart / Stop (--profile), so the report 
 torch._scaled_mm with row-wise scales (CUTLASS's fp8 kernel, no epilogue beyond the scales), then gemm_a8 on each
 forced config with the identity epilogue (the same work) and with bias + SiLU. Shape: M N K from the command line,
 default the grid's qkv at M = 8192. `--kinds fp8,int8` adds the int8 kernels on the same configs (after
-torch._int_mm), e.g. to set fp8's promotion beside int8's loop, which has none.
+torch._int_mm), e.g. to set fp8's promotion beside int8's loop, which has none; `--kinds bf16` runs matmul_fused's
+kernels on those configs against torch.mm (cuBLAS's bf16 GEMM, no epilogue).
 """
 import argparse
 
@@ -23,7 +24,8 @@ def main() -> None:
     p.add_argument("shape", nargs="*", type=int, default=[8192, 6144, 4096])
     p.add_argument("--profile", action="store_true")
     p.add_argument("--configs", default="p128n128,cp128n128,w128n192")
-    p.add_argument("--kinds", default="fp8", help="fp8, int8 or both (comma-separated)")
+    p.add_argument("--kinds", default="fp8", help="fp8, int8, bf16 (matmul_fused against torch.mm) or several, "
+                   "comma-separated")
     args = p.parse_args()
     m, n, k = args.shape
     torch.manual_seed(0)
@@ -39,6 +41,21 @@ def main() -> None:
             def base(a=a, w=w):
                 return torch._scaled_mm(a, w.t(), scale_a=sa[:, None], scale_b=sb[None, :], out_dtype=torch.bfloat16)
             label, refs[kind] = "torch._scaled_mm", base()
+        elif kind == "bf16":  # matmul_fused's kernels against torch.mm (cuBLAS, no epilogue)
+            a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+            w = (torch.randn(n, k, device="cuda") / k ** 0.5).to(torch.bfloat16)
+
+            def base(a=a, w=w):
+                return torch.mm(a, w.t())
+            label, refs[kind] = "torch.mm", base()
+            cases.append((label, base))
+            for cfg in args.configs.split(","):
+                for epi in ("none", "bias_silu"):
+                    def run(epi=epi, a=a, w=w):
+                        return fg.matmul_fused(a, w, bias if epi != "none" else None,
+                                               activation="silu" if epi != "none" else "none")
+                    cases.append((f"{kind} {cfg} {epi}", with_plan(run, cfg)))
+            continue
         else:
             a = torch.randint(-8, 8, (m, k), device="cuda", dtype=torch.int8)
             w = torch.randint(-8, 8, (n, k), device="cuda", dtype=torch.int8)

@@ -130,7 +130,7 @@ def test_b_multicast_pairs_with_an_odd_last_row_block(layout):
 @pytest.mark.parametrize("dtype,layout", [(torch.bfloat16, "nk"), (torch.float16, "kn"), (torch.float32, "nk")],
                          ids=str)
 def test_tile_loop_configs_take_several_tiles_per_cta(config, dtype, layout):
-    """The tile-loop configs (one wave of CTAs looping over tiles, each stored from the consumers' registers) with
+    """The tile-loop configs (one wave of CTAs looping over tiles, each stored through shared memory) with
     more tiles than CTAs: 17 row blocks (the last pair's second CTA has no rows), a ragged last column tile, K
     blocks continuing one ring sequence across a CTA's tiles (K = 520: 9 or 17 blocks, the last one ragged)."""
     if arch() != "sm_90a":
@@ -143,6 +143,26 @@ def test_tile_loop_configs_take_several_tiles_per_cta(config, dtype, layout):
     with forced_config(config, 1):
         fg.matmul_fused(a, w, b, layout=layout, activation="silu", out=out, precision="tf32")
     check(out, a, w, bias=b, act="silu", layout=layout)
+
+
+@pytest.mark.parametrize("config", ["l128n256", "cl128n256"])
+@pytest.mark.parametrize("c_form", ["m1", "mn"])
+def test_tile_loop_store_with_row_values_and_an_unaligned_output(config, c_form):
+    """The tile loop's store through shared memory (64-column chunks, four consecutive outputs per thread and row)
+    with row values (c [M, 1]) or an [M, N] operand, and an output two elements into a buffer (contiguous, 4-byte
+    aligned), whose 4-value stores are not 8-byte aligned (the other copy of the row loop); poisoned around it."""
+    if arch() != "sm_90a":
+        pytest.skip("tile-loop configs are sm_90a's")
+    m, n, k = 700, 1000, 264
+    a, w = rand((m, k), torch.bfloat16, 160), rand((n, k), torch.bfloat16, 161, 1 / math.sqrt(k))
+    c = rand((m, 1), torch.bfloat16, 162) if c_form == "m1" else rand((m, n), torch.float32, 162)
+    flat = torch.full((m * n + 4,), float("nan"), dtype=torch.bfloat16, device="cuda")
+    out = flat[2:2 + m * n].view(m, n)
+    assert out.data_ptr() % 8 == 4
+    with forced_config(config, 1):
+        fg.matmul_fused(a, w, alpha=1.5, beta=-0.75, c=c, activation="gelu", out=out)
+    check(out, a, w, c=c, alpha=1.5, beta=-0.75, act="gelu")
+    assert flat[:2].isnan().all() and flat[2 + m * n:].isnan().all(), "a store outside the output"
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)

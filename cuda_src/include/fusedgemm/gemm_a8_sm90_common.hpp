@@ -109,8 +109,11 @@ struct WgmmaConfig {
   // columns' ([k][kBlockN]) -- one per row and two per column for the presets (alpha * scale_a; scale_b, bias).
   // An epilogue with more hoisted values does not fit (the host does not plan it on this config).
   static constexpr int kEpilogueThreads = 32 * kEpilogueWarps;
+  // Tile loop: in place of the parked tile, each consumer warpgroup's 64 x 64 fp32 store buffer (store_tile_staged).
   static constexpr int kParkedOffset = kStages * kStageBytes;
-  static constexpr int kStagedOffset = kParkedOffset + (kPersistent ? kBlockM * kBlockN * 4 : 0);
+  static constexpr int kParkedBytes =
+      kPersistent ? kBlockM * kBlockN * 4 : kTileLoop ? kConsumerWarpgroups * 64 * 64 * 4 : 0;
+  static constexpr int kStagedOffset = kParkedOffset + kParkedBytes;
   static constexpr int kStagedFloats = kPersistent ? kBlockM + 2 * kBlockN : 0;
   static constexpr int kBarrierOffset = kStagedOffset + kStagedFloats * 4;
   static constexpr int kBarriers = 2 * kStages + (kPersistent ? 2 : 0);  // + parked tile full / empty

@@ -57,6 +57,65 @@ FG_DEVICE void probe_stamp(int slot, bool clock) {
 #define FG_PROBE_STAMP(SLOT, CLOCK)
 #endif
 
+// The tile loop's store: a warpgroup's 64 x kBlockN accumulators (at row m0, column n0 of the output) through the
+// epilogue slot in 64-column chunks, each staged in the warpgroup's 64 x 64 fp32 buffer in shared memory. A
+// thread writes its fragment's 32 values of the chunk, then reads back four consecutive columns of a row, so a
+// half-warp stores 64 consecutive outputs of one row (4-value stores). Stored straight from the fragment layout a
+// warp's store instruction covers 2 columns of 8 rows: at qkv M = 8192 (H100, ncu, identity epilogue) that took
+// ~14% of the consumers' time, waiting on stores, with the tensor core idle.
+// Buffer element (row, col) at word row * 64 + (col ^ ((row & 3) << 3)): a half-warp's fragment writes (one
+// 8-column group of four rows each) and an 8-lane phase of the 16-byte reads fall on distinct banks.
+FG_DEVICE int store_chunk_index(int row, int col) { return row * 64 + (col ^ ((row & 3) << 3)); }
+
+template <class Epi, bool kVec4Aligned, class Acc, int kAcc>
+FG_DEVICE void store_tile_staged(const typename Epi::Params& ep, int M, int N, int m0, int n0,
+                                 const Acc (&acc)[kAcc], float* buf, int ct, int wg) {
+  static_assert(kAcc % 32 == 0, "64-column chunks: 8 groups of 4 accumulators per thread");
+  constexpr int kRows = 8;  // rows per thread per chunk: 16 w + 2 i + (lane >> 4), i < 8 (w: warp in warpgroup)
+  const int lane = ct & 31;
+  const int col_local = 4 * (lane & 15);
+  int rows[kRows];
+  bool row_in[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    rows[i] = 16 * (ct >> 5) + 2 * i + (lane >> 4);
+    row_in[i] = m0 + rows[i] < M;
+  }
+  float rv[kRows][Epi::kRowValues];
+  {
+    int m[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) m[i] = m0 + rows[i];
+    Epi::template load_rows<kRows>(ep, m, row_in, rv);
+  }
+#pragma unroll  // constant accumulator indices (a run-time index would put acc in local memory)
+  for (int c = 0; c < kAcc / 32; ++c) {
+    const int col = n0 + 64 * c + col_local;
+    float cv[4][Epi::kColValues];
+    {
+      const int cols[4] = {col, col + 1, col + 2, col + 3};
+      const bool in[4] = {col < N, col < N, col < N, col < N};  // N % 8 == 0: all four in or all out
+      Epi::template load_cols<4>(ep, cols, in, cv);
+    }
+    sm90::named_barrier_sync(2 + wg, 128);  // the warpgroup's reads of the previous chunk are done
+#pragma unroll
+    for (int j = 0; j < 32; j += 2)  // (a float2 store: nvcc split half of them into two 4-byte stores)
+      sm90::st_shared_v2(sm90::smem_addr(&buf[store_chunk_index(acc_row(ct, j), acc_col(ct, j))]),
+                         static_cast<float>(acc[32 * c + j]), static_cast<float>(acc[32 * c + j + 1]));
+    sm90::named_barrier_sync(2 + wg, 128);  // the chunk is in
+    if (col < N) {
+#pragma unroll
+      for (int i = 0; i < kRows; ++i) {
+        if (row_in[i]) {
+          const float4 v = *reinterpret_cast<const float4*>(&buf[store_chunk_index(rows[i], col_local)]);
+          const float y[4] = {v.x, v.y, v.z, v.w};
+          Epi::template store<4, kVec4Aligned>(ep, m0 + rows[i], col, y, rv[i], cv);
+        }
+      }
+    }
+  }
+}
+
 template <class In, class Epi, class Cfg, int kProbe>
 FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-major, box 128 B x BM, swizzle 128
                                    const sm90::TmaDesc& b_map,  // B (16,16) preshuffled, see above
@@ -179,17 +238,21 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   };
   if constexpr (Cfg::kTileLoop) {
     // The K blocks continue one ring sequence across the tiles (it * kb_count on); no split-K (splits == 1).
+    // Each tile is stored through the warpgroup's staging buffer (store_tile_staged).
+    const int wg = warp >> 2;
+    float* staging = reinterpret_cast<float*>(smem + Cfg::kParkedOffset) + wg * 64 * 64;
+    const bool vec4 = Epi::vec4_aligned(ep);
     for (int it = 0; it < my_tiles; ++it) {
       tile_at(it, m0, n0);
       Acc acc[kAcc];
 #pragma unroll
       for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
       consumer_mainloop<In, Cfg, kProbe>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty,
-                                        sm90::warp_uniform(warp >> 2), lane);
-      const int row0 = m0 + 64 * (warp >> 2) + acc_row(ct, 0);
-      float row_values[2][Epi::kRowValues];
-      load_row_pair<Epi>(ep, M, row0, row_values);
-      store_tile(acc, row0, row_values, n0);
+                                        sm90::warp_uniform(wg), lane);
+      if (vec4)
+        store_tile_staged<Epi, true>(ep, M, N, m0 + 64 * wg, n0, acc, staging, ct, wg);
+      else
+        store_tile_staged<Epi, false>(ep, M, N, m0 + 64 * wg, n0, acc, staging, ct, wg);
     }
     if constexpr (Cfg::kPairB) sm90::cluster_sync();  // the peer may arrive on this CTA's barriers until then
     return;

@@ -191,9 +191,11 @@ def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n
                   in_kinds: tuple[str, ...] = ALL_IN, split_tf32: bool = False, pair_b: bool = False,
                   epilogue_warps: int = 3, tile_loop: bool = False) -> TileConfig:
     """Mirror of WgmmaConfig (and SplitTf32) in hip_src/include/fusedgemm/gemm_a8_sm90_common.hpp (K step 128 B)."""
-    # stages, then (persistent) the parked fp32 tile, its rows' scales, its columns' scales and biases, then the
-    # barriers (+2 persistent); SplitTf32: then, 1024-aligned, two stage-sized buffers of small parts
-    parked = (block_m * block_n * 4 + block_m * 4 + 2 * block_n * 4) if persistent else 0
+    # stages, then (persistent) the parked fp32 tile, its rows' scales, its columns' scales and biases, or (tile
+    # loop) a 64 x 64 fp32 store buffer per consumer warpgroup, then the barriers (+2 persistent); SplitTf32: then,
+    # 1024-aligned, two stage-sized buffers of small parts
+    parked = ((block_m * block_n * 4 + block_m * 4 + 2 * block_n * 4) if persistent
+              else block_m // 64 * 64 * 64 * 4 if tile_loop else 0)
     stage = block_m * 128 + block_n * 128
     end = stages * stage + parked + (2 * stages + 2 * persistent) * 8
     smem = (-(-end // 1024) * 1024 + 2 * stage if split_tf32 else end) + 1024

@@ -105,6 +105,10 @@ template <int kRegs>
 FG_DEVICE void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegs));
 }
+// Two floats to an 8-byte aligned shared-memory address (one 8-byte store).
+FG_DEVICE void st_shared_v2(u32 addr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
 // A barrier among `threads` threads (whole warps) of the CTA, on hardware barrier `id` (0 is __syncthreads).
 FG_DEVICE void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");

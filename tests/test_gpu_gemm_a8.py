@@ -103,8 +103,10 @@ def test_k_range(kind, k, m, seed):
     assert err <= ONE_ROUNDING[torch.bfloat16], err
 
 
-# (1700, 272, 64): 9 to 27 row blocks per config, with ragged rows and columns.
-PLAN_SHAPES = [(1, 400, 1040), (37, 1040, 16), (130, 400, 1040), (200, 144, 4096), (1700, 272, 64)]
+# (1700, 272, 64): 9 to 27 row blocks per config, with ragged rows and columns; (1700, 2064, 208): more than one wave
+# of CTAs for every CTA-per-tile config.
+PLAN_SHAPES = [(1, 400, 1040), (37, 1040, 16), (130, 400, 1040), (200, 144, 4096), (1700, 272, 64),
+               (1700, 2064, 208)]
 
 
 @pytest.mark.parametrize("kind", ["fp8", "int8"])

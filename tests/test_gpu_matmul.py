@@ -100,7 +100,9 @@ def test_alpha_beta_c(dtype, c_form, tensor_scalars):
 def test_every_config_ragged(dtype):
     """Each (tile config, split-K) the arch's plan may choose, on ragged M, N, K."""
     for i, (name, splits) in enumerate(plans(arch(), KIND[dtype])):
-        for m, n, k in ((1, 8, 8 if dtype != torch.float32 else 4), (17, 200, 520), (130, 392, 1000)):
+        # (2100, 2064, 200): more than one wave of CTAs for every CTA-per-tile config
+        for m, n, k in ((1, 8, 8 if dtype != torch.float32 else 4), (17, 200, 520), (130, 392, 1000),
+                        (2100, 2064, 200)):
             if k * torch.empty((), dtype=dtype).element_size() % 16:
                 k += 8
             a, w, b = rand((m, k), dtype, 10 + i), rand((n, k), dtype, 20 + i, 1 / math.sqrt(k)), rand(n, dtype, 7)
@@ -270,7 +272,8 @@ def test_fused_linear_matches_linear_and_trains():
     assert f.weight.grad is not None and f.bias.grad is not None
 
 
-@pytest.mark.parametrize("m,n,k", [(16, 64, 32), (77, 200, 1000), (300, 392, 4096), (1, 136, 260)])
+@pytest.mark.parametrize("m,n,k", [(16, 64, 32), (77, 200, 1000), (300, 392, 4096), (1, 136, 260),
+                                   (1100, 2104, 100)])  # the last: more CTAs than SMs
 def test_fp32_ieee_is_as_exact_as_torch(m, n, k):
     """precision 'ieee' (torch's default 'highest'): on sm_90a the three-TF32-products kernel (F32x3), elsewhere the
     unfused path; against float64 within 2x of torch's own fp32 GEMM or 2^-21 (fp32's accuracy), every plan of

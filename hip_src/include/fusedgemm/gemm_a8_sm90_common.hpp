@@ -36,10 +36,10 @@ namespace fg {
 // barriers (the peer's copies and arrives may reach this CTA's barriers from its first to its last K block).
 //
 // kTileLoop (CTA-per-tile kernel, no split-K): one wave of CTAs, each looping over tiles in the persistent kernel's
-// order, the consumers storing each tile from their registers while the producer already fetches the next tile's
-// K blocks. For tiles whose fp32 tile does not fit beside the stages (128 x 256: 128 KB against 4 x 48 KB):
-// the epilogue is not hidden under MMAs, but the copies run on through it, and CTA start-up and the pipeline's
-// fill are paid once per CTA, not per tile.
+// order, the consumers storing each tile (through a 64 x 64 fp32 buffer per warpgroup: store_tile_staged) while the
+// producer already fetches the next tile's K blocks. For tiles whose fp32 tile does not fit beside the stages
+// (128 x 256: 128 KB against 4 x 48 KB): the epilogue is not hidden under MMAs, but the copies run on through it,
+// and CTA start-up and the pipeline's fill are paid once per CTA, not per tile.
 template <int kBlockM_, int kStages_, int kMinBlocksPerSm_, int kBlockN_ = 128, bool kSwapAB_ = false,
           int kChains_ = 1, bool kPersistent_ = false, bool kPairB_ = false, int kEpilogueWarps_ = 3,
           bool kTileLoop_ = false>

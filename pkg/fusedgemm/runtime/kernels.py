@@ -167,8 +167,9 @@ class TileConfig:
     # CTAs in clusters of two along grid x that share B's tile by TMA multicast (WgmmaConfig::kPairB): the grid
     # is (2 x column tiles, pairs of row blocks), no split-K, and each CTA's B box holds half of the tile.
     pair_b: bool = False
-    # One wave of CTAs looping over tiles of the CTA-per-tile kernel, each tile stored from the consumers' registers
-    # (WgmmaConfig::kTileLoop): the grid is one wave, like a persistent config's; no split-K.
+    # One wave of CTAs looping over tiles of the CTA-per-tile kernel, each tile stored by the consumers through a
+    # 64 x 64 fp32 buffer per warpgroup (WgmmaConfig::kTileLoop): the grid is one wave, like a persistent config's;
+    # no split-K.
     tile_loop: bool = False
 
     @property

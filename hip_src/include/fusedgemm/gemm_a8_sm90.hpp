@@ -63,9 +63,8 @@ FG_DEVICE void probe_stamp(int slot, bool clock) {
 // half-warp stores 64 consecutive outputs of one row (4-value stores). Stored straight from the fragment layout a
 // warp's store instruction covers 2 columns of 8 rows: at qkv M = 8192 (H100, ncu, identity epilogue) that took
 // ~14% of the consumers' time, waiting on stores, with the tensor core idle.
-// Buffer element (row, col) at word row * 64 + (col ^ ((row & 3) << 3)): a half-warp's fragment writes (one
-// 8-column group of four rows each) and an 8-lane phase of the 16-byte reads fall on distinct banks.
-FG_DEVICE int store_chunk_index(int row, int col) { return row * 64 + (col ^ ((row & 3) << 3)); }
+// Buffer element (row, col) at swizzled_index<64>(row, col): a half-warp's fragment writes (one 8-column group of
+// four rows each) and an 8-lane phase of the 16-byte reads fall on distinct banks.
 
 template <class Epi, bool kVec4Aligned, class Acc, int kAcc>
 FG_DEVICE void store_tile_staged(const typename Epi::Params& ep, int M, int N, int m0, int n0,
@@ -100,14 +99,14 @@ FG_DEVICE void store_tile_staged(const typename Epi::Params& ep, int M, int N, i
     sm90::named_barrier_sync(2 + wg, 128);  // the warpgroup's reads of the previous chunk are done
 #pragma unroll
     for (int j = 0; j < 32; j += 2)  // (a float2 store: nvcc split half of them into two 4-byte stores)
-      sm90::st_shared_v2(sm90::smem_addr(&buf[store_chunk_index(acc_row(ct, j), acc_col(ct, j))]),
+      sm90::st_shared_v2(sm90::smem_addr(&buf[swizzled_index<64>(acc_row(ct, j), acc_col(ct, j))]),
                          static_cast<float>(acc[32 * c + j]), static_cast<float>(acc[32 * c + j + 1]));
     sm90::named_barrier_sync(2 + wg, 128);  // the chunk is in
     if (col < N) {
 #pragma unroll
       for (int i = 0; i < kRows; ++i) {
         if (row_in[i]) {
-          const float4 v = *reinterpret_cast<const float4*>(&buf[store_chunk_index(rows[i], col_local)]);
+          const float4 v = *reinterpret_cast<const float4*>(&buf[swizzled_index<64>(rows[i], col_local)]);
           const float y[4] = {v.x, v.y, v.z, v.w};
           Epi::template store<4, kVec4Aligned>(ep, m0 + rows[i], col, y, rv[i], cv);
         }

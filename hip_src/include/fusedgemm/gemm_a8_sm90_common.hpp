@@ -261,6 +261,14 @@ FG_DEVICE int a_box_rows(int M) {
 FG_DEVICE int acc_row(int t, int j) { return 16 * (t >> 5) + ((t & 31) >> 2) + 8 * ((j >> 1) & 1); }
 FG_DEVICE int acc_col(int t, int j) { return 8 * (j >> 2) + 2 * (t & 3) + (j & 1); }
 
+// Element (row, col) of a shared-memory fp32 tile of kWidth-word rows that the consumers write in the fragment layout
+// and other threads read back by rows (the persistent kernel's parked tile, 128 wide; the tile loop's store
+// buffer, 64 wide): word row * kWidth + (col ^ ((row & 3) << 3)). The XOR puts the four rows that a consumer
+// half-warp writes (one 8-word group each) on different banks, and keeps a reader's four columns 4c..4c+3
+// together (one conflict-free 16-byte read).
+template <int kWidth>
+FG_DEVICE int swizzled_index(int row, int col) { return row * kWidth + (col ^ ((row & 3) << 3)); }
+
 // The column values (Epi::load_col) of a consumer thread's accumulator columns: for each of its kGroups 8-column
 // groups g, columns n0 + acc_col(t, 4 g) and the one after (zeros past N). All are loaded before the first store,
 // so the epilogue waits for one round of loads instead of one per group (ncu, qkv M = 8192: the per-group loads

@@ -7,10 +7,8 @@
 namespace fg {
 
 // ---- persistent kernel with epilogue warps (Cfg::kPersistent) ------------------------------------------------
-// Parked tile: element (row, col) of the 128 x 128 fp32 tile at word row * 128 + (col ^ ((row & 3) << 3)). The
-// XOR puts the four rows that a consumer half-warp writes (one 8-word group each) on different banks, and keeps
-// an epilogue thread's four columns 4c..4c+3 together (one conflict-free 16-byte read).
-FG_DEVICE int parked_index(int row, int col) { return row * 128 + (col ^ ((row & 3) << 3)); }
+// Parked tile: element (row, col) of the 128 x 128 fp32 tile at swizzled_index<128>(row, col).
+FG_DEVICE int parked_index(int row, int col) { return swizzled_index<128>(row, col); }
 
 // The epilogue warps' part of a tile: rows r = w, w + kEpilogueWarps, ... of the parked tile (w: epilogue warp),
 // columns 4 lane .. 4 lane + 3, through the epilogue slot (one 4-value store per row and thread). The rows' and

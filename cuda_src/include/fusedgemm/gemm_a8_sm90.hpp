@@ -81,6 +81,8 @@ FG_DEVICE void store_tile_staged(const typename Epi::Params& ep, int M, int N, i
     rows[i] = 16 * (ct >> 5) + 2 * i + (lane >> 4);
     row_in[i] = m0 + rows[i] < M;
   }
+  const float* const row_buf[2] = {&buf[swizzled_index<64>(rows[0], col_local)],
+                                   &buf[swizzled_index<64>(rows[1], col_local)]};
   float rv[kRows][Epi::kRowValues];
   {
     int m[kRows];
@@ -107,7 +109,9 @@ FG_DEVICE void store_tile_staged(const typename Epi::Params& ep, int M, int N, i
 #pragma unroll
       for (int i = 0; i < kRows; ++i) {
         if (row_in[i]) {
-          const float4 v = *reinterpret_cast<const float4*>(&buf[swizzled_index<64>(rows[i], col_local)]);
+          // Row i's four values: rows i and i + 2 differ by 4 (same swizzle), so its address is row (i & 1)'s plus a
+          // constant (an immediate offset: computed per row, the address took ~10 of the ~55 instructions per row).
+          const float4 v = *reinterpret_cast<const float4*>(row_buf[i & 1] + (i >> 1) * 4 * 64);
           const float y[4] = {v.x, v.y, v.z, v.w};
           Epi::template store<4, kVec4Aligned>(ep, m0 + rows[i], col, y, rv[i], cv);
         }
@@ -239,6 +243,8 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   if constexpr (Cfg::kTileLoop) {
     // The K blocks continue one ring sequence across the tiles (it * kb_count on); no split-K (splits == 1).
     // Each tile is stored through the warpgroup's staging buffer (store_tile_staged).
+    // NOTE: storing a tile under the next tile's first MMAs was measured and lost (docs/perf-notes.md, "The tile
+    // loop's store under MMAs": ptxas pipelines it only with 64 x 128 MMAs, which cost more than it hides).
     const int wg = warp >> 2;
     float* staging = reinterpret_cast<float*>(smem + Cfg::kParkedOffset) + wg * 64 * 64;
     const bool vec4 = Epi::vec4_aligned(ep);

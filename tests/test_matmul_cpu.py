@@ -105,8 +105,7 @@ def test_specs_and_plans_of_the_wide_kinds():
     assert k.kernel_name.startswith("fg_matmul_bf16_bf16_e") and "gemm_a8_wgmma<fg::Bf16," in k.source()
     # The plan counts K in bytes (K x the element size): bf16 up to K = 4096 takes the persistent kernel from one
     # wave of tiles; above, the 128 x 256 tile in pairs looping over the tiles (TILE_RATE_WIDE measured on an H100);
-    # from half a wave to
-    # one wave, s128n128 (qkv M = 256: 96 tiles of 128 x 128); fewer, the modelled tiles.
+    # from half a wave to one wave, s128n128 (qkv M = 256: 96 tiles of 128 x 128); fewer, the modelled tiles.
     assert choose_config(1024, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "p128n128"
     assert choose_config(4096, 4096, 14336, "sm_90a", 132, True, "bf16")[0].name == "cl128n256"  # long K: pairs
     assert choose_config(8192, 7168, 2048, "sm_90a", 132, True, "bf16")[0].name == "p128n128"

@@ -218,28 +218,6 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   // ---- consumer warpgroups --------------------------------------------------------------------------------
   if constexpr (Cfg::kSetMaxNReg) sm90::setmaxnreg_inc<Cfg::kConsumerRegs>();
   const int ct = tid & 127;  // thread within its consumer warpgroup
-  // A tile's accumulators through the epilogue slot, straight from the registers (no split-K): the column
-  // values in column_rounds rounds (one, but for the 256-wide tiles): round r covers accumulators kRoundAcc r ..
-  // kRoundAcc (r + 1) - 1, i.e. the columns from n0 + 2 kRoundAcc r on.
-  // row0: the thread's first row; row_values: those of rows row0 and row0 + 8, loaded by the caller (NOTE: loaded
-  // in here, the CTA-per-tile kernels' split-K path needs its own copy of the loads, and w64n128's fp8 swiglu8
-  // kernel then spilled 24 B).
-  auto store_tile = [&](const Acc(&acc)[kAcc], int row0, const float(&row_values)[2][Epi::kRowValues], int n0) {
-    constexpr int kRounds = column_rounds<Epi, kAcc>();
-    constexpr int kRoundAcc = kAcc / kRounds;
-    static_assert(kAcc % (4 * kRounds) == 0, "whole 8-column groups per round");
-#pragma unroll
-    for (int r = 0; r < kRounds; ++r) {
-      ColumnValues<Epi, kRoundAcc / 4> col_values;
-      col_values.load(ep, N, n0 + 2 * kRoundAcc * r, ct);
-#pragma unroll
-      for (int i = 0; i < kRoundAcc; i += 4) {
-        const int j = kRoundAcc * r + i;
-        store_group<Epi>(ep, M, N, row_values, row0, n0 + acc_col(ct, j), col_values.v[i / 2],
-                         col_values.v[i / 2 + 1], acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
-      }
-    }
-  };
   if constexpr (Cfg::kTileLoop) {
     // The K blocks continue one ring sequence across the tiles (it * kb_count on); no split-K (splits == 1).
     // Each tile is stored through the warpgroup's staging buffer (store_tile_staged).
@@ -280,10 +258,27 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   } else {
     const int wg_row0 = m0 + 64 * (warp >> 2);  // first row of the warpgroup's tile
     const int row0 = wg_row0 + acc_row(ct, 0);
+    // NOTE: the row values are loaded once here for both paths below; loaded in the split-K path as well,
+    // w64n128's fp8 swiglu8 kernel spilled 24 B.
     float row_values[2][Epi::kRowValues];  // of rows row0 and row0 + 8
     load_row_pair<Epi>(ep, M, row0, row_values);
     if (splits == 1) {
-      store_tile(acc, row0, row_values, n0);
+      // The groups' column values in column_rounds rounds (one, but for the 256-wide tiles): round r covers
+      // accumulators kRoundAcc r .. kRoundAcc (r + 1) - 1, i.e. the columns from n0 + 2 kRoundAcc r on.
+      constexpr int kRounds = column_rounds<Epi, kAcc>();
+      constexpr int kRoundAcc = kAcc / kRounds;
+      static_assert(kAcc % (4 * kRounds) == 0, "whole 8-column groups per round");
+#pragma unroll
+      for (int r = 0; r < kRounds; ++r) {
+        ColumnValues<Epi, kRoundAcc / 4> col_values;
+        col_values.load(ep, N, n0 + 2 * kRoundAcc * r, ct);
+#pragma unroll
+        for (int i = 0; i < kRoundAcc; i += 4) {
+          const int j = kRoundAcc * r + i;
+          store_group<Epi>(ep, M, N, row_values, row0, n0 + acc_col(ct, j), col_values.v[i / 2],
+                           col_values.v[i / 2 + 1], acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
+        }
+      }
       FG_PROBE_STAMP(3, false);
       if constexpr (Cfg::kPairB) sm90::cluster_wait();  // the peer may arrive on this CTA's barriers until then
       return;

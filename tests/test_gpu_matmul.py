@@ -152,10 +152,12 @@ def test_tile_loop_configs_take_several_tiles_per_cta(config, dtype, layout):
 def test_tile_loop_store_with_row_values_and_an_unaligned_output(config, c_form):
     """The tile loop's store through shared memory (64-column chunks, four consecutive outputs per thread and row)
     with row values (c [M, 1]) or an [M, N] operand, and an output two elements into a buffer (contiguous, 4-byte
-    aligned), whose 4-value stores are not 8-byte aligned (the other copy of the row loop); poisoned around it."""
+    aligned), whose 4-value stores are not 8-byte aligned (the other copy of the row loop); poisoned around it.
+    33 row blocks x 8 column tiles: CTAs take two or three tiles, so the spare warps store handed chunks (each tile's
+    last 64 columns but the CTA's last tile's) with the same operands, and the last row block is ragged."""
     if arch() != "sm_90a":
         pytest.skip("tile-loop configs are sm_90a's")
-    m, n, k = 700, 1000, 264
+    m, n, k = 4100, 2000, 264
     a, w = rand((m, k), torch.bfloat16, 160), rand((n, k), torch.bfloat16, 161, 1 / math.sqrt(k))
     c = rand((m, 1), torch.bfloat16, 162) if c_form == "m1" else rand((m, n), torch.float32, 162)
     flat = torch.full((m * n + 4,), float("nan"), dtype=torch.bfloat16, device="cuda")

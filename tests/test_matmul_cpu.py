@@ -104,15 +104,32 @@ def test_specs_and_plans_of_the_wide_kinds():
     assert k.preset is None and k.unit.startswith("matmul_sm90_bf16_bf16_w128n192_e")
     assert k.kernel_name.startswith("fg_matmul_bf16_bf16_e") and "gemm_a8_wgmma<fg::Bf16," in k.source()
     # The plan counts K in bytes (K x the element size): bf16 up to K = 4096 takes the persistent kernel from one
-    # wave of tiles; above, the 128 x 256 tile in pairs looping over the tiles (TILE_RATE_WIDE measured on an H100);
-    # from half a wave to one wave, s128n128 (qkv M = 256: 96 tiles of 128 x 128); fewer, the modelled tiles.
-    assert choose_config(1024, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "p128n128"
+    # wave of tiles, but above K = 2048 the 128 x 256 tile in pairs looping over the tiles where its units fill two
+    # waves (tile_loop_fills); above K = 4096 that tile loop (TILE_RATE_WIDE measured on an H100); from half a wave to
+    # one wave, s128n128 (qkv M = 256: 96 tiles of 128 x 128); fewer, the modelled tiles.
+    assert choose_config(1024, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "p128n128"  # 96 units, 66 pairs
+    assert choose_config(1024, 4096, 4096, "sm_90a", 132, True, "bf16")[0].name == "p128n128"  # one wave of units
+    for m, n in ((2048, 6144), (8192, 6144), (2048, 4096), (1024, 28672)):
+        assert choose_config(m, n, 4096, "sm_90a", 132, True, "bf16")[0].name == "cl128n256", (m, n)
+        assert choose_config(m, n, 2048, "sm_90a", 132, True, "bf16")[0].name == "p128n128", (m, n)  # K 4096 bytes
     assert choose_config(4096, 4096, 14336, "sm_90a", 132, True, "bf16")[0].name == "cl128n256"  # long K: pairs
     assert choose_config(8192, 7168, 2048, "sm_90a", 132, True, "bf16")[0].name == "p128n128"
     assert choose_config(256, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "s128n128"
     assert not choose_config(256, 4096, 4096, "sm_90a", 132, True, "bf16")[0].persistent  # 64 tiles < 66
     assert choose_config(128, 131072, 2048, "sm_90a", 132, True, "bf16")[0].name == "p128n128"  # one row block
     assert choose_config(1, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "v16n128"
+
+
+def test_tile_loop_fills_two_waves_of_pairs_as_fully_as_the_persistent_tiles():
+    from fusedgemm.plan.sm90 import tile_loop_fills
+
+    assert not tile_loop_fills(1024, 4096, 132)  # 64 units: one wave of 66 pairs
+    assert not tile_loop_fills(1024, 6144, 132)  # 96 units: 73% of two waves; p128n128's 384 tiles 97% of three
+    assert tile_loop_fills(2048, 4096, 132)  # 128 units: 97% of two waves
+    assert tile_loop_fills(8192, 6144, 132)
+    # N 6272: a half-empty last column tile; 25 x 32 = 800 units in 13 waves of 66 pairs fill 91% of them, p128n128's
+    # 49 x 64 = 3136 tiles 99% of 24 waves of 132
+    assert not tile_loop_fills(8192, 6144 + 128, 132)
 
 
 def test_b_multicast_pairs_plan_without_split_k_and_with_two_row_blocks():
@@ -141,14 +158,14 @@ def test_b_multicast_pairs_plan_without_split_k_and_with_two_row_blocks():
 
 def test_tile_loop_configs_are_one_wave_without_split_k():
     """l128n256 / cl128n256 (WgmmaConfig::kTileLoop): w128n256 / c128n256's kernel and shared memory plus a 64 x 64
-    fp32 store buffer per consumer warpgroup (32 KB, within the 227 KB a CTA may have), launched as one wave of CTAs
-    that loop over the tiles; never split-K; the wide kinds only."""
+    fp32 store buffer per consumer warpgroup (32 KB, within the 227 KB a CTA may have) and the handed chunk's two
+    barriers, launched as one wave of CTAs that loop over the tiles; never split-K; the wide kinds only."""
     from fusedgemm.plan import forced_config
 
     for loop, base in (("l128n256", "w128n256"), ("cl128n256", "c128n256")):
         lc, bc = kernels.GEMM_A8_CONFIGS[loop], kernels.GEMM_A8_CONFIGS[base]
         assert lc.tile_loop and lc.one_wave and not lc.persistent and not lc.splits_k
-        assert (lc.smem - 2 * 64 * 64 * 4, lc.warps, lc.pair_b, lc.in_kinds) == (bc.smem, bc.warps, bc.pair_b,
+        assert (lc.smem - 2 * 64 * 64 * 4 - 2 * 8, lc.warps, lc.pair_b, lc.in_kinds) == (bc.smem, bc.warps, bc.pair_b,
                                                                                  bc.in_kinds)
         assert lc.smem <= 227 * 1024
         for kind in ("bf16", "fp16", "tf32"):

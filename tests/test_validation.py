@@ -204,7 +204,8 @@ def test_fp8_few_tiles_take_w64n128(m, n, k, kind, want):
     (8192, 7168, 2048, "int8", "q128n128"), (8192, 6144, 4096, "int8", "p128n128"),   # int8: fp8's rules
     (256, 6144, 4096, "int8", "q128n128"), (1024, 4096, 14336, "int8", "p128n128"),  # ... few tiles; long K
     (256, 6144, 4096, "bf16", "s128n128"), (256, 7168, 2048, "bf16", "s128n128"),     # 16-bit: half a wave to one
-    (1024, 6144, 4096, "bf16", "p128n128"), (8192, 4096, 4096, "fp16", "p128n128"),  # a wave and more
+    (1024, 6144, 4096, "bf16", "p128n128"), (8192, 7168, 2048, "fp16", "p128n128"),  # a wave and more (K 4096 B:
+    (1024, 4096, 4096, "fp16", "p128n128"),  # above it, where the tile loop's pair units fill two waves, cl128n256)
 ])
 def test_persistent_plans_on_sm90(m, n, k, kind, want):
     """The 8-bit kinds' persistent 128 x 128 kernels (plan/sm90.py, one rule set for fp8 and int8): seven epilogue
@@ -212,7 +213,8 @@ def test_persistent_plans_on_sm90(m, n, k, kind, want):
     waves of tiles at K <= 4096 (from half a wave, or any number at M > 128), with two chains (q128n128) from K =
     2048 and one (s128n128) below; above, p128n128, up to K = 16384 (the B-multicast pairs, cp128n128, are no longer
     taken: p128n128 leads them at K = 4096 since 8445445). The 16-bit kinds take s128n128 from half a wave to one
-    wave of tiles, p128n128 from a wave."""
+    wave of tiles, p128n128 from a wave (above K = 4096 bytes only where cl128n256's tile loop would fill its waves
+    less: plan/sm90.py tile_loop_fills)."""
     from fusedgemm.gemm_a8 import _choose_config
 
     cfg, splits = _choose_config(m, n, k, "sm_90a", 132, in_kind=kind)

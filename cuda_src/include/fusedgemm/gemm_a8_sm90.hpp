@@ -67,10 +67,12 @@ FG_DEVICE void probe_stamp(int slot, bool clock) {
 // Buffer element (row, col) at swizzled_index<64>(row, col): a half-warp's fragment writes (one 8-column group of
 // four rows each) and an 8-lane phase of the 16-byte reads fall on distinct banks.
 
+// hand_over: the last chunk is only written into the buffer, for the spare warps (store_handed_chunk).
 template <class Epi, bool kVec4Aligned, class Acc, int kAcc>
 FG_DEVICE void store_tile_staged(const typename Epi::Params& ep, int M, int N, int m0, int n0,
-                                 const Acc (&acc)[kAcc], float* buf, int ct, int wg) {
+                                 const Acc (&acc)[kAcc], float* buf, int ct, int wg, bool hand_over) {
   static_assert(kAcc % 32 == 0, "64-column chunks: 8 groups of 4 accumulators per thread");
+  constexpr int kChunks = kAcc / 32;
   constexpr int kRows = 8;  // rows per thread per chunk: 16 w + 2 i + (lane >> 4), i < 8 (w: warp in warpgroup)
   const int lane = ct & 31;
   const int col_local = 4 * (lane & 15);
@@ -91,10 +93,11 @@ FG_DEVICE void store_tile_staged(const typename Epi::Params& ep, int M, int N, i
     Epi::template load_rows<kRows>(ep, m, row_in, rv);
   }
 #pragma unroll  // constant accumulator indices (a run-time index would put acc in local memory)
-  for (int c = 0; c < kAcc / 32; ++c) {
+  for (int c = 0; c < kChunks; ++c) {
+    const bool handed = c == kChunks - 1 && hand_over;
     const int col = n0 + 64 * c + col_local;
     float cv[4][Epi::kColValues];
-    {
+    if (!handed) {
       const int cols[4] = {col, col + 1, col + 2, col + 3};
       const bool in[4] = {col < N, col < N, col < N, col < N};  // N % 8 == 0: all four in or all out
       Epi::template load_cols<4>(ep, cols, in, cv);
@@ -104,6 +107,7 @@ FG_DEVICE void store_tile_staged(const typename Epi::Params& ep, int M, int N, i
     for (int j = 0; j < 32; j += 2)  // (a float2 store: nvcc split half of them into two 4-byte stores)
       sm90::st_shared_v2(sm90::smem_addr(&buf[swizzled_index<64>(acc_row(ct, j), acc_col(ct, j))]),
                          static_cast<float>(acc[32 * c + j]), static_cast<float>(acc[32 * c + j + 1]));
+    if (handed) continue;
     sm90::named_barrier_sync(2 + wg, 128);  // the chunk is in
     if (col < N) {
 #pragma unroll
@@ -117,6 +121,32 @@ FG_DEVICE void store_tile_staged(const typename Epi::Params& ep, int M, int N, i
         }
       }
     }
+  }
+}
+
+// The tile loop's spare warps (the producer warpgroup's warps 1-3, w = 0..2): the chunk of columns n0 .. n0 + 63 that
+// the consumers left in their buffers (store_tile_staged, hand_over; warpgroup g's rows 64 g .. 64 g + 63 in
+// buf + 4096 g). A half-warp stores one row's 64 values, 4 per thread: rows u = 2 w + half, u + 6, ... of the 128.
+// The row values are loaded per row: three warps have a whole tile's MMAs to do this in.
+template <class Epi>
+FG_DEVICE void store_handed_chunk(const typename Epi::Params& ep, int M, int N, int m0, int n0, const float* buf,
+                                  int w, int lane) {
+  const int col_local = 4 * (lane & 15);
+  const int col = n0 + col_local;
+  if (col >= N) return;  // N % 8 == 0: all four in or all out
+  float cv[4][Epi::kColValues];
+  {
+    const int cols[4] = {col, col + 1, col + 2, col + 3};
+    const bool in[4] = {true, true, true, true};
+    Epi::template load_cols<4>(ep, cols, in, cv);
+  }
+#pragma unroll 1
+  for (int u = 2 * w + (lane >> 4); u < 128 && m0 + u < M; u += 6) {
+    const float4 v = *reinterpret_cast<const float4*>(&buf[(u >> 6) * 64 * 64 + swizzled_index<64>(u & 63, col_local)]);
+    float rv[Epi::kRowValues];
+    Epi::load_row(ep, m0 + u, rv);
+    const float y[4] = {v.x, v.y, v.z, v.w};
+    Epi::template store<4, false>(ep, m0 + u, col, y, rv, cv);
   }
 }
 
@@ -179,6 +209,10 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
       sm90::mbar_init(&full[s], 1);
       sm90::mbar_init(&empty[s], Cfg::kPair * Cfg::kConsumerThreads / 32);
     }
+    if constexpr (Cfg::kTileLoop) {
+      sm90::mbar_init(&empty[Cfg::kStages], Cfg::kConsumerThreads);  // the handed chunk is in
+      sm90::mbar_init(&empty[Cfg::kStages + 1], 96);                  // ... and stored (three spare warps)
+    }
     sm90::fence_mbar_init();
   }
   if constexpr (Cfg::kPairB)
@@ -207,6 +241,23 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
         }
       }
     }
+    if constexpr (Cfg::kTileLoop) {
+      if (warp > Cfg::kConsumerThreads / 32) {  // the spare warps: the handed chunk of each tile but the last
+        extern __shared__ u8 smem_spare[];
+        u32 addr = sm90::smem_addr(smem_spare);
+        asm volatile("" : "+r"(addr));  // a fresh base after setmaxnreg: nothing held across it (40 registers)
+        u8* const base = smem_spare + ((1024 - (addr & 1023)) & 1023);
+        const float* buf = reinterpret_cast<const float*>(base + Cfg::kParkedOffset);
+        sm90::u64* handed = reinterpret_cast<sm90::u64*>(base + Cfg::kBarrierOffset) + 2 * Cfg::kStages;
+        const int w = warp - Cfg::kConsumerThreads / 32 - 1;
+        for (int it = 0; it + 1 < my_tiles; ++it) {
+          tile_at(it, m0, n0);
+          sm90::mbar_wait(&handed[0], it & 1);
+          store_handed_chunk<Epi>(ep, M, N, m0, n0 + Cfg::kBlockN - 64, buf, w, lane);
+          sm90::mbar_arrive(&handed[1]);
+        }
+      }
+    }
     if (splits > 1) {  // the cluster barriers of the split-K reduction count every thread
       sm90::cluster_sync();
       sm90::cluster_sync();
@@ -225,6 +276,7 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
     // loop's store under MMAs": ptxas pipelines it only with 64 x 128 MMAs, which cost more than it hides).
     const int wg = warp >> 2;
     float* staging = reinterpret_cast<float*>(smem + Cfg::kParkedOffset) + wg * 64 * 64;
+    sm90::u64* handed = empty + Cfg::kStages;  // the handed chunk's full, empty
     const bool vec4 = Epi::vec4_aligned(ep);
     for (int it = 0; it < my_tiles; ++it) {
       tile_at(it, m0, n0);
@@ -233,10 +285,13 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
       for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
       consumer_mainloop<In, Cfg, kProbe>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty,
                                         sm90::warp_uniform(wg), lane);
+      const bool hand_over = it + 1 < my_tiles;  // the CTA's last tile: no MMAs follow to hide a handed chunk
+      sm90::mbar_wait(&handed[1], (it & 1) ^ 1);  // the spare warps have stored the previous tile's chunk
       if (vec4)
-        store_tile_staged<Epi, true>(ep, M, N, m0 + 64 * wg, n0, acc, staging, ct, wg);
+        store_tile_staged<Epi, true>(ep, M, N, m0 + 64 * wg, n0, acc, staging, ct, wg, hand_over);
       else
-        store_tile_staged<Epi, false>(ep, M, N, m0 + 64 * wg, n0, acc, staging, ct, wg);
+        store_tile_staged<Epi, false>(ep, M, N, m0 + 64 * wg, n0, acc, staging, ct, wg, hand_over);
+      if (hand_over) sm90::mbar_arrive(&handed[0]);
     }
     if constexpr (Cfg::kPairB) sm90::cluster_sync();  // the peer may arrive on this CTA's barriers until then
     return;

@@ -39,8 +39,12 @@ namespace fg {
 // kTileLoop (CTA-per-tile kernel, no split-K): one wave of CTAs, each looping over tiles in the persistent kernel's
 // order, the consumers storing each tile (through a 64 x 64 fp32 buffer per warpgroup: store_tile_staged) while the
 // producer already fetches the next tile's K blocks. For tiles whose fp32 tile does not fit beside the stages
-// (128 x 256: 128 KB against 4 x 48 KB): the epilogue is not hidden under MMAs, but the copies run on through it,
-// and CTA start-up and the pipeline's fill are paid once per CTA, not per tile.
+// (128 x 256: 128 KB against 4 x 48 KB) most of the epilogue is not hidden under MMAs, but the copies run on through
+// it, and CTA start-up and the pipeline's fill are paid once per CTA, not per tile. What the buffer holds is hidden:
+// each warpgroup's last 64-column chunk of a tile is left in it, and the producer warpgroup's three spare warps store
+// it under the next tile's MMAs (store_handed_chunk); the CTA's last tile the consumers store whole. One chunk: the
+// buffer is all that fits beside 4 stages (H100, bf16 SiLU, rep by rep: two chunks beside 3 stages were 3% slower,
+// 3 stages alone 4%; docs/perf-notes.md).
 template <int kBlockM_, int kStages_, int kMinBlocksPerSm_, int kBlockN_ = 128, bool kSwapAB_ = false,
           int kChains_ = 1, bool kPersistent_ = false, bool kPairB_ = false, int kEpilogueWarps_ = 3,
           bool kTileLoop_ = false>
@@ -116,7 +120,8 @@ struct WgmmaConfig {
   static constexpr int kStagedOffset = kParkedOffset + kParkedBytes;
   static constexpr int kStagedFloats = kPersistent ? kBlockM + 2 * kBlockN : 0;
   static constexpr int kBarrierOffset = kStagedOffset + kStagedFloats * 4;
-  static constexpr int kBarriers = 2 * kStages + (kPersistent ? 2 : 0);  // + parked tile full / empty
+  // + the parked tile's full / empty (persistent), or the handed chunk's (tile loop)
+  static constexpr int kBarriers = 2 * kStages + (kPersistent || kTileLoop ? 2 : 0);
   // + 1024: the dynamic shared-memory base is rounded up to the 1024-byte alignment the swizzle needs.
   static constexpr int kSmemBytes = kBarrierOffset + kBarriers * 8 + 1024;
   static_assert(kSwapAB ? kBlockM == 16 && kBlockN % 64 == 0 : kBlockM % 64 == 0 && kBlockM <= 192,
@@ -130,7 +135,9 @@ struct WgmmaConfig {
   static_assert(!kPersistent || (!kSwapAB && kConsumerWarpgroups == 2 && kBlockN == 128),
                 "persistent: the parked-tile layout and the epilogue warps' row mapping assume a 128 x 128 tile");
   static_assert(!kPersistent || kEpilogueWarps == 3 || kEpilogueWarps == 7, "3 or 7 epilogue warps");
-  static_assert(!kTileLoop || (!kPersistent && !kSwapAB), "the tile loop is the unswapped CTA-per-tile kernel's");
+  static_assert(!kTileLoop || (!kPersistent && !kSwapAB && kProducerThreads == 128 && kBlockN % 64 == 0),
+                "the tile loop is the unswapped CTA-per-tile kernel's, with a producer warpgroup (its spare warps "
+                "store the handed chunks)");
   static_assert(!kPairB || (!kSwapAB && (kChains == 1 || kPersistent) && kBlockN % 32 == 0),
                 "B-multicast pairs: unswapped, one chain (two: persistent only), halves of whole 16-row blocks");
   static_assert(kSmemBytes <= 227 * 1024, "more shared memory than an sm_90 CTA can have");

@@ -128,14 +128,38 @@ def modelled_time(cfg: kernels.TileConfig, m: int, n: int, sms: int, rates: dict
     return waves * cfg.block_m * cfg.block_n / rates[cfg.name]
 
 
+# Since the tile loop hands each tile's last 64 columns to its spare warps (under the next tile's MMAs), cl128n256
+# also leads the persistent kernel above K = 4096 bytes wherever its units (pairs of row blocks of a 256-wide column
+# tile) fill two or more waves of pairs about as fully as p128n128's tiles fill its waves. H100, bf16 silu, every plan
+# rep by rep (docs/results/h100_matmul_bf16_plans_handed_chunk.txt), cl128n256 against p128n128: qkv M = 2048 / 4096
+# / 8192 148 / 284 / 558 us against 150 / 288 / 574, o_proj 2048 / 8192 102 / 374 against 104 / 383, gate_up 1024 /
+# 4096 331 / 1293 against 332 / 1362; but qkv M = 1024 (96 units on 66 pairs: 73% of two waves) 103 against 76, o_proj
+# 1024 (one wave, whose epilogue nothing hides) 55 against 51, and at K = 4096 bytes (moe_dn) 3-8% behind at every M.
+TILE_LOOP_MIN_K_WIDE = 4096  # bytes (exclusive)
+TILE_LOOP_FILL_MARGIN = 0.05
+
+
+def tile_loop_fills(m: int, n: int, sms: int) -> bool:
+    """Whether cl128n256's units fill at least two waves of CTA pairs within TILE_LOOP_FILL_MARGIN as fully (outputs
+    / the waves' capacity) as p128n128's tiles fill its waves of CTAs."""
+    units = -(-n // 256) * -(-(-(-m // 128)) // 2)
+    pairs = sms // 2
+    waves = -(-units // pairs)
+    tiles = tile_count(kernels.GEMM_A8_CONFIGS["p128n128"], m, n)
+    loop_fill = m * n / (waves * pairs * 2 * 128 * 256)
+    persistent_fill = m * n / (-(-tiles // sms) * sms * 128 * 128)
+    return waves >= 2 and loop_fill >= persistent_fill - TILE_LOOP_FILL_MARGIN
+
+
 def _persistent(m: int, n: int, k: int, sms: int, in_kind: str) -> kernels.TileConfig | None:
-    """The persistent config of an M > 64 problem with K bytes, or None (then the CTA-per-tile model decides)."""
+    """The persistent config of an M > 64 problem with K bytes, or None (then the CTA-per-tile model decides; for
+    the 16/32-bit kinds above TILE_LOOP_MIN_K_WIDE it takes the tile loop where tile_loop_fills)."""
     tiles = tile_count(kernels.GEMM_A8_CONFIGS["p128n128"], m, n)
     if in_kind in kernels.GEMM_A8_IN:
         return choose_8bit_persistent(m, k, tiles, sms)
     if 2 * tiles >= sms > tiles and k <= PERSISTENT_MAX_K_WIDE:
         return kernels.GEMM_A8_CONFIGS["s128n128"]
-    if tiles < sms or k > PERSISTENT_MAX_K_WIDE:
+    if tiles < sms or k > PERSISTENT_MAX_K_WIDE or (k > TILE_LOOP_MIN_K_WIDE and tile_loop_fills(m, n, sms)):
         return None
     return kernels.GEMM_A8_CONFIGS["p128n128"]
 

@@ -168,7 +168,8 @@ class TileConfig:
     # is (2 x column tiles, pairs of row blocks), no split-K, and each CTA's B box holds half of the tile.
     pair_b: bool = False
     # One wave of CTAs looping over tiles of the CTA-per-tile kernel, each tile stored by the consumers through a
-    # 64 x 64 fp32 buffer per warpgroup (WgmmaConfig::kTileLoop): the grid is one wave, like a persistent config's;
+    # 64 x 64 fp32 buffer per warpgroup, but for its last 64 columns, which the producer warpgroup's spare warps
+    # store under the next tile's MMAs (WgmmaConfig::kTileLoop): the grid is one wave, like a persistent config's;
     # no split-K.
     tile_loop: bool = False
 
@@ -193,12 +194,13 @@ def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n
                   epilogue_warps: int = 3, tile_loop: bool = False) -> TileConfig:
     """Mirror of WgmmaConfig (and SplitTf32) in hip_src/include/fusedgemm/gemm_a8_sm90_common.hpp (K step 128 B)."""
     # stages, then (persistent) the parked fp32 tile, its rows' scales, its columns' scales and biases, or (tile
-    # loop) a 64 x 64 fp32 store buffer per consumer warpgroup, then the barriers (+2 persistent); SplitTf32: then,
-    # 1024-aligned, two stage-sized buffers of small parts
+    # loop) a 64 x 64 fp32 store buffer per consumer warpgroup, then the barriers (+2 persistent or tile loop: the
+    # parked tile's or the handed chunk's full / empty); SplitTf32: then, 1024-aligned, two stage-sized buffers of
+    # small parts
     parked = ((block_m * block_n * 4 + block_m * 4 + 2 * block_n * 4) if persistent
               else block_m // 64 * 64 * 64 * 4 if tile_loop else 0)
     stage = block_m * 128 + block_n * 128
-    end = stages * stage + parked + (2 * stages + 2 * persistent) * 8
+    end = stages * stage + parked + (2 * stages + 2 * (persistent or tile_loop)) * 8
     smem = (-(-end // 1024) * 1024 + 2 * stage if split_tf32 else end) + 1024
     consumer_warps = 4 if swap_ab else block_m // 16  # swapped: one warpgroup
     # kSetMaxNReg (3 consumer warpgroups, 192- or 256-wide tiles, two accumulator chains or persistent): the

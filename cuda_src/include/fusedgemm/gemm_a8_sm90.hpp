@@ -78,6 +78,7 @@ FG_DEVICE void store_tile_staged(const typename Epi::Params& ep, int M, int N, i
   const int col_local = 4 * (lane & 15);
   int rows[kRows];
   bool row_in[kRows];
+  const bool full_rows = m0 + 64 <= M;
 #pragma unroll
   for (int i = 0; i < kRows; ++i) {
     rows[i] = 16 * (ct >> 5) + 2 * i + (lane >> 4);
@@ -109,16 +110,23 @@ FG_DEVICE void store_tile_staged(const typename Epi::Params& ep, int M, int N, i
                          static_cast<float>(acc[32 * c + j]), static_cast<float>(acc[32 * c + j + 1]));
     if (handed) continue;
     sm90::named_barrier_sync(2 + wg, 128);  // the chunk is in
+    // Row i's four values: rows i and i + 2 differ by 4 (same swizzle), so its address is row (i & 1)'s plus a
+    // constant (an immediate offset: computed per row, the address took ~10 of the ~55 instructions per row).
+    auto store_row = [&](int i) {
+      const float4 v = *reinterpret_cast<const float4*>(row_buf[i & 1] + (i >> 1) * 4 * 64);
+      const float y[4] = {v.x, v.y, v.z, v.w};
+      Epi::template store<4, kVec4Aligned>(ep, m0 + rows[i], col, y, rv[i], cv);
+    };
     if (col < N) {
+      // All 64 rows in (every tile but a ragged last row block): the rows without a branch each, so their chains
+      // (shared-memory read, epilogue math, store) interleave; a branch per row made each its own block.
+      if (full_rows) {
 #pragma unroll
-      for (int i = 0; i < kRows; ++i) {
-        if (row_in[i]) {
-          // Row i's four values: rows i and i + 2 differ by 4 (same swizzle), so its address is row (i & 1)'s plus a
-          // constant (an immediate offset: computed per row, the address took ~10 of the ~55 instructions per row).
-          const float4 v = *reinterpret_cast<const float4*>(row_buf[i & 1] + (i >> 1) * 4 * 64);
-          const float y[4] = {v.x, v.y, v.z, v.w};
-          Epi::template store<4, kVec4Aligned>(ep, m0 + rows[i], col, y, rv[i], cv);
-        }
+        for (int i = 0; i < kRows; ++i) store_row(i);
+      } else {
+#pragma unroll
+        for (int i = 0; i < kRows; ++i)
+          if (row_in[i]) store_row(i);
       }
     }
   }

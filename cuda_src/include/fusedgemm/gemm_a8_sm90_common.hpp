@@ -84,16 +84,17 @@ struct WgmmaConfig {
   // where the epilogue, not the MMAs, sets a tile's time (3 warps, one per sub-partition, are latency bound); or 7
   // with 40 registers beside two chains (consumers 216: 2 x 128 x 216 + 256 x 40 = 65536).
   static constexpr int kEpilogueWarps = kPersistent ? kEpilogueWarps_ : 0;
-  // Rows an epilogue warp has in flight at once (store_parked_rows). SiLU, probe, H100, one process (event us):
-  //                          this loop, 1 row   2 rows   the loop before (1 row, counts held across tiles)
-  //   qkv M = 8192 p128n128      333.5           340.6      346.2
-  //   N 5120 K 768 M 16384       252.5           272.1      293.6
-  //   moe_dn M = 8192            155.5           163.2      170.0
-  // and s128n128 within 1-3% either way. Two rows lose though spill-free (why was not profiled).
+  // Rows an epilogue warp has in flight at once (store_parked_rows): two with 88 registers (s128n128), one with 40.
+  // SiLU, probe, H100, one process, event us, 1 row against 2 (the rows without a branch each where both are in;
+  // docs/results/h100_probe_erows2_all_in.txt):
+  //   s128n128 N 5120 K 768 M 16384   186.1 / 180.0   moe_dn M = 1024 39.9 / 38.9   M = 8192 230.2 / 229.0
+  //   p128n128 N 5120 K 768 M 16384   251.2 / 265.7   qkv M = 8192 324.1 / 328.4    moe_dn M = 8192 265.5 / 275.2
+  //   q128n128 N 5120 K 768 M 16384   200.2 / 202.3   qkv M = 8192 333.7 / 338.9    moe_dn M = 8192 225.9 / 231.5
+  // (Before that, with a clamp and a branch on every row, two rows lost on every config: 2-8% on p128n128.)
 #if defined(FG_PROBE_EPILOGUE_ROWS)  // ci/probe_sm90.py's A/B variant
   static constexpr int kEpilogueRowsAtOnce = FG_PROBE_EPILOGUE_ROWS;
 #else
-  static constexpr int kEpilogueRowsAtOnce = 1;
+  static constexpr int kEpilogueRowsAtOnce = kEpilogueWarps == 7 && kChains == 1 ? 2 : 1;
 #endif
   // persistent: the copy warp and the epilogue warps (one or two warpgroups); else a warpgroup or one warp
   static constexpr int kProducerThreads = kPersistent ? 32 * (1 + kEpilogueWarps) : kSetMaxNReg ? 128 : 32;

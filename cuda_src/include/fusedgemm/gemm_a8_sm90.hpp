@@ -150,7 +150,8 @@ FG_DEVICE void store_handed_chunk(const typename Epi::Params& ep, int M, int N, 
   }
 #pragma unroll 1
   for (int u = 2 * w + (lane >> 4); u < 128 && m0 + u < M; u += 6) {
-    const float4 v = *reinterpret_cast<const float4*>(&buf[(u >> 6) * 64 * 64 + swizzled_index<64>(u & 63, col_local)]);
+    const float* row = buf + (u >> 6) * 64 * 64;  // warpgroup u >> 6's buffer
+    const float4 v = *reinterpret_cast<const float4*>(&row[swizzled_index<64>(u & 63, col_local)]);
     float rv[Epi::kRowValues];
     Epi::load_row(ep, m0 + u, rv);
     const float y[4] = {v.x, v.y, v.z, v.w};
@@ -219,7 +220,7 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
     }
     if constexpr (Cfg::kTileLoop) {
       sm90::mbar_init(&empty[Cfg::kStages], Cfg::kConsumerThreads);  // the handed chunk is in
-      sm90::mbar_init(&empty[Cfg::kStages + 1], 96);                  // ... and stored (three spare warps)
+      sm90::mbar_init(&empty[Cfg::kStages + 1], Cfg::kProducerThreads - 32);  // ... and stored (the spare warps)
     }
     sm90::fence_mbar_init();
   }

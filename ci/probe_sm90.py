@@ -36,7 +36,8 @@ CFGS = {"w64n128": "fg::ConfigW64N128", "w128n128": "fg::ConfigW128N128", "w128n
 # Probe kernel input name -> (C++ input type, the input kind of gemm_a8_spec).
 INPUTS = {"fp8": ("fg::Fp8E4M3", "fp8"), "i8": ("fg::Int8", "int8")}
 VARIANTS = {"default": [], "old_desc": ["-DFG_PROBE_OLD_DESCRIPTORS"], "unroll4": ["-DFG_PROBE_UNROLL=4"],
-            "erows1": ["-DFG_PROBE_EPILOGUE_ROWS=1"], "erows2": ["-DFG_PROBE_EPILOGUE_ROWS=2"], "perrow": ["-DFG_PROBE_STORE_TEST_PER_ROW"],
+            "erows1": ["-DFG_PROBE_EPILOGUE_ROWS=1"], "erows2": ["-DFG_PROBE_EPILOGUE_ROWS=2"],
+            "perrow": ["-DFG_PROBE_STORE_TEST_PER_ROW"],
             "hoisted": ["-DFG_PROBE_STORE_TEST_HOISTED"],
             "oldloop": ["-DFG_PROBE_STORE_TEST_PER_ROW", "-DFG_PROBE_ROW_CLAMP"],
             "nohelp": ["-DFG_PROBE_NO_LAST_TILE_HELP"]}

@@ -252,18 +252,13 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
     }
     if constexpr (Cfg::kTileLoop) {
       if (warp > Cfg::kConsumerThreads / 32) {  // the spare warps: the handed chunk of each tile but the last
-        extern __shared__ u8 smem_spare[];
-        u32 addr = sm90::smem_addr(smem_spare);
-        asm volatile("" : "+r"(addr));  // a fresh base after setmaxnreg: nothing held across it (40 registers)
-        u8* const base = smem_spare + ((1024 - (addr & 1023)) & 1023);
-        const float* buf = reinterpret_cast<const float*>(base + Cfg::kParkedOffset);
-        sm90::u64* handed = reinterpret_cast<sm90::u64*>(base + Cfg::kBarrierOffset) + 2 * Cfg::kStages;
+        const KernelSmem<Cfg> sm;  // a fresh base after setmaxnreg: nothing held across it (40 registers)
         const int w = warp - Cfg::kConsumerThreads / 32 - 1;
         for (int it = 0; it + 1 < my_tiles; ++it) {
           tile_at(it, m0, n0);
-          sm90::mbar_wait(&handed[0], it & 1);
-          store_handed_chunk<Epi>(ep, M, N, m0, n0 + Cfg::kBlockN - 64, buf, w, lane);
-          sm90::mbar_arrive(&handed[1]);
+          sm90::mbar_wait(sm.parked_full(), it & 1);
+          store_handed_chunk<Epi>(ep, M, N, m0, n0 + Cfg::kBlockN - 64, sm.parked(), w, lane);
+          sm90::mbar_arrive(sm.parked_empty());
         }
       }
     }

@@ -278,6 +278,32 @@ FG_DEVICE int acc_col(int t, int j) { return 8 * (j >> 2) + 2 * (t & 3) + (j & 1
 template <int kWidth>
 FG_DEVICE int swizzled_index(int row, int col) { return row * kWidth + (col ^ ((row & 3) << 3)); }
 
+// A wgmma kernel's shared memory: stages (A, then B); the persistent kernel's parked tile or the tile loop's store
+// buffers; the persistent kernel's staged epilogue values; the barriers (the stages' full, empty, then the parked
+// tile's or the handed chunk's full, empty).
+// The base comes through an asm volatile, so each role recomputes it after its setmaxnreg (no CSE with the
+// prologue's copy).
+template <class Cfg>
+struct KernelSmem {
+  u8* base;
+  FG_DEVICE KernelSmem() {
+    extern __shared__ u8 smem_raw[];
+    u32 addr = sm90::smem_addr(smem_raw);
+    asm volatile("" : "+r"(addr));
+    base = smem_raw + ((1024 - (addr & 1023)) & 1023);
+  }
+  FG_DEVICE u8* stage_a() const { return base; }
+  FG_DEVICE u8* stage_b() const { return base + Cfg::kStages * Cfg::kStageBytesA; }
+  FG_DEVICE float* parked() const { return reinterpret_cast<float*>(base + Cfg::kParkedOffset); }
+  FG_DEVICE float* row_staged() const { return reinterpret_cast<float*>(base + Cfg::kStagedOffset); }
+  template <class Epi>
+  FG_DEVICE float* col_staged() const { return row_staged() + Epi::kRowValues * Cfg::kBlockM; }
+  FG_DEVICE sm90::u64* full() const { return reinterpret_cast<sm90::u64*>(base + Cfg::kBarrierOffset); }
+  FG_DEVICE sm90::u64* empty() const { return full() + Cfg::kStages; }
+  FG_DEVICE sm90::u64* parked_full() const { return full() + 2 * Cfg::kStages; }
+  FG_DEVICE sm90::u64* parked_empty() const { return full() + 2 * Cfg::kStages + 1; }
+};
+
 // The column values (Epi::load_col) of a consumer thread's accumulator columns: for each of its kGroups 8-column
 // groups g, columns n0 + acc_col(t, 4 g) and the one after (zeros past N). All are loaded before the first store,
 // so the epilogue waits for one round of loads instead of one per group (ncu, qkv M = 8192: the per-group loads

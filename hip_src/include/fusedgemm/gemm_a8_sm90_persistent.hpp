@@ -76,31 +76,6 @@ FG_DEVICE void store_parked_tile(const typename Epi::Params& ep, const float* pa
     store_parked_rows<Epi, kStride, kRowsAtOnce, false>(ep, parked, row_staged, col_staged, M, m0, col, col_local, w);
 }
 
-// The persistent kernel's shared memory: stages (A, then B), the parked tile, the staged epilogue values, the
-// barriers.
-// The base comes through an asm volatile, so each role recomputes it after its setmaxnreg (no CSE with the
-// prologue's copy).
-template <class Cfg>
-struct PersistentSmem {
-  u8* base;
-  FG_DEVICE PersistentSmem() {
-    extern __shared__ u8 smem_raw[];
-    u32 addr = sm90::smem_addr(smem_raw);
-    asm volatile("" : "+r"(addr));
-    base = smem_raw + ((1024 - (addr & 1023)) & 1023);
-  }
-  FG_DEVICE u8* stage_a() const { return base; }
-  FG_DEVICE u8* stage_b() const { return base + Cfg::kStages * Cfg::kStageBytesA; }
-  FG_DEVICE float* parked() const { return reinterpret_cast<float*>(base + Cfg::kParkedOffset); }
-  FG_DEVICE float* row_staged() const { return reinterpret_cast<float*>(base + Cfg::kStagedOffset); }
-  template <class Epi>
-  FG_DEVICE float* col_staged() const { return row_staged() + Epi::kRowValues * Cfg::kBlockM; }
-  FG_DEVICE sm90::u64* full() const { return reinterpret_cast<sm90::u64*>(base + Cfg::kBarrierOffset); }
-  FG_DEVICE sm90::u64* empty() const { return full() + Cfg::kStages; }
-  FG_DEVICE sm90::u64* parked_full() const { return full() + 2 * Cfg::kStages; }
-  FG_DEVICE sm90::u64* parked_empty() const { return full() + 2 * Cfg::kStages + 1; }
-};
-
 // One wave of CTAs; CTA c computes tiles c, c + gridDim.x, ... (tile_of order). Warp roles:
 //  * consumer warpgroups 0, 1: per tile, the K blocks (consumer_mainloop, K blocks counted across tiles), then
 //    wait until the parked tile is free, park the accumulators as fp32, and go on with the next tile;
@@ -184,11 +159,11 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
   const int tid = static_cast<int>(threadIdx.x);
   const int warp = tid >> 5;
   const int lane = tid & 31;
-  // NOTE: each role derives its shared-memory addresses and tile counts after its setmaxnreg (PersistentSmem,
+  // NOTE: each role derives its shared-memory addresses and tile counts after its setmaxnreg (KernelSmem,
   // from an opaque base): a value computed before the split and live across setmaxnreg.dec 40 would be
   // spilled to local memory.
   if (tid == 0) {
-    const PersistentSmem<Cfg> sm;
+    const KernelSmem<Cfg> sm;
     for (int s = 0; s < Cfg::kStages; ++s) {
       sm90::mbar_init(&sm.full()[s], 1);
       sm90::mbar_init(&sm.empty()[s], Cfg::kPair * kConsumerWarps);
@@ -212,7 +187,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
 
   if (warp >= kConsumerWarps) {
     sm90::setmaxnreg_dec<Cfg::kProducerRegs>();
-    const PersistentSmem<Cfg> sm;
+    const KernelSmem<Cfg> sm;
     int num_n, num_m, num_tiles, kb_count;
     counts(num_n, num_m, num_tiles, kb_count);
     const int w = warp - kConsumerWarps - 1;  // epilogue warp 0..2; -1: the copy warp
@@ -268,8 +243,8 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       const int m0 = m_block * Cfg::kBlockM;
       const int col = n_block * Cfg::kBlockN + 4 * lane;
       const int n0 = n_block * Cfg::kBlockN;
-      // Addresses come from a fresh PersistentSmem per tile: held across the loop, 40 registers do not suffice.
-      const PersistentSmem<Cfg> tsm;
+      // Addresses come from a fresh KernelSmem per tile: held across the loop, 40 registers do not suffice.
+      const KernelSmem<Cfg> tsm;
       float* row_staged = tsm.row_staged();
       float* col_staged = tsm.template col_staged<Epi>();
       // This thread's rows e, e + kEpilogueThreads (while < 128) and columns likewise, each set's loads all in
@@ -323,7 +298,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
           store_parked_tile<Epi, Cfg::kEpilogueWarps, Cfg::kEpilogueRowsAtOnce, kTestHoisted>(
               ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane, w);
       }
-      sm90::mbar_arrive(PersistentSmem<Cfg>().parked_empty());  // a fresh base (above)
+      sm90::mbar_arrive(KernelSmem<Cfg>().parked_empty());  // a fresh base (above)
       FG_PERSISTENT_STAMP(e == 0, 7, it);
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // everyone is done with the staged values
     }
@@ -332,7 +307,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
   }
 
   sm90::setmaxnreg_inc<Cfg::kConsumerRegs>();
-  const PersistentSmem<Cfg> sm;
+  const KernelSmem<Cfg> sm;
   u8* stage_a = sm.stage_a();
   u8* stage_b = sm.stage_b();
   sm90::u64* full = sm.full();

@@ -142,13 +142,15 @@ TILE_LOOP_FILL_MARGIN = 0.05
 def tile_loop_fills(m: int, n: int, sms: int) -> bool:
     """Whether cl128n256's units fill at least two waves of CTA pairs within TILE_LOOP_FILL_MARGIN as fully (outputs
     / the waves' capacity) as p128n128's tiles fill its waves of CTAs."""
-    units = -(-n // 256) * -(-(-(-m // 128)) // 2)
-    pairs = sms // 2
-    waves = -(-units // pairs)
-    tiles = tile_count(kernels.GEMM_A8_CONFIGS["p128n128"], m, n)
-    loop_fill = m * n / (waves * pairs * 2 * 128 * 256)
-    persistent_fill = m * n / (-(-tiles // sms) * sms * 128 * 128)
-    return waves >= 2 and loop_fill >= persistent_fill - TILE_LOOP_FILL_MARGIN
+    loop, persistent = kernels.GEMM_A8_CONFIGS["cl128n256"], kernels.GEMM_A8_CONFIGS["p128n128"]
+
+    def waves_and_fill(cfg: kernels.TileConfig, ctas_per_wave: int) -> tuple[int, float]:
+        waves = -(-tile_count(cfg, m, n) // ctas_per_wave)
+        return waves, m * n / (waves * ctas_per_wave * cfg.block_m * cfg.block_n)
+
+    loop_waves, loop_fill = waves_and_fill(loop, sms // 2 * 2)  # whole pairs
+    _waves, persistent_fill = waves_and_fill(persistent, sms)
+    return loop_waves >= 2 and loop_fill >= persistent_fill - TILE_LOOP_FILL_MARGIN
 
 
 def _persistent(m: int, n: int, k: int, sms: int, in_kind: str) -> kernels.TileConfig | None:

@@ -53,17 +53,12 @@ class Timer:
 
         Each rep: flush, a spin kernel longer than the host needs to issue fn (measured during warm-up), start
         event, fn, end event -- so the events time the GPU work of fn, never the host issuing it."""
-        host_us = 0.0  # enqueue time per call (no sync inside), the slowest fn's
-        for fn in fns:
-            t0 = time.perf_counter()
-            for _ in range(self.warmup):
-                fn()
-            host_us = max(host_us, (time.perf_counter() - t0) / self.warmup * 1e6)
+        host_us = max(warm_host_us(fn, self.warmup) for fn in fns)  # the slowest fn's enqueue time per call
         torch.cuda.synchronize()
         # The GPU must not reach the start event before fn's work is queued, or the host's time to issue fn
         # (tens of us for a torch.compile'd function's guards) is measured as device time. So each rep
         # parks the GPU in a spin kernel for longer than the host needs to issue fn (cycles at <= 2 GHz).
-        spin_cycles = int((2 * host_us + 20) * 2000)
+        spin_cycles = spin_cycles_for(host_us)
         pairs = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(self.reps)] for _ in fns]
         for r in range(self.reps):
@@ -76,6 +71,32 @@ class Timer:
                 e.record()
         torch.cuda.synchronize()
         return [statistics.median(s.elapsed_time(e) for s, e in evs) * 1e3 for evs in pairs]
+
+
+# The spin kernel's length is bounded: an enqueue time of 10 ms (a host stall, not an issue cost) would already
+# park the GPU for 20 ms per rep.
+MAX_SPIN_US = 20_000
+
+
+def warm_host_us(fn, calls: int) -> float:
+    """Median host time (us) to enqueue one call of fn (no sync inside), over `calls` calls after a first one that
+    is not counted. The first call of a row builds or loads its code object (the whole sm_90a unit on a fresh
+    machine: ~40 s) or compiles (torch.compile's baseline): counted in, as the mean over the warm-up calls once
+    was, it made every rep's spin kernel tens of seconds long, and a bench's first row on a fresh machine sat for
+    over 420 s (H100, e244ff2)."""
+    fn()
+    times = []
+    for _ in range(max(1, calls)):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e6)
+    return statistics.median(times)
+
+
+def spin_cycles_for(host_us: float) -> int:
+    """Cycles (at <= 2 GHz) of the spin kernel before each timed rep: twice the host's enqueue time plus 20 us, at
+    most MAX_SPIN_US."""
+    return int(min(2 * host_us + 20, MAX_SPIN_US) * 2000)
 
 
 def kernel_us(fn, timer: Timer, reps: int = 30) -> float:

@@ -5,6 +5,8 @@
 #                                                       (+ .json for the grids)
 #   fp8_decode int8_decode                              the grid's M <= 64 rows with --kernel-time (the profiler's
 #                                                       per-call setup makes it slow on all rows)
+#   fp8_sweep_tune fp8_grid_tune                       --tune (every plan rep by rep) on the sweep / the grid at
+#                                                       M >= 256 -> $OUT/<step>.txt, entries merged into $OUT/tuned_fp8.json
 #   decode                                              ci/decode_fixed_cost.py -> $OUT/decode.txt
 #   tests                                               the gemm_a8 + epilogue + matmul_fused GPU tests -> $OUT/gpu_tests.log
 # On a fresh machine the first step that calls gemm_a8 builds the sm_90a unit (FUSEDGEMM_JIT_VERBOSE prints how long).
@@ -23,6 +25,8 @@ for s in "$@"; do
     fp8_grid) a8 fp8_grid 200 --json "$OUT/fp8_grid.json" ;;
     fp8_decode) a8 fp8_decode 150 --kernel-time --M 1 16 64 ;;
     int8_decode) a8 int8_decode 150 --dtype int8 --kernel-time --M 1 16 64 ;;
+    fp8_sweep_tune) a8 fp8_sweep_tune 240 --sweep --tune "$OUT/tuned_fp8.json" ;;
+    fp8_grid_tune) a8 fp8_grid_tune 240 --M 256 1024 4096 8192 --tune "$OUT/tuned_fp8.json" ;;
     int8_sweep) a8 int8_sweep 200 --dtype int8 --sweep ;;
     int8_grid) a8 int8_grid 200 --dtype int8 --json "$OUT/int8_grid.json" ;;
     bf16_grid) step bf16_grid 240 python3 -m fusedgemm.bench matmul_fused --no-compile --json "$OUT/bf16_grid.json" ;;
@@ -36,6 +40,7 @@ for s in "$@"; do
   case $s in
     tests) grep -E "passed|failed" "$OUT/tests.txt" | tail -3 ;;
     decode) sed -n '/^fit/,$p' "$OUT/decode.txt" ;;
+    *tune) grep -E "^--tune" "$OUT/$s.txt" ;;
     *) grep -E "^(sweep|geomean|  kernel time)|compile " "$OUT/$s.txt" | sed "s/^/$s | /" ;;
   esac
 done

@@ -4,6 +4,7 @@ Run on a GPU machine: python3 ci/decode_fixed_cost.py [--out FILE]. For N in --N
 time (profiler, L2 flushed before each call; bench/common.kernel_us) of
   - gemm_a8 fp8 bias_silu on the heuristic's plan and on v16n128 forced at split-K 1, 2 and 4;
   - a plain read of the same weight bytes (a float32 sum over them: one pass, nothing written);
+  - a device-to-device copy of them (bytes counted twice: read and written);
 then fits time = fixed + bytes / rate by least squares over K for each. A decode row's time over its floor is
 (fixed + bytes / rate) / (bytes / copy bandwidth): the fixed term is what keeps small weights (o_proj, moe_dn)
 far from the floor even when the rate is the copy bandwidth's.
@@ -43,7 +44,7 @@ def main() -> int:
     bw = copy_bandwidth_gbs(timer)
     variants = {"heuristic": None, "v16n128:1": ("v16n128", 1), "v16n128:2": ("v16n128", 2),
                 "v16n128:4": ("v16n128", 4)}
-    points: dict[str, list[tuple[float, float]]] = {name: [] for name in (*variants, "plain read")}
+    points: dict[str, list[tuple[float, float]]] = {name: [] for name in (*variants, "plain read", "copy")}
     print(f"{torch.cuda.get_device_name()}  copy {bw:.0f} GB/s  (kernel time, us)")
     print(f"{'N':>6} {'K':>6} {'MB':>7} {'floor':>7} " + " ".join(f"{n:>11}" for n in points))
     for n in args.N:
@@ -61,14 +62,20 @@ def main() -> int:
             def plain_read():
                 return torch.sum(w.view(torch.float32))
 
+            dst = torch.empty_like(w)
+
+            def copy():
+                return dst.copy_(w)
+
             mb = n * k / 1e6
             row = {}
             for name, plan in variants.items():
                 fn = ours if plan is None else with_plan(ours, *plan)
                 row[name] = kernel_us(fn, timer)
             row["plain read"] = kernel_us(plain_read, timer)
+            row["copy"] = kernel_us(copy, timer)
             for name, us in row.items():
-                points[name].append((mb, us))
+                points[name].append((2 * mb if name == "copy" else mb, us))
             print(f"{n:6d} {k:6d} {mb:7.1f} {mb * 1e6 / (bw * 1e3):7.1f} "
                   + " ".join(f"{row[name]:11.1f}" for name in points))
     print("fit over all points: time = fixed + MB / rate")

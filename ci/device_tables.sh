@@ -7,6 +7,8 @@
 #                                                       per-call setup makes it slow on all rows)
 #   fp8_sweep_tune fp8_grid_tune                       --tune (every plan rep by rep) on the sweep / the grid at
 #                                                       M >= 256 -> $OUT/<step>.txt, entries merged into $OUT/tuned_fp8.json
+#   few_tiles_plans m256_plans                          --compare-plans, rep by rep, on ci/shapes_few_tiles.json at
+#                                                       M 256-1024 / on the grid's M = 256 rows (100 reps)
 #   decode                                              ci/decode_fixed_cost.py -> $OUT/decode.txt
 #   tests                                               the gemm_a8 + epilogue + matmul_fused GPU tests -> $OUT/gpu_tests.log
 # On a fresh machine the first step that calls gemm_a8 builds the sm_90a unit (FUSEDGEMM_JIT_VERBOSE prints how long).
@@ -27,6 +29,9 @@ for s in "$@"; do
     int8_decode) a8 int8_decode 150 --dtype int8 --kernel-time --M 1 16 64 ;;
     fp8_sweep_tune) a8 fp8_sweep_tune 240 --sweep --tune "$OUT/tuned_fp8.json" ;;
     fp8_grid_tune) a8 fp8_grid_tune 240 --M 256 1024 4096 8192 --tune "$OUT/tuned_fp8.json" ;;
+    few_tiles_plans) a8 few_tiles_plans 200 --shapes ci/shapes_few_tiles.json --M 256 512 1024 --reps 60 \
+                       --compare-plans w64n128:1 w64n128:2 w128n128:1 w128n128:2 p128n128:1 s128n128:1 q128n128:1 ;;
+    m256_plans) a8 m256_plans 200 --M 256 --reps 100 --compare-plans p128n128:1 s128n128:1 q128n128:1 w128n128:2 ;;
     int8_sweep) a8 int8_sweep 200 --dtype int8 --sweep ;;
     int8_grid) a8 int8_grid 200 --dtype int8 --json "$OUT/int8_grid.json" ;;
     bf16_grid) step bf16_grid 240 python3 -m fusedgemm.bench matmul_fused --no-compile --json "$OUT/bf16_grid.json" ;;
@@ -41,6 +46,7 @@ for s in "$@"; do
     tests) grep -E "passed|failed" "$OUT/tests.txt" | tail -3 ;;
     decode) sed -n '/^fit/,$p' "$OUT/decode.txt" ;;
     *tune) grep -E "^--tune" "$OUT/$s.txt" ;;
+    *plans) sed -n '/chosen plan/,/^geomean/p' "$OUT/$s.txt" | grep -v geomean ;;
     *) grep -E "^(sweep|geomean|  kernel time)|compile " "$OUT/$s.txt" | sed "s/^/$s | /" ;;
   esac
 done

@@ -74,6 +74,10 @@ L2_PROMOTION = {"0": 0, "64": 1, "128": 2, "256": 3}  # CUtensorMapL2promotion b
 # label: (M, N, K, config, split-K, input, probe modes timed)
 CASES = {
     "qkv M=1 v16n128 s4": (1, 6144, 4096, "v16n128", 4, "fp8", ("normal", "no_mma", "no_copy")),
+    "o_proj M=1 v16n128 s4": (1, 4096, 4096, "v16n128", 4, "fp8", ("normal", "no_mma", "no_copy")),
+    "moe_dn M=1 v16n128 s4": (1, 7168, 2048, "v16n128", 4, "fp8", ("normal", "no_mma", "no_copy")),
+    "down M=1 v16n128 s4": (1, 4096, 14336, "v16n128", 4, "fp8", ("normal", "no_mma", "no_copy")),
+    "gate_up M=1 v16n128 s1": (1, 28672, 4096, "v16n128", 1, "fp8", ("normal", "no_mma", "no_copy")),
     "qkv M=256 w128n128": (256, 6144, 4096, "w128n128", 1, "fp8", ("normal", "no_copy")),
     "qkv M=1024 w128n192": (1024, 6144, 4096, "w128n192", 1, "fp8", ("normal", "no_copy")),
     "qkv M=8192 w128n128": (8192, 6144, 4096, "w128n128", 1, "fp8", ("normal", "no_mma", "no_copy")),
@@ -188,10 +192,12 @@ def sustained(fn, seconds: float):
     return start.elapsed_time(end) * 1e3 / calls, mhz, watts
 
 
-def timeline(mod, name: str, signature, cfg, grid, stream, args, k: int) -> dict:
-    """Run kernel `name` of the stamps build once (after a warm-up) and summarise its per-CTA stamps
-    (gemm_a8_sm90.hpp, FG_PROBE_STAMPS): start = entry -> main loop (barrier init, CTA set-up, and the wait
-    for the first stage), loop, epi (epilogue), gap = this CTA's end -> the next CTA's entry on the same SM.
+def timeline(mod, name: str, signature, cfg, grid, cluster, stream, args, k: int, flush=None) -> dict:
+    """Run kernel `name` of the stamps build once (after a warm-up; `flush()` first, if given, so its operands come
+    from DRAM as in the bench) and summarise its per-CTA stamps (gemm_a8_sm90.hpp, FG_PROBE_STAMPS): start = entry
+    -> main loop (barrier init, CTA set-up, and the wait for the first stage), loop, epi (epilogue, with split-K's
+    reduction over the cluster), gap = this CTA's end -> the next CTA's entry on the same SM; first = the first
+    CTA's entry -> the last CTA's entry; wall = the first entry -> the last end.
     args: the kernel's packed values (signature.values_in_order); k: the problem's K."""
     import statistics
 
@@ -199,13 +205,15 @@ def timeline(mod, name: str, signature, cfg, grid, stream, args, k: int) -> dict
 
     from fusedgemm.runtime.kernels import Signature
 
-    ctas = grid[0] * grid[1]
+    ctas = grid[0] * grid[1] * grid[2]
     buf = torch.zeros(ctas * 8, dtype=torch.int64, device="cuda")
     mod.kernel("probe_set_stamps", Signature((("p", "ptr"),)))((1, 1, 1), 1, 0, stream, buf.data_ptr())
     kern = mod.kernel(name, signature)
     kern.set_max_dynamic_smem(cfg.smem)
-    for _ in range(3):
-        kern(grid, cfg.warps * 32, cfg.smem, stream, *args)
+    for i in range(3):
+        if i == 2 and flush is not None:
+            flush()
+        kern.launch_cluster(grid, cluster, cfg.warps * 32, cfg.smem, stream, *args)
     torch.cuda.synchronize()
     s = buf.view(ctas, 8).cpu().tolist()
     per_sm: dict[int, list] = {}
@@ -219,8 +227,10 @@ def timeline(mod, name: str, signature, cfg, grid, stream, args, k: int) -> dict
     loop_ns = med([r[2] - r[1] for r in s])
     loop_cycles = med([r[5] - r[4] for r in s])
     return dict(wall=(max(r[3] for r in s) - min(r[0] for r in s)) / 1e3, per_sm=ctas / len(per_sm),
+                first=(max(r[0] for r in s) - min(r[0] for r in s)) / 1e3,
                 start=med([r[1] - r[0] for r in s]) / 1e3, loop=loop_ns / 1e3, epi=med([r[3] - r[2] for r in s]) / 1e3,
-                gap=med(gaps) / 1e3, loop_cycles=loop_cycles,
+                gap=med(gaps) / 1e3, loop_cycles=loop_cycles, start_max=max(r[1] - r[0] for r in s) / 1e3,
+                loop_max=max(r[2] - r[1] for r in s) / 1e3, epi_max=max(r[3] - r[2] for r in s) / 1e3,
                 ideal=cfg.block_m * cfg.block_n * k / 4096, mhz=loop_cycles / loop_ns * 1e3)
 
 
@@ -433,10 +443,10 @@ def main() -> int:
             sig = probe_spec(variant, cfg_name, in_name).signature
             a_map, b_map = maps(None)
             return sig, sig.values_in_order(dict(values, a_map=a_map, b_map=b_map))
-        if stamps_mod is not None and splits == 1 and not cfg.persistent:  # stamps: CTA-per-tile kernels
+        if stamps_mod is not None and not cfg.persistent:  # stamps: CTA-per-tile kernels
             sig, kargs = timeline_args(STAMPS_VARIANT[0])
             timelines.append((label, timeline(stamps_mod, probe_name(in_name, cfg_name, "normal"), sig, cfg, grid,
-                                              stream, kargs, k)))
+                                              cluster, stream, kargs, k, flush=timer.flush_l2)))
         elif stamps_mod is not None and cfg.persistent:
             sig, kargs = timeline_args(STAMPS_VARIANT[0])
             ptimelines.append((label, persistent_timeline(
@@ -464,11 +474,12 @@ def main() -> int:
     if timelines:
         print("\nper-CTA timeline of the normal kernel with a SiLU epilogue (median over CTAs; us, except "
               "cycles); ideal = the main loop's MMA cycles at the datasheet rate (4096 fp8 MAC per SM per clock)")
-        print(f"{'case':28} {'wall':>7} {'CTAs/SM':>7} {'start':>6} {'loop':>7} {'epi':>6} {'gap':>6} "
-              f"{'loop cyc':>9} {'ideal':>7} {'MHz':>5}")
+        print(f"{'case':28} {'wall':>7} {'CTAs/SM':>7} {'first':>6} {'start':>6} {'loop':>7} {'epi':>6} {'gap':>6} "
+              f"{'loop cyc':>9} {'ideal':>7} {'MHz':>5}  max: {'start':>6} {'loop':>7} {'epi':>6}")
         for label, t in timelines:
-            print(f"{label:28} {t['wall']:7.1f} {t['per_sm']:7.1f} {t['start']:6.2f} {t['loop']:7.2f} "
-                  f"{t['epi']:6.2f} {t['gap']:6.2f} {t['loop_cycles']:9.0f} {t['ideal']:7.0f} {t['mhz']:5.0f}")
+            print(f"{label:28} {t['wall']:7.1f} {t['per_sm']:7.1f} {t['first']:6.2f} {t['start']:6.2f} {t['loop']:7.2f} "
+                  f"{t['epi']:6.2f} {t['gap']:6.2f} {t['loop_cycles']:9.0f} {t['ideal']:7.0f} {t['mhz']:5.0f}       "
+                  f"{t['start_max']:6.2f} {t['loop_max']:7.2f} {t['epi_max']:6.2f}")
     if ptimelines:
         print("\npersistent kernels with a SiLU epilogue: per-tile SM cycles, median over CTAs and tiles (not the "
               "first or last of a CTA); ideal = a tile's MMA cycles at 4096 fp8 MAC per SM per clock")

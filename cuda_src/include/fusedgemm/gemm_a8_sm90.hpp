@@ -46,11 +46,12 @@ FG_DEVICE void probe_stamp(int slot, bool clock) {
     t = clock64();
   else
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-  fg_probe_stamps[(blockIdx.y * gridDim.x + blockIdx.x) * 8 + slot] = t;
+  const unsigned cta = (blockIdx.z * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;  // split-K CTAs too
+  fg_probe_stamps[cta * 8 + slot] = t;
   if (slot == 0) {
     unsigned sm;
     asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-    fg_probe_stamps[(blockIdx.y * gridDim.x + blockIdx.x) * 8 + 7] = sm;
+    fg_probe_stamps[cta * 8 + 7] = sm;
   }
 }
 #define FG_PROBE_STAMP(SLOT, CLOCK) probe_stamp(SLOT, CLOCK)
@@ -303,6 +304,10 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   Acc acc[kAcc];
 #pragma unroll
   for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
+  // The swapped (decode) tiles load their share's epilogue values now, under the weight stream (the other tiles'
+  // one-element struct is never loaded or read).
+  SwappedOperands<Epi, Cfg::kSwapAB ? kAcc : 4, Cfg::kSwapAB ? kAccPerMma : 4> swapped_ops;
+  if constexpr (Cfg::kSwapAB) swapped_ops.load(ep, M, N, m0, n0, ct);
   FG_PROBE_STAMP(1, false);
   FG_PROBE_STAMP(4, true);
   consumer_mainloop<In, Cfg, kProbe>(acc, 0, kb_count, stage_a, stage_b, full, empty,
@@ -313,7 +318,8 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   FG_PROBE_STAMP(2, false);
   // ---- epilogue -------------------------------------------------------------------------------------------
   if constexpr (Cfg::kSwapAB) {
-    store_swapped<Epi, Cfg, kAcc, kAccPerMma>(ep, M, N, m0, n0, ct, splits, rank, acc, smem);
+    store_swapped<Epi, Cfg, kAcc, kAccPerMma>(ep, M, N, m0, n0, ct, splits, rank, acc, swapped_ops, smem);
+    FG_PROBE_STAMP(3, false);
   } else {
     const int wg_row0 = m0 + 64 * (warp >> 2);  // first row of the warpgroup's tile
     const int row0 = wg_row0 + acc_row(ct, 0);

@@ -407,13 +407,81 @@ FG_DEVICE void cluster_sum(const u32* partial, int j, int t, int splits, Acc (&v
 // D row (a weight row: output column n0 + 64 h + acc_row) and column (an activation row: output row m0 +
 // acc_col) follow the wgmma D layout. Each value is stored alone (2 bytes; a decode call writes a few KB).
 // With split-K, the partial tiles are reduced over the cluster as in the unswapped path (fixed order), each
-// CTA storing 1 / splits of the elements.
+// CTA storing 1 / splits of the elements: its share, j0 <= j < j0 + per_rank (j0 = rank * per_rank).
+//
+// A thread's elements span few rows and columns: acc_col reads bits 0 and 2.. of e = j % kAccPerMma (kAccPerMma / 2
+// rows), acc_row bit 1 of e and h (2 kAcc / kAccPerMma columns). SwappedOperands holds the epilogue's values of
+// those rows and columns, loaded in one batch before the main loop so that their latency hides under the weight
+// stream. Loaded in the store loop (as they still are where kEarly is false), each element waited for its own
+// DRAM round trip after the last K block, one element after another: the epilogue took 2.3 of the 10.5 us of qkv
+// M = 1 at split-K 4 (H200, probe_sm90.py --stamps). kEarly: the values fit beside the main loop's registers.
+constexpr int kMaxEarlyValues = 32;  // floats per thread
+template <class Epi, int kAcc, int kAccPerMma>
+struct SwappedOperands {
+  static_assert(kAccPerMma % 4 == 0 && kAcc % kAccPerMma == 0, "whole m64 wgmma D fragments");
+  static constexpr int kRows = kAccPerMma / 2;
+  static constexpr int kCols = 2 * kAcc / kAccPerMma;
+  static constexpr int kColSets = Epi::kPairs ? 2 : 1;  // a paired epilogue's weight rows n and n + 1
+  static constexpr bool kEarly =
+      kRows * Epi::kRowValues + kColSets * kCols * Epi::kColValues <= kMaxEarlyValues;
+  float r[kEarly ? kRows : 1][Epi::kRowValues];
+  float c[kColSets][kEarly ? kCols : 1][Epi::kColValues];
+
+  FG_DEVICE static constexpr int row_slot(int j) { return (j & 1) | ((j % kAccPerMma) >> 2 << 1); }
+  FG_DEVICE static constexpr int col_slot(int j) { return 2 * (j / kAccPerMma) + ((j >> 1) & 1); }
+  FG_DEVICE static void position(int m0, int n0, int t, int j, int& m, int& n) {
+    const int h = j / kAccPerMma, e = j % kAccPerMma;
+    m = m0 + acc_col(t, e);
+    n = n0 + 64 * h + acc_row(t, e);
+  }
+
+  FG_DEVICE void load(const typename Epi::Params& ep, int M, int N, int m0, int n0, int t) {
+    if constexpr (kEarly) {
+      int ms[kRows], ns[kColSets][kCols];
+      bool m_in[kRows], n_in[kCols];
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) {  // every element: each slot is written (identically) by several
+        int m, n;
+        position(m0, n0, t, j, m, n);
+        ms[row_slot(j)] = m, m_in[row_slot(j)] = m < M;
+        n_in[col_slot(j)] = n < N;  // N % 16 == 0: a pair's row n + 1 is in with n
+#pragma unroll
+        for (int p = 0; p < kColSets; ++p) ns[p][col_slot(j)] = n + p;
+      }
+      Epi::template load_rows<kRows>(ep, ms, m_in, r);
+#pragma unroll
+      for (int p = 0; p < kColSets; ++p) Epi::template load_cols<kCols>(ep, ns[p], n_in, c[p]);
+    }
+  }
+};
+
+// out = a[idx] by selects over compile-time indices (a run-time index into a register array would put the array
+// in local memory); folds to a plain copy where idx is a compile-time constant.
+template <int kN, int kV>
+FG_DEVICE void pick_values(const float (&a)[kN][kV], int idx, float (&out)[kV]) {
+#pragma unroll
+  for (int x = 0; x < kV; ++x) out[x] = a[0][x];
+#pragma unroll
+  for (int k = 1; k < kN; ++k)
+    if (idx == k)
+#pragma unroll
+      for (int x = 0; x < kV; ++x) out[x] = a[k][x];
+}
+
 template <class Epi, class Cfg, int kAcc, int kAccPerMma, class Acc>
 FG_DEVICE void store_swapped(const typename Epi::Params& ep, int M, int N, int m0, int n0, int t, int splits, int rank,
-                             const Acc (&acc)[kAcc], u8* smem) {
+                             const Acc (&acc)[kAcc], const SwappedOperands<Epi, kAcc, kAccPerMma>& ops, u8* smem) {
+  using Ops = SwappedOperands<Epi, kAcc, kAccPerMma>;
+  // Element j with value v.
   auto store_one = [&](int j, Acc v) {
-    const int h = j / kAccPerMma, e = j % kAccPerMma;
-    const int m = m0 + acc_col(t, e), n = n0 + 64 * h + acc_row(t, e);
+    int m, n;
+    Ops::position(m0, n0, t, j, m, n);
+    float r[Epi::kRowValues], c[Ops::kColSets][Epi::kColValues];
+    if constexpr (Ops::kEarly) {
+      pick_values(ops.r, Ops::row_slot(j), r);
+#pragma unroll
+      for (int p = 0; p < Ops::kColSets; ++p) pick_values(ops.c[p], Ops::col_slot(j), c[p]);
+    }
     if constexpr (Epi::kPairs) {
       // A paired epilogue takes weight-row pairs (gate 2j, up 2j + 1). Weight row n + 1 is acc_row + 1: thread
       // t ^ 4 of the same warp, same element, same activation row (acc_col reads t & 3 only). Every thread
@@ -422,17 +490,19 @@ FG_DEVICE void store_swapped(const typename Epi::Params& ep, int M, int N, int m
       const float mine = static_cast<float>(v);
       const float other = arch::shfl_xor(mine, 4);
       if ((t & 4) || m >= M || n >= N) return;
-      float r[Epi::kRowValues], c[2][Epi::kColValues];
-      Epi::load_row(ep, m, r);
-      Epi::load_col(ep, n, c[0]);
-      Epi::load_col(ep, n + 1, c[1]);
+      if constexpr (!Ops::kEarly) {
+        Epi::load_row(ep, m, r);
+        Epi::load_col(ep, n, c[0]);
+        Epi::load_col(ep, n + 1, c[1]);
+      }
       const float a[2] = {mine, other};
       Epi::template store<2>(ep, m, n, a, r, c);
     } else {
       if (m >= M || n >= N) return;
-      float r[Epi::kRowValues], c[1][Epi::kColValues];
-      Epi::load_row(ep, m, r);
-      Epi::load_col(ep, n, c[0]);
+      if constexpr (!Ops::kEarly) {
+        Epi::load_row(ep, m, r);
+        Epi::load_col(ep, n, c[0]);
+      }
       const float a[1] = {static_cast<float>(v)};
       Epi::template store<1>(ep, m, n, a, r, c);
     }
@@ -442,13 +512,27 @@ FG_DEVICE void store_swapped(const typename Epi::Params& ep, int M, int N, int m
     for (int j = 0; j < kAcc; ++j) store_one(j, acc[j]);
     return;
   }
+  // The share's sums over the cluster first (all their shared-memory reads in flight), then the stores; the split
+  // count a compile-time one, so that the share's loops unroll over registers. (Unrolled over all kAcc elements,
+  // each under a test of the share, they made ~3x the SASS and the epilogue 2.4 us longer: H200, qkv M = 1.)
   const u32* partial = park_partials<Cfg>(acc, smem, t);
-  const int per_rank = kAcc / splits;
-  for (int j = rank * per_rank; j < (rank + 1) * per_rank; ++j) {
-    Acc v[1];
-    cluster_sum<Cfg>(partial, j, t, splits, v);
-    store_one(j, v[0]);
-  }
+  auto reduce_and_store = [&](auto split_count) {
+    constexpr int kSplits = decltype(split_count)::value;
+    constexpr int kShare = kAcc / kSplits;
+    const int j0 = rank * kShare;
+    Acc v[kShare][1];
+#pragma unroll
+    for (int i = 0; i < kShare; ++i) cluster_sum<Cfg>(partial, j0 + i, t, kSplits, v[i]);  // inlined: kSplits loads
+#pragma unroll
+    for (int i = 0; i < kShare; ++i) store_one(j0 + i, v[i][0]);
+  };
+  static_assert(kAcc % 8 == 0, "split-K up to 8 gives every CTA whole elements");
+  if (splits == 2)
+    reduce_and_store(IntConstant<2>{});
+  else if (splits == 4)
+    reduce_and_store(IntConstant<4>{});
+  else
+    reduce_and_store(IntConstant<8>{});  // the cluster limit (SPLITS in plan/__init__.py)
   sm90::cluster_sync();  // keep this CTA's partial tile alive until every CTA has read it
 }
 

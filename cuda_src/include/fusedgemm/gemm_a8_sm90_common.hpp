@@ -438,19 +438,22 @@ struct SwappedOperands {
   FG_DEVICE void load(const typename Epi::Params& ep, int M, int N, int m0, int n0, int t) {
     if constexpr (kEarly) {
       int ms[kRows], ns[kColSets][kCols];
-      bool m_in[kRows], n_in[kCols];
+      bool m_in[kRows], n_in[kColSets][kCols];
 #pragma unroll
       for (int j = 0; j < kAcc; ++j) {  // every element: each slot is written (identically) by several
         int m, n;
         position(m0, n0, t, j, m, n);
         ms[row_slot(j)] = m, m_in[row_slot(j)] = m < M;
-        n_in[col_slot(j)] = n < N;  // N % 16 == 0: a pair's row n + 1 is in with n
 #pragma unroll
-        for (int p = 0; p < kColSets; ++p) ns[p][col_slot(j)] = n + p;
+        for (int p = 0; p < kColSets; ++p) {
+          // A pair's odd row (t & 4: its values are never used) may be N - 1: row N is not read.
+          ns[p][col_slot(j)] = n + p;
+          n_in[p][col_slot(j)] = n + p < N;
+        }
       }
       Epi::template load_rows<kRows>(ep, ms, m_in, r);
 #pragma unroll
-      for (int p = 0; p < kColSets; ++p) Epi::template load_cols<kCols>(ep, ns[p], n_in, c[p]);
+      for (int p = 0; p < kColSets; ++p) Epi::template load_cols<kCols>(ep, ns[p], n_in[p], c[p]);
     }
   }
 };

@@ -1,8 +1,9 @@
-"""Decode (M = 1) time against weight bytes: fixed cost and streaming rate of gemm_a8 and of a plain read.
+"""Decode time against weight bytes: fixed cost and streaming rate of gemm_a8 and of a plain read.
 
-Run on a GPU machine: python3 ci/decode_fixed_cost.py [--out FILE]. For N in --N and K in --K it takes the kernel
-time (profiler, L2 flushed before each call; bench/common.kernel_us) of
-  - gemm_a8 fp8 bias_silu on the heuristic's plan and on v16n128 forced at split-K 1, 2 and 4;
+Run on a GPU machine: python3 ci/decode_fixed_cost.py [--M 1] [--plans v16n128:1 ...] [--out FILE]. For N in --N and
+K in --K it takes the kernel time (profiler, L2 flushed before each call; bench/common.kernel_us) of
+  - gemm_a8 fp8 bias_silu at M = --M on the heuristic's plan and on each of --plans forced (default: v16n128 at
+    split-K 1, 2 and 4; for M 17-64, e.g. w64n128:1 w64n128:2 w64n128:4);
   - a plain read of the same weight bytes (a float32 sum over them: one pass, nothing written);
   - a device-to-device copy of them (bytes counted twice: read and written);
 then fits time = fixed + bytes / rate by least squares over K for each. A decode row's time over its floor is
@@ -38,23 +39,28 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--N", type=int, nargs="+", default=[4096, 6144])
     p.add_argument("--K", type=int, nargs="+", default=[1024, 2048, 4096, 8192, 16384])
+    p.add_argument("--M", type=int, default=1, help="activation rows (default 1)")
+    p.add_argument("--plans", nargs="*", default=["v16n128:1", "v16n128:2", "v16n128:4"],
+                   help="CONFIG:SPLITS plans to force beside the heuristic's")
     p.add_argument("--out", help="write the points and fits as JSON here")
     args = p.parse_args()
     timer = Timer(reps=20)
     bw = copy_bandwidth_gbs(timer)
-    variants = {"heuristic": None, "v16n128:1": ("v16n128", 1), "v16n128:2": ("v16n128", 2),
-                "v16n128:4": ("v16n128", 4)}
+    variants = {"heuristic": None}
+    for plan in args.plans:
+        name, splits = plan.split(":")
+        variants[plan] = (name, int(splits))
     points: dict[str, list[tuple[float, float]]] = {name: [] for name in (*variants, "plain read", "copy")}
-    print(f"{torch.cuda.get_device_name()}  copy {bw:.0f} GB/s  (kernel time, us)")
+    print(f"{torch.cuda.get_device_name()}  copy {bw:.0f} GB/s  M = {args.M}  (kernel time, us)")
     print(f"{'N':>6} {'K':>6} {'MB':>7} {'floor':>7} " + " ".join(f"{n:>11}" for n in points))
     for n in args.N:
         for k in args.K:
-            x = torch.randn(1, k, device="cuda").to(torch.float8_e4m3fn)
+            x = torch.randn(args.M, k, device="cuda").to(torch.float8_e4m3fn)
             w = torch.randn(n, k, device="cuda").to(torch.float8_e4m3fn)
             wq = fg.preshuffle(w)
-            sa, sb = torch.rand(1, device="cuda"), torch.rand(n, device="cuda")
+            sa, sb = torch.rand(args.M, device="cuda"), torch.rand(n, device="cuda")
             bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
-            out = torch.empty(1, n, device="cuda", dtype=torch.bfloat16)
+            out = torch.empty(args.M, n, device="cuda", dtype=torch.bfloat16)
 
             def ours():
                 return fg.gemm_a8(x, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu", out=out)

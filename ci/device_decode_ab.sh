@@ -2,7 +2,8 @@
 # Run on the GPU machine from the repository root (the device tool): decode (M = 1) kernel times of an earlier tree
 # ($BEFORE, e.g. `git archive` of a commit unpacked into an ignored folder and carried) against this one, one GPU, one
 # session. First ci/device_core.sh with BEFORE (both sm_90a units built, this tree's smoke check and GPU tests: the
-# files given, else its default); then ci/decode_fixed_cost.py of each tree in turn, ROUNDS (2) times, into
+# files given, else its default); then ci/decode_fixed_cost.py $DECODE_ARGS (e.g. "--M 64 --plans w64n128:4"; both
+# trees' script must take them) of each tree in turn, ROUNDS (2) times, into
 # $OUT/decode_ab.txt; then, if .probe holds this tree's probe cubins (`python3 ci/probe_sm90.py --build-only .probe
 # --configs v16n128 --variants default`), the decode tiles' per-CTA timeline into $OUT/probe.txt. Fits last.
 source "$(dirname "$0")/device_env.sh"
@@ -12,7 +13,7 @@ for r in $(seq 1 "${ROUNDS:-2}"); do
     dir=$PWD cache=$FUSEDGEMM_CACHE_DIR
     [ $tree = before ] && dir=$BEFORE cache=/tmp/fgcache_before
     echo "== $tree, round $r" >> "$OUT/decode_ab.txt"
-    ( cd "$dir" && PYTHONPATH=$dir/pkg FUSEDGEMM_CACHE_DIR=$cache timeout 120 python3 ci/decode_fixed_cost.py ) 2>&1 \
+    ( cd "$dir" && PYTHONPATH=$dir/pkg FUSEDGEMM_CACHE_DIR=$cache timeout 120 python3 ci/decode_fixed_cost.py ${DECODE_ARGS:-} ) 2>&1 \
       | grep -v -i warn >> "$OUT/decode_ab.txt"
   done
 done

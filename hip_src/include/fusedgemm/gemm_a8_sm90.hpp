@@ -303,8 +303,8 @@ FG_DEVICE void gemm_a8_wgmma_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-
   Acc acc[kAcc];
 #pragma unroll
   for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
-  // The swapped (decode) tiles load their share's epilogue values now, under the weight stream (the other tiles'
-  // one-element struct is never loaded or read).
+  // The swapped (decode) tiles load their epilogue values now, under the weight stream (the other tiles' small
+  // struct is never loaded or read, and the compiler drops it: their SASS is unchanged by it).
   SwappedOperands<Epi, Cfg::kSwapAB ? kAcc : 4, Cfg::kSwapAB ? kAccPerMma : 4> swapped_ops;
   if constexpr (Cfg::kSwapAB) swapped_ops.load(ep, M, N, m0, n0, ct);
   FG_PROBE_STAMP(1, false);

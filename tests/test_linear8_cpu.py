@@ -72,10 +72,11 @@ def test_error_from_the_full_precision_linear_is_within_the_quantization_bound(q
     bound = LIPSCHITZ * quantized_linear_bound(x.float(), lin.weight.detach(), qdtype)
     allowed = bound + (ref.abs() + bound) * HALF_ULP[dtype] * 1.01 + 1e-30
     assert ((y - ref).abs() <= allowed).all(), ((y - ref).abs() / allowed).max()
-    # and the bound is not vacuous: the error is a small part of the output's size -- for fp8, under e4m3's
-    # relative half-step 2^-4 (3 mantissa bits; 0.05 failed about one run in six, 0.050-0.055 measured; 0.0549 the
-    # worst of 150 seeds x every case)
-    assert (y - ref).norm() / ref.norm() < (2.0 ** -4 if qdtype != torch.int8 else 0.02)
+    # and the bound is not vacuous: the error is a small part of the output's size. The norms are ruled by the few
+    # largest rows and columns (logspace scales), so the ratio has a long tail: fp8 median 0.036, 1 seed in 1000 over
+    # e4m3's relative half-step 2^-4 (0.0696 the worst of 5000 seeds; CI once failed at 0.066 with 2^-4, seed
+    # 466550874); int8 median 0.008, worst of 5000 0.016. A wrong scale or a lost K block gives O(1).
+    assert (y - ref).norm() / ref.norm() < (0.09 if qdtype != torch.int8 else 0.025)
 
 
 def test_state_dict_round_trip_through_torch_save(tmp_path):

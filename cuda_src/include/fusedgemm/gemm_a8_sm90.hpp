@@ -30,6 +30,7 @@
 #pragma once
 #include "gemm_a8_sm90_mainloop.hpp"
 #include "gemm_a8_sm90_persistent.hpp"
+#include "gemm_a8_sm90_stores.hpp"
 
 #if defined(FG_NVIDIA)
 namespace fg {

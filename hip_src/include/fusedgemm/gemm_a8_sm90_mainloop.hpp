@@ -1,7 +1,7 @@
 // The consumer warpgroups' main loops of the sm_90a gemm_a8 kernels (gemm_a8_sm90.hpp: a CTA per tile;
 // gemm_a8_sm90_persistent.hpp): K blocks from the shared-memory ring into the accumulators, the stage release
 // (local, and remote in a B-multicast pair), fp8 promotion, two accumulator chains, and F32x3's split operands.
-// The configs, tile order, copies and store paths they use are in gemm_a8_sm90_common.hpp.
+// The configs, tile order and copies they use are in gemm_a8_sm90_common.hpp.
 #pragma once
 #include "gemm_a8_sm90_common.hpp"
 

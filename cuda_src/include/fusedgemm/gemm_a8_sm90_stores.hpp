@@ -180,40 +180,37 @@ template <class Epi, class Cfg, int kAcc, int kAccPerMma, class Acc>
 FG_DEVICE void store_swapped(const typename Epi::Params& ep, int M, int N, int m0, int n0, int t, int splits, int rank,
                              const Acc (&acc)[kAcc], const SwappedOperands<Epi, kAcc, kAccPerMma>& ops, u8* smem) {
   using Ops = SwappedOperands<Epi, kAcc, kAccPerMma>;
-  // Element j with value v.
-  auto store_one = [&](int j, Acc v) {
-    int m, n;
-    Ops::position(m0, n0, t, j, m, n);
-    float r[Epi::kRowValues], c[Ops::kColSets][Epi::kColValues];
+  // Element j's epilogue values: picked from the early batch, or (kEarly false) loaded now, one by one.
+  auto values = [&](int j, int m, int n, float (&r)[Epi::kRowValues], float (&c)[Ops::kColSets][Epi::kColValues]) {
     if constexpr (Ops::kEarly) {
       pick_values(ops.r, Ops::row_slot(j), r);
 #pragma unroll
       for (int p = 0; p < Ops::kColSets; ++p) pick_values(ops.c[p], Ops::col_slot(j), c[p]);
-    }
-    if constexpr (Epi::kPairs) {
-      // A paired epilogue takes weight-row pairs (gate 2j, up 2j + 1). Weight row n + 1 is acc_row + 1: thread
-      // t ^ 4 of the same warp, same element, same activation row (acc_col reads t & 3 only). Every thread
-      // exchanges first (a full-warp shuffle, before any bound check); the even row's thread (t & 4 == 0: n0 and
-      // the other terms of acc_row are even) stores the pair.
-      const float mine = static_cast<float>(v);
-      const float other = arch::shfl_xor(mine, 4);
-      if ((t & 4) || m >= M || n >= N) return;
-      if constexpr (!Ops::kEarly) {
-        Epi::load_row(ep, m, r);
-        Epi::load_col(ep, n, c[0]);
-        Epi::load_col(ep, n + 1, c[1]);
-      }
-      const float a[2] = {mine, other};
-      Epi::template store<2>(ep, m, n, a, r, c);
     } else {
-      if (m >= M || n >= N) return;
-      if constexpr (!Ops::kEarly) {
-        Epi::load_row(ep, m, r);
-        Epi::load_col(ep, n, c[0]);
-      }
-      const float a[1] = {static_cast<float>(v)};
-      Epi::template store<1>(ep, m, n, a, r, c);
+      Epi::load_row(ep, m, r);
+#pragma unroll
+      for (int p = 0; p < Ops::kColSets; ++p) Epi::load_col(ep, n + p, c[p]);
     }
+  };
+  // Element j with value v. A paired epilogue takes weight-row pairs (gate 2j, up 2j + 1). Weight row n + 1 is
+  // acc_row + 1: thread t ^ 4 of the same warp, same element, same activation row (acc_col reads t & 3 only). Every
+  // thread exchanges first (a full-warp shuffle, before any bound check); the even row's thread (t & 4 == 0: n0 and
+  // the other terms of acc_row are even) stores the pair.
+  // NOTE: the early values are picked before the bound checks: picked after them, v16n128 took 70 registers, not 56.
+  auto store_one = [&](int j, Acc v) {
+    int m, n;
+    Ops::position(m0, n0, t, j, m, n);
+    float r[Epi::kRowValues], c[Ops::kColSets][Epi::kColValues];
+    if constexpr (Ops::kEarly) values(j, m, n, r, c);
+    constexpr int kV = Epi::kPairs ? 2 : 1;  // GEMM columns per store: a pair's two, or one
+    float a[kV] = {static_cast<float>(v)};
+    if constexpr (Epi::kPairs) {
+      a[1] = arch::shfl_xor(a[0], 4);
+      if (t & 4) return;
+    }
+    if (m >= M || n >= N) return;
+    if constexpr (!Ops::kEarly) values(j, m, n, r, c);
+    Epi::template store<kV>(ep, m, n, a, r, c);
   };
   if (splits == 1) {
 #pragma unroll

@@ -112,7 +112,7 @@ FG_DEVICE void cluster_sum(const u32* partial, int j, int t, int splits, Acc (&v
 // D row (a weight row: output column n0 + 64 h + acc_row) and column (an activation row: output row m0 +
 // acc_col) follow the wgmma D layout. Each value is stored alone (2 bytes; a decode call writes a few KB).
 // With split-K, the partial tiles are reduced over the cluster as in the unswapped path (fixed order), each
-// CTA storing 1 / splits of the elements: its share, j0 <= j < j0 + per_rank (j0 = rank * per_rank).
+// CTA storing 1 / splits of the elements: its share, j0 <= j < j0 + kShare (j0 = rank * kShare).
 //
 // A thread's elements span few rows and columns: acc_col reads bits 0 and 2.. of e = j % kAccPerMma (kAccPerMma / 2
 // rows), acc_row bit 1 of e and h (2 kAcc / kAccPerMma columns). SwappedOperands holds the epilogue's values of

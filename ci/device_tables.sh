@@ -5,8 +5,9 @@
 #                                                       (+ .json for the grids)
 #   fp8_decode int8_decode                              the grid's M <= 64 rows with --kernel-time (the profiler's
 #                                                       per-call setup makes it slow on all rows)
-#   fp8_sweep_tune fp8_grid_tune                       --tune (every plan rep by rep) on the sweep / the grid at
-#                                                       M >= 256 -> $OUT/<step>.txt, entries merged into $OUT/tuned_fp8.json
+#   fp8_sweep_tune fp8_grid_tune fp8_decode_tune        --tune (every plan rep by rep) on the sweep / the grid at
+#   int8_sweep_tune int8_grid_tune int8_decode_tune     M >= 256 / the grid at M <= 64 -> $OUT/<step>.txt, entries
+#                                                       merged into $OUT/tuned_<dtype>.json
 #   few_tiles_plans m256_plans                          --compare-plans, rep by rep, on ci/shapes_few_tiles.json at
 #                                                       M 256-1024 / on the grid's M = 256 rows (100 reps)
 #   decode                                              ci/decode_fixed_cost.py -> $OUT/decode.txt
@@ -29,6 +30,10 @@ for s in "$@"; do
     int8_decode) a8 int8_decode 150 --dtype int8 --kernel-time --M 1 16 64 ;;
     fp8_sweep_tune) a8 fp8_sweep_tune 240 --sweep --tune "$OUT/tuned_fp8.json" ;;
     fp8_grid_tune) a8 fp8_grid_tune 240 --M 256 1024 4096 8192 --tune "$OUT/tuned_fp8.json" ;;
+    fp8_decode_tune) a8 fp8_decode_tune 150 --M 1 16 64 --tune "$OUT/tuned_fp8.json" ;;
+    int8_grid_tune) a8 int8_grid_tune 240 --dtype int8 --M 256 1024 4096 8192 --tune "$OUT/tuned_int8.json" ;;
+    int8_sweep_tune) a8 int8_sweep_tune 240 --dtype int8 --sweep --tune "$OUT/tuned_int8.json" ;;
+    int8_decode_tune) a8 int8_decode_tune 150 --dtype int8 --M 1 16 64 --tune "$OUT/tuned_int8.json" ;;
     few_tiles_plans) a8 few_tiles_plans 200 --shapes ci/shapes_few_tiles.json --M 256 512 1024 --reps 60 \
                        --compare-plans w64n128:1 w64n128:2 w128n128:1 w128n128:2 p128n128:1 s128n128:1 q128n128:1 ;;
     m256_plans) a8 m256_plans 200 --M 256 --reps 100 --compare-plans p128n128:1 s128n128:1 q128n128:1 w128n128:2 ;;

@@ -129,3 +129,37 @@ def test_with_plan_pins_the_plan_for_each_call_only():
     assert forced() is None
     with pytest.raises(ValueError, match="unknown gemm_a8 config"):
         with_plan(lambda: None, "m1n1")()
+
+
+def _entry(plan, us, heuristic="w64n128:4", heuristic_us=14.5, m_bucket=64):
+    return dict(gpu=H100, kind="fp8", N=7168, K=2048, M_bucket=m_bucket, plan=plan, us=us, heuristic=heuristic,
+                heuristic_us=heuristic_us)
+
+
+def test_agreed_keeps_only_what_won_in_both_runs():
+    """Two --tune runs: an entry ships when both found the same plan over the same heuristic plan; its times become
+    pairs. A row that won once, or with another plan, is dropped."""
+    first = [_entry("s128n128:1", 12.9), _entry("p128n128:1", 13.0, m_bucket=256), _entry("v16n128:1", 14.0,
+                                                                                          m_bucket=16)]
+    second = [_entry("s128n128:1", 13.4, heuristic_us=14.7), _entry("s128n128:1", 13.1, m_bucket=256)]
+    got = tuned.agreed(first, second)
+    assert got == [dict(_entry("s128n128:1", [12.9, 13.4], heuristic_us=[14.5, 14.7]))]
+
+
+def test_merge_tuned_cli_writes_the_agreed_entries(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    runs = []
+    for i, us in enumerate((12.9, 13.4)):
+        runs.append(tmp_path / f"run{i}.json")
+        tuned.merge(runs[-1], [_entry("s128n128:1", us)])
+    table = tmp_path / "table.json"
+    script = Path(__file__).resolve().parent.parent / "ci" / "merge_tuned.py"
+    out = subprocess.run([sys.executable, str(script), *map(str, runs), "--into", str(table)], check=True,
+                         capture_output=True, text=True).stdout
+    assert "1 entries agreed" in out
+    assert tuned.read(table) == [_entry("s128n128:1", [12.9, 13.4], heuristic_us=[14.5, 14.5])]
+    bad = subprocess.run([sys.executable, str(script), str(runs[0])], capture_output=True, text=True)
+    assert bad.returncode != 0 and "pairs" in bad.stderr

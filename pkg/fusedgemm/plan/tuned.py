@@ -49,6 +49,19 @@ def lookup(gpu: str, kind: str, n: int, k: int, m: int) -> tuple[str, int] | Non
     return _table().get((gpu, kind, n, k, m_bucket(m)))
 
 
+def agreed(first: list[dict], second: list[dict]) -> list[dict]:
+    """The entries two --tune runs agree on: the same key, the same winning plan over the same heuristic plan; each
+    kept entry holds both runs' times as pairs. One run's 2% margin is about the bench's rep-to-rep noise, so the
+    shipped table takes only what won twice."""
+    again = {_key(e): e for e in second}
+    out = []
+    for e in first:
+        f = again.get(_key(e))
+        if f is not None and (f["plan"], f["heuristic"]) == (e["plan"], e["heuristic"]):
+            out.append(dict(e, us=[e["us"], f["us"]], heuristic_us=[e["heuristic_us"], f["heuristic_us"]]))
+    return out
+
+
 def merge(path: Path, entries: list[dict]) -> int:
     """Write `entries` into the table file at `path`, replacing those with the same (gpu, kind, N, K, M_bucket);
     -> how many the file holds now. Entries are sorted so that a re-tune gives a readable diff."""

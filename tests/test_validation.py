@@ -232,16 +232,33 @@ def test_fp8_few_tiles_at_long_k_or_below_half_a_wave_split_k(m, n, k, want):
 
 
 @pytest.mark.parametrize("m,n,k,want", [(1, 6144, 4096, ("v16n128", 4)), (16, 4096, 14336, ("v16n128", 4)),
-                                        (1, 28672, 4096, ("v16n128", 1)), (17, 6144, 4096, ("w64n128", 4)),
-                                        (64, 7168, 2048, ("w64n128", 4))])
-def test_decode_plans_on_sm90(m, n, k, want):
+                                        (1, 28672, 4096, ("v16n128", 1)), (17, 6144, 4096, ("v16n128", 1)),
+                                        (32, 4096, 4096, ("v16n128", 2)), (32, 4096, 14336, ("v16n128", 2)),
+                                        (33, 6144, 4096, ("w64n128", 4)), (64, 4096, 14336, ("w64n128", 4))])
+@pytest.mark.parametrize("kind", ["fp8", "int8"])
+def test_decode_plans_on_sm90(m, n, k, want, kind):
     """sm_90a decode: the swapped 16-row tiles up to M = 16 (a quarter of an m64 tile's tensor-core work at
-    M = 1), 64 x 128 tiles up to 64; split-K over a cluster while the tiles leave SMs idle."""
+    M = 1), for the 8-bit kinds up to 32 (split-K only while the CTAs fit one per SM), 64 x 128 tiles up to 64;
+    split-K over a cluster while the tiles leave SMs idle."""
     from fusedgemm.gemm_a8 import _choose_config
 
-    cfg, splits = _choose_config(m, n, k, "sm_90a", 132)
+    cfg, splits = _choose_config(m, n, k, "sm_90a", 132, True, kind)
     assert (cfg.name, splits) == want and cfg.swap_ab == (cfg.name == "v16n128")
     assert cfg.warps == 5 and cfg.block_m == (16 if cfg.swap_ab else 64)  # one consumer warpgroup + producer warp
+
+
+@pytest.mark.parametrize("m,n,k", [(64, 7168, 2048), (48, 28672, 4096), (64, 4096, 1024)])
+@pytest.mark.parametrize("kind", ["fp8", "int8"])
+def test_decode_takes_the_persistent_tile_where_w64n128_gets_little_split_k(m, n, k, kind):
+    """At 32 < M <= 64 the 8-bit kinds take p128n128 where w64n128 would get no split-K (gate_up: 224 tiles) or fewer
+    than 8 K blocks a CTA (moe_dn, K 2048: split 4 leaves 4); the 64-row tile where the epilogue does not fit the
+    persistent staging, and for the 16-bit kinds (not measured there)."""
+    from fusedgemm.gemm_a8 import _choose_config
+
+    assert _choose_config(m, n, k, "sm_90a", 132, True, kind)[0].name == "p128n128"
+    assert _choose_config(m, n, k, "sm_90a", 132, False, kind)[0].name == "w64n128"
+    assert _choose_config(m, n, k // 2, "sm_90a", 132, True, "bf16")[0].name == "w64n128"
+    assert _choose_config(24, n, k // 2, "sm_90a", 132, True, "bf16")[0].name == "w64n128"
 
 
 def test_forced_config_rejects_unknown_plans():

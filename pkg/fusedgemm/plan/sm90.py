@@ -1,8 +1,11 @@
 """gemm_a8's plan on sm_90a (H100/H200, 132 SMs): the wgmma + TMA tile configs and the heuristic between them.
 
 M <= 64 is weight streaming: M <= 16 on the swapped 16 x 128 tiles (the weight's rows are the MMA's M, the
-activation's its N: a quarter of the tensor-core work of an m64 tile at M = 1; three CTAs per SM), else 64 x 128
-tiles (rows past M cost nothing, TMA zero-fills them), two CTAs per SM. M > 64: the persistent 128 x 128 kernel
+activation's its N: a quarter of the tensor-core work of an m64 tile at M = 1; three CTAs per SM), and for the 8-bit
+kinds up to M = 32 (two row blocks that read the weight together, split-K only while CTAs <= SMs); else 64 x 128
+tiles (rows past M cost nothing, TMA zero-fills them), two CTAs per SM, or for the 8-bit kinds the persistent 128 x
+128 kernel where the 64-row tiles get no split-K or fewer than 8 K blocks a CTA (see DECODE_*). M > 64: the
+persistent 128 x 128 kernel
 when there are at least as many tiles as SMs (and the epilogue fits its staging; with seven epilogue warps at short
 K or few tiles; the 8-bit kinds: see choose_8bit_persistent), else (fp8, at most a
 quarter wave of 128 x 128 tiles) the 64 x 128 tile with split-K, else 128 x 128, 128 x 192 or 192 x 128 tiles
@@ -176,6 +179,22 @@ def _persistent(m: int, n: int, k: int, sms: int, in_kind: str) -> kernels.TileC
 FP8_FEW_TILES_W64 = 4  # the 128 x 128 tile count at most sms / this
 W64_MAX_WAVES = 1.25
 
+# The 8-bit kinds at 16 < M <= 64 (H100, bias_silu, every plan rep by rep at M = 32 / 48 / 64, fp8 and int8, 50 reps:
+# docs/results/h100_bench_*_m64_plans.txt; the H100 / H200 --tune runs agree):
+#  * M <= DECODE_V16_MAX_M: v16n128 (two row blocks stream the weight once from DRAM, the second through L2), its
+#    split-K only while the CTAs fit one per SM. fp8 / int8 M = 32 against the w64n128 plan before: qkv 16.9 / 17.9
+#    us (split 1) against 18.6 / 18.6, o_proj 14.0 / 14.6 (split 2) against 15.9 / 15.7, moe_dn 12.8 / 13.1 against
+#    15.3 / 15.2, down 29.9 / 32.1 against 30.7 / 30.8, gate_up 49.2 / 50.8 against 49.2 / 49.3 (geomean 0.92 / 0.96).
+#    Three CTAs per SM split further (qkv split 2: 19.2 us) and lose.
+#  * above: w64n128 with split-K as before, unless it gets no split or fewer than DECODE_MIN_K_BLOCKS K blocks a CTA:
+#    then p128n128 (one CTA per 128 x 128 tile, half its rows zero-filled). M = 48 / 64, fp8: moe_dn (K 2048, split
+#    4 leaves 4 blocks) 13.8 / 14.0 against 15.6 / 15.7 on w64n128:4, gate_up (224 tiles, no split) 48.2 / 48.7
+#    against 50.1 / 50.9; int8 13.2 / 13.4 against 15.4 / 15.7, 47.6 / 47.9 against 48.7 / 50.2. Where split-K keeps
+#    >= 8 blocks (qkv, o_proj, down) w64n128 stays: down M = 64 31.4 against 45.3 on p128n128 (32 CTAs for a 117 MB
+#    stream), o_proj 16.3 against 18.7, qkv tied (19.2).
+DECODE_V16_MAX_M = 32
+DECODE_MIN_K_BLOCKS = 8
+
 
 def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str = "fp8") -> tuple[kernels.TileConfig, int]:
     """-> (tile config, split-K factor) for an [M, K] x [N, K] problem of input kind `in_kind` on `sms` SMs.
@@ -186,8 +205,16 @@ def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str =
     rates = TILE_RATE if in_kind in kernels.GEMM_A8_IN else TILE_RATE_WIDE
     if in_kind in kernels.SPLIT_IN:
         cfg = configs["t128n128"]
-    elif m <= 64:  # weight streaming; up to 16 rows the swapped tile wastes less of the tensor core
-        cfg = configs["v16n128" if m <= 16 else "w64n128"]
+    elif m <= 16 or (m <= DECODE_V16_MAX_M and in_kind in kernels.GEMM_A8_IN):
+        cfg = configs["v16n128"]  # weight streaming on the swapped tile: less tensor-core work than an m64 tile
+        if m > 16:
+            slots = sms  # two row blocks: the CTAs that share a weight slice must run together (DECODE_*)
+    elif m <= 64:
+        cfg = configs["w64n128"]
+        if in_kind in kernels.GEMM_A8_IN and persistent_ok:
+            splits = _splits(cfg, tile_count(cfg, m, n), -(-k // 128), sms * cfg.min_blocks_per_sm)
+            if splits == 1 or -(-k // 128) < DECODE_MIN_K_BLOCKS * splits:
+                return configs["p128n128"], 1
     elif persistent_ok and (persistent := _persistent(m, n, k, sms, in_kind)) is not None:
         return persistent, 1
     elif in_kind == "fp8" and FP8_FEW_TILES_W64 * tile_count(configs["w128n128"], m, n) <= sms:
@@ -195,14 +222,18 @@ def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str =
     else:  # pairs need two row blocks: with one, half of their CTAs would only copy B for the other
         cfg = min((configs[name] for name in rates if m > configs[name].block_m or not configs[name].pair_b),
                   key=lambda c: modelled_time(c, m, n, sms, rates))
-    tiles = tile_count(cfg, m, n)
-    k_blocks = -(-k // 128)
     if slots is None:
         slots = sms * cfg.min_blocks_per_sm
-    # Split-K caps: 4 for the decode tiles (8 was slower on every decode shape), 2 for the larger ones (4
-    # was 10-35% slower than 2 at M = 128 and 256: o_proj M=128 26.9 against 22.0 us, down 45.3 / 40.4).
+    return cfg, _splits(cfg, tile_count(cfg, m, n), -(-k // 128), slots)
+
+
+def _splits(cfg: kernels.TileConfig, tiles: int, k_blocks: int, slots: int) -> int:
+    """Split-K factor for `tiles` output tiles of `k_blocks` K blocks when `slots` CTAs can run at once: doubled
+    while the CTAs fit and every one keeps >= 4 K blocks. Caps: 4 for the decode tiles (8 was slower on every
+    decode shape), 2 for the larger ones (4 was 10-35% slower than 2 at M = 128 and 256: o_proj M=128 26.9 against
+    22.0 us, down 45.3 / 40.4)."""
     max_splits = 1 if not cfg.splits_k else 4 if cfg.block_m <= 64 else 2
     splits = 1
     while splits < max_splits and tiles * splits * 2 <= slots and k_blocks >= 4 * splits * 2:
         splits *= 2
-    return cfg, splits
+    return splits

@@ -10,6 +10,8 @@
 #                                                       merged into $OUT/tuned_<dtype>.json
 #   few_tiles_plans m256_plans                          --compare-plans, rep by rep, on ci/shapes_few_tiles.json at
 #                                                       M 256-1024 / on the grid's M = 256 rows (100 reps)
+#   int8_persistent_plans int8_sweep_persistent_plans   --compare-plans of the persistent configs, int8, grid at
+#   fp8_persistent_plans                                M 1024-8192 / sweep (20 reps); fp8 at M 4096 / 8192
 #   m64_plans int8_m64_plans                            --compare-plans of the decode and 128-row plans on the grid's
 #                                                       shapes at M = 32 / 48 / 64 (fp8 / int8, 50 reps)
 #   decode                                              ci/decode_fixed_cost.py -> $OUT/decode.txt
@@ -42,6 +44,11 @@ for s in "$@"; do
                  v16n128:2 v16n128:4 s128n128:1 p128n128:1 q128n128:1 ;;
     int8_m64_plans) a8 int8_m64_plans 120 --dtype int8 --M 32 48 64 --reps 50 --compare-plans w64n128:1 w64n128:2 \
                       w64n128:4 v16n128:1 v16n128:2 v16n128:4 s128n128:1 p128n128:1 q128n128:1 ;;
+    int8_persistent_plans) a8 int8_persistent_plans 200 --dtype int8 --M 1024 4096 8192 --reps 20 \
+                             --compare-plans p128n128:1 q128n128:1 s128n128:1 ;;
+    int8_sweep_persistent_plans) a8 int8_sweep_persistent_plans 200 --dtype int8 --sweep --reps 20 \
+                                   --compare-plans p128n128:1 q128n128:1 s128n128:1 ;;
+    fp8_persistent_plans) a8 fp8_persistent_plans 200 --M 4096 8192 --reps 20 --compare-plans p128n128:1 q128n128:1 ;;
     m256_plans) a8 m256_plans 200 --M 256 --reps 100 --compare-plans p128n128:1 s128n128:1 q128n128:1 w128n128:2 ;;
     int8_sweep) a8 int8_sweep 200 --dtype int8 --sweep ;;
     int8_grid) a8 int8_grid 200 --dtype int8 --json "$OUT/int8_grid.json" ;;

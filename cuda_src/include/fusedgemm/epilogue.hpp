@@ -96,6 +96,14 @@ FG_DEVICE float load_bf16_ro(const void* p, i64 i) {
 FG_DEVICE float load_f16_ro(const void* p, i64 i) {
   return arch::half_bits_to_float(arch::load_ro_u16(static_cast<const u16*>(p) + i));
 }
+// The hoisted 16-bit operands load in two steps, all of a batch's bits first, then the conversions: loaded and
+// converted element by element, ptxas issued a few loads, converted them (waiting for memory), then the next few
+// -- four or five DRAM round trips in a row for a tile's 32 bf16 bias values (SASS, w128n128).
+// The bits are held in 32-bit words: in a u16 array the compiler packs two per register (PRMT), which waits for
+// the loads as a conversion does.
+FG_DEVICE u32 load_bits16_ro(const void* p, i64 i) { return arch::load_ro_u16(static_cast<const u16*>(p) + i); }
+FG_DEVICE float bf16_bits_to_float(u32 h) { return bits_to_float(h << 16); }
+FG_DEVICE float f16_bits_to_float(u32 h) { return arch::half_bits_to_float(static_cast<u16>(h)); }
 
 // ---- the IR's ops in fp32 (NaN propagates through every one, as in torch) --------------------------------
 FG_DEVICE float inf() { return bits_to_float(0x7f800000u); }

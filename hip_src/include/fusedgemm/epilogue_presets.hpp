@@ -99,11 +99,17 @@ struct EpiloguePresetNone {
     #pragma unroll
       for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f32_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     } else if (p.op_bias_kind == fg::kElemBf16) {
+      fg::u32 b_bias[kCount];
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_bf16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) b_bias[i] = in[i] ? fg::epi::load_bits16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0u;
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_bias[i] = fg::epi::bf16_bits_to_float(b_bias[i]);
     } else {
+      fg::u32 b_bias[kCount];
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) b_bias[i] = in[i] ? fg::epi::load_bits16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0u;
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_bias[i] = fg::epi::f16_bits_to_float(b_bias[i]);
     }
     #pragma unroll
     for (int i = 0; i < kCount; ++i) {
@@ -233,11 +239,17 @@ struct EpiloguePresetRelu {
     #pragma unroll
       for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f32_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     } else if (p.op_bias_kind == fg::kElemBf16) {
+      fg::u32 b_bias[kCount];
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_bf16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) b_bias[i] = in[i] ? fg::epi::load_bits16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0u;
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_bias[i] = fg::epi::bf16_bits_to_float(b_bias[i]);
     } else {
+      fg::u32 b_bias[kCount];
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) b_bias[i] = in[i] ? fg::epi::load_bits16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0u;
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_bias[i] = fg::epi::f16_bits_to_float(b_bias[i]);
     }
     #pragma unroll
     for (int i = 0; i < kCount; ++i) {
@@ -368,11 +380,17 @@ struct EpiloguePresetSilu {
     #pragma unroll
       for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f32_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     } else if (p.op_bias_kind == fg::kElemBf16) {
+      fg::u32 b_bias[kCount];
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_bf16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) b_bias[i] = in[i] ? fg::epi::load_bits16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0u;
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_bias[i] = fg::epi::bf16_bits_to_float(b_bias[i]);
     } else {
+      fg::u32 b_bias[kCount];
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) b_bias[i] = in[i] ? fg::epi::load_bits16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0u;
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_bias[i] = fg::epi::f16_bits_to_float(b_bias[i]);
     }
     #pragma unroll
     for (int i = 0; i < kCount; ++i) {
@@ -503,11 +521,17 @@ struct EpiloguePresetGelu {
     #pragma unroll
       for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f32_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     } else if (p.op_bias_kind == fg::kElemBf16) {
+      fg::u32 b_bias[kCount];
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_bf16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) b_bias[i] = in[i] ? fg::epi::load_bits16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0u;
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_bias[i] = fg::epi::bf16_bits_to_float(b_bias[i]);
     } else {
+      fg::u32 b_bias[kCount];
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) b_bias[i] = in[i] ? fg::epi::load_bits16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0u;
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_bias[i] = fg::epi::f16_bits_to_float(b_bias[i]);
     }
     #pragma unroll
     for (int i = 0; i < kCount; ++i) {
@@ -638,11 +662,17 @@ struct EpiloguePresetGeluErf {
     #pragma unroll
       for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f32_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
     } else if (p.op_bias_kind == fg::kElemBf16) {
+      fg::u32 b_bias[kCount];
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_bf16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) b_bias[i] = in[i] ? fg::epi::load_bits16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0u;
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_bias[i] = fg::epi::bf16_bits_to_float(b_bias[i]);
     } else {
+      fg::u32 b_bias[kCount];
     #pragma unroll
-      for (int i = 0; i < kCount; ++i) v_bias[i] = in[i] ? fg::epi::load_f16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0.f;
+      for (int i = 0; i < kCount; ++i) b_bias[i] = in[i] ? fg::epi::load_bits16_ro(p.op_bias, idx[i] * p.op_bias_stride) : 0u;
+    #pragma unroll
+      for (int i = 0; i < kCount; ++i) v_bias[i] = fg::epi::f16_bits_to_float(b_bias[i]);
     }
     #pragma unroll
     for (int i = 0; i < kCount; ++i) {

@@ -283,15 +283,21 @@ def _batched_body(spec: EpilogueSpec, roots: list[ir.Node], axis: str, odd_roots
         def loads(load_fn: str) -> list[str]:
             return fill(arr, f"{cond} ? fg::epi::{load_fn}({f}, {index} * {f}_stride) : 0.f")
 
+        def loads16(kind: str) -> list[str]:  # all the bits first, then the conversions (epilogue.hpp says why)
+            bits = f"b_{name}"
+            return [f"  fg::u32 {bits}[kCount];",
+                    *fill(bits, f"{cond} ? fg::epi::load_bits16_ro({f}, {index} * {f}_stride) : 0u"),
+                    *fill(arr, f"fg::epi::{kind}_bits_to_float({bits}[i])")]
+
         branches = []
         if o.default is not None:
             branches.append((f"!{f}", fill(arr, _float(o.default))))
         if dt == "dyn":
             branches += [(f"{f}_kind == fg::kElemF32", loads("load_f32_ro")),
-                         (f"{f}_kind == fg::kElemBf16", loads("load_bf16_ro"))]
-            last = loads("load_f16_ro")
+                         (f"{f}_kind == fg::kElemBf16", loads16("bf16"))]
+            last = loads16("f16")
         else:
-            last = loads(f"load_{dt}_ro")
+            last = loads("load_f32_ro") if dt == "f32" else loads16(dt)
         for i, (cond, code) in enumerate(branches):
             lines += [f"{'if' if i == 0 else '} else if'} ({cond}) {{", *code]
         lines += (["} else {", *last, "}"] if branches else last)

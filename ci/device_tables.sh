@@ -12,6 +12,8 @@
 #                                                       M 256-1024 / on the grid's M = 256 rows (100 reps)
 #   int8_persistent_plans int8_sweep_persistent_plans   --compare-plans of the persistent configs, int8, grid at
 #   fp8_persistent_plans                                M 1024-8192 / sweep (20 reps); fp8 at M 4096 / 8192
+#   many_tiles_plans fp8_many_tiles_plans               p128n128 against q128n128 on ci/shapes_many_tiles.json
+#                                                       (int8 / fp8, M 8192-32768, 10 reps)
 #   m64_plans int8_m64_plans                            --compare-plans of the decode and 128-row plans on the grid's
 #                                                       shapes at M = 32 / 48 / 64 (fp8 / int8, 50 reps)
 #   decode                                              ci/decode_fixed_cost.py -> $OUT/decode.txt
@@ -48,6 +50,10 @@ for s in "$@"; do
                              --compare-plans p128n128:1 q128n128:1 s128n128:1 ;;
     int8_sweep_persistent_plans) a8 int8_sweep_persistent_plans 200 --dtype int8 --sweep --reps 20 \
                                    --compare-plans p128n128:1 q128n128:1 s128n128:1 ;;
+    many_tiles_plans) a8 many_tiles_plans 150 --dtype int8 --shapes ci/shapes_many_tiles.json --reps 10 \
+                        --compare-plans p128n128:1 q128n128:1 ;;
+    fp8_many_tiles_plans) a8 fp8_many_tiles_plans 150 --shapes ci/shapes_many_tiles.json --reps 10 \
+                            --compare-plans p128n128:1 q128n128:1 ;;
     fp8_persistent_plans) a8 fp8_persistent_plans 200 --M 4096 8192 --reps 20 --compare-plans p128n128:1 q128n128:1 ;;
     m256_plans) a8 m256_plans 200 --M 256 --reps 100 --compare-plans p128n128:1 s128n128:1 q128n128:1 w128n128:2 ;;
     int8_sweep) a8 int8_sweep 200 --dtype int8 --sweep ;;

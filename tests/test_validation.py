@@ -302,3 +302,15 @@ def test_expression_epilogues_trace_as_one_op():
         ys = torch.ops.fusedgemm.gemm_a8_expr(torch.empty(M, K, dtype=FP8), torch.empty(N, K, dtype=FP8), str(expr),
                                               "s,r", [torch.empty(N), torch.empty(M, N)], "q", [0.5], torch.float32)
         assert [(y.shape, y.dtype) for y in ys] == [((M, N), torch.float32), ((M, N), torch.float16)]
+
+
+@pytest.mark.parametrize("m,n,k,int8_plan", [(8192, 28672, 4096, "q128n128"), (32768, 6144, 4096, "q128n128"),
+                                             (16384, 12288, 5120, "q128n128"), (8192, 6144, 4096, "p128n128"),
+                                             (32768, 4096, 14336, "p128n128"), (8192, 12288, 5120, "p128n128")])
+def test_int8_takes_two_chains_beside_seven_epilogue_warps_at_many_tiles(m, n, k, int8_plan):
+    """int8 from ~10000 tiles up to K = 5120 bytes takes q128n128 where p128n128 was taken (gate_up M >= 16384 11-12%
+    faster, H100); fp8 keeps p128n128 there (it led on every such row), and so do int8's longer K and fewer tiles."""
+    from fusedgemm.gemm_a8 import _choose_config
+
+    assert _choose_config(m, n, k, "sm_90a", 132, True, "int8")[0].name == int8_plan
+    assert _choose_config(m, n, k, "sm_90a", 132, True, "fp8")[0].name == "p128n128"

@@ -65,9 +65,18 @@ FEW_TILES_MAX_K = 4096  # bytes: down (K 14336) M = 256 keeps split-K (44.3 us a
 SHORT_K_8BIT = 3072  # bytes
 TWO_CHAIN_MIN_K = 2048  # bytes
 PERSISTENT_MAX_K_8BIT = 16384
+# int8 only: q128n128 instead of p128n128 from INT8_Q128_MIN_TILES tiles (~76 waves) up to INT8_Q128_MAX_K bytes.
+# H100, bias_silu, the two rep by rep (docs/results/h100_bench_int8_many_tiles_plans.txt,
+# ..._persistent_plans.txt): gate_up M = 16384 / 32768 2896 / 5997 us against 3257 / 6825, N 12288 K 5120 M = 16384 /
+# 32768 1587 / 3260 against 1645 / 3557, qkv M = 32768 1200 against 1244; gate_up M = 8192 (14336 tiles) tied in one
+# run, 5-10% ahead in three. Below ~10000 tiles p128n128 leads by 1-2% (qkv M = 8192 / 16384 295 / 578 against 300 /
+# 592), at K 14336 the two tie (down M 8192-32768). fp8 on the same shapes: p128n128 ahead on every row
+# (docs/results/h100_bench_fp8_many_tiles_plans.txt): its promotion keeps the consumers busier than int8's.
+INT8_Q128_MIN_TILES = 10000
+INT8_Q128_MAX_K = 5120
 
 
-def choose_8bit_persistent(m: int, k: int, tiles: int, sms: int) -> kernels.TileConfig | None:
+def choose_8bit_persistent(m: int, k: int, tiles: int, sms: int, in_kind: str = "fp8") -> kernels.TileConfig | None:
     """The 8-bit kinds' persistent config for an M > 64 problem of `tiles` 128 x 128 tiles and K bytes, or None
     (then the CTA-per-tile model decides)."""
     configs = kernels.GEMM_A8_CONFIGS
@@ -76,7 +85,11 @@ def choose_8bit_persistent(m: int, k: int, tiles: int, sms: int) -> kernels.Tile
         return seven_warps
     if tiles < sms or k > PERSISTENT_MAX_K_8BIT:
         return None
-    return seven_warps if k <= SHORT_K_8BIT else configs["p128n128"]
+    if k <= SHORT_K_8BIT:
+        return seven_warps
+    if in_kind == "int8" and tiles >= INT8_Q128_MIN_TILES and k <= INT8_Q128_MAX_K:
+        return configs["q128n128"]
+    return configs["p128n128"]
 
 
 # Output elements per unit of time of each M > 64 config relative to w128n128, when each runs whole waves
@@ -161,7 +174,7 @@ def _persistent(m: int, n: int, k: int, sms: int, in_kind: str) -> kernels.TileC
     the 16/32-bit kinds above TILE_LOOP_MIN_K_WIDE it takes the tile loop where tile_loop_fills)."""
     tiles = tile_count(kernels.GEMM_A8_CONFIGS["p128n128"], m, n)
     if in_kind in kernels.GEMM_A8_IN:
-        return choose_8bit_persistent(m, k, tiles, sms)
+        return choose_8bit_persistent(m, k, tiles, sms, in_kind)
     if 2 * tiles >= sms > tiles and k <= PERSISTENT_MAX_K_WIDE:
         return kernels.GEMM_A8_CONFIGS["s128n128"]
     if tiles < sms or k > PERSISTENT_MAX_K_WIDE or (k > TILE_LOOP_MIN_K_WIDE and tile_loop_fills(m, n, sms)):

@@ -215,6 +215,7 @@ def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str =
     configs = kernels.GEMM_A8_CONFIGS
     slots = None  # the CTAs split-K may fill: the config's resident CTAs per wave, unless a rule below bounds them
     k = k * kernels.IN_BYTES[in_kind]  # the rules below count K in bytes (a stage holds 128 bytes of K)
+    k_blocks = -(-k // 128)
     rates = TILE_RATE if in_kind in kernels.GEMM_A8_IN else TILE_RATE_WIDE
     if in_kind in kernels.SPLIT_IN:
         cfg = configs["t128n128"]
@@ -225,9 +226,10 @@ def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str =
     elif m <= 64:
         cfg = configs["w64n128"]
         if in_kind in kernels.GEMM_A8_IN and persistent_ok:
-            splits = _splits(cfg, tile_count(cfg, m, n), -(-k // 128), sms * cfg.min_blocks_per_sm)
-            if splits == 1 or -(-k // 128) < DECODE_MIN_K_BLOCKS * splits:
+            splits = _splits(cfg, tile_count(cfg, m, n), k_blocks, sms * cfg.min_blocks_per_sm)
+            if splits == 1 or k_blocks < DECODE_MIN_K_BLOCKS * splits:
                 return configs["p128n128"], 1
+            return cfg, splits
     elif persistent_ok and (persistent := _persistent(m, n, k, sms, in_kind)) is not None:
         return persistent, 1
     elif in_kind == "fp8" and FP8_FEW_TILES_W64 * tile_count(configs["w128n128"], m, n) <= sms:
@@ -237,7 +239,7 @@ def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str =
                   key=lambda c: modelled_time(c, m, n, sms, rates))
     if slots is None:
         slots = sms * cfg.min_blocks_per_sm
-    return cfg, _splits(cfg, tile_count(cfg, m, n), -(-k // 128), slots)
+    return cfg, _splits(cfg, tile_count(cfg, m, n), k_blocks, slots)
 
 
 def _splits(cfg: kernels.TileConfig, tiles: int, k_blocks: int, slots: int) -> int:

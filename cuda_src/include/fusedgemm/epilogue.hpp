@@ -90,12 +90,6 @@ FG_DEVICE float load_f16(const void* p, i64 i) { return arch::half_bits_to_float
 FG_DEVICE float load_f32_ro(const void* p, i64 i) {
   return bits_to_float(arch::load_ro_u32(static_cast<const float*>(p) + i));
 }
-FG_DEVICE float load_bf16_ro(const void* p, i64 i) {
-  return bits_to_float(static_cast<u32>(arch::load_ro_u16(static_cast<const u16*>(p) + i)) << 16);
-}
-FG_DEVICE float load_f16_ro(const void* p, i64 i) {
-  return arch::half_bits_to_float(arch::load_ro_u16(static_cast<const u16*>(p) + i));
-}
 // The hoisted 16-bit operands load in two steps, all of a batch's bits first, then the conversions: loaded and
 // converted element by element, ptxas issued a few loads, converted them (waiting for memory), then the next few
 // -- four or five DRAM round trips in a row for a tile's 32 bf16 bias values (SASS, w128n128).

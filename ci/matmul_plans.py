@@ -34,13 +34,14 @@ def main():
     p.add_argument("--act", default="silu", help="the epilogue's activation (default silu; 'none' and --no-bias: "
                                                   "the identity epilogue, a plain store)")
     p.add_argument("--no-bias", action="store_true")
+    p.add_argument("--reps", type=int, default=15, help="timed calls of each plan, rep by rep (default 15)")
     p.add_argument("--clocks", type=float, default=0.0,
                    help="seconds of back-to-back runs per plan (and torch.mm) while nvidia-smi reads the SM clock "
                         "and board power; prints cycles and joules per call (clocks are only read, never set)")
     args = p.parse_args()
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}[args.dtype]
     torch.backends.cuda.matmul.allow_tf32 = True
-    timer = Timer(reps=15)
+    timer = Timer(reps=args.reps)
     rows = []
     for item in args.shapes.split(","):
         name, m = item.split(":")
@@ -59,8 +60,10 @@ def main():
             if GEMM_A8_CONFIGS[cname].unit != "gemm_a8_sm90" or (m > args.small_tiles_up_to
                                                                   and GEMM_A8_CONFIGS[cname].block_m <= 64):
                 continue
-            if m <= 16 and cname not in ("v16n128", "w64n128") or (16 < m <= 64 and cname != "w64n128") or \
-                    (cname == "v16n128" and m > 16):
+            # decode: the swapped 16-row tile up to M = 32, the 64-row tiles, and (M > 16) the persistent 128 x 128
+            # tile, as the 8-bit kinds' decode plan takes where split-K leaves few K blocks a CTA (plan/sm90.py)
+            decode = {"v16n128", "w64n128"} | ({"p128n128"} if m > 16 else set())
+            if m <= 64 and cname not in decode or cname == "v16n128" and m > 32:
                 continue
             bias = None if args.no_bias else b
             run = with_plan(lambda: fg.matmul_fused(x, w, bias, activation=args.act, precision="tf32"), cname, splits)

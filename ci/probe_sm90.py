@@ -242,7 +242,8 @@ def persistent_timeline(mod, name: str, signature, cfg, grid, cluster, stream, a
     each CTA's tiles after its first (gemm_a8_sm90_persistent.hpp, FG_PROBE_STAMPS), medians in cycles: period
     (one main-loop start to the next), loop (warpgroup 0's main loop), wait (for the parked tile to be free),
     park (writing it), lag (warpgroup 1's main-loop end after warpgroup 0's), epi (the epilogue warps' rows),
-    epi idle (their wait from one tile's rows to the next tile's parked tile)."""
+    epi idle (from one tile's rows to the next tile's parked tile), split into stage (loading and staging the next
+    tile's row / column values) and epi wait (then waiting for its parked tile)."""
     import statistics
 
     import torch
@@ -259,7 +260,7 @@ def persistent_timeline(mod, name: str, signature, cfg, grid, cluster, stream, a
         kern.launch_cluster(grid, cluster, cfg.warps * 32, cfg.smem, stream, *args)
     torch.cuda.synchronize()
     s = buf.view(grid[0], tiles, 8).cpu().tolist()
-    cols = {c: [] for c in ("period", "loop", "wait", "park", "lag", "epi", "epi idle")}
+    cols = {c: [] for c in ("period", "loop", "wait", "park", "lag", "epi", "epi idle", "stage", "epi wait")}
     for cta in s:
         used = [t for t in cta if t[0]]
         for i in range(1, len(used) - 1):
@@ -271,6 +272,8 @@ def persistent_timeline(mod, name: str, signature, cfg, grid, cluster, stream, a
             cols["lag"].append(t[4] - t[1])
             cols["epi"].append(t[7] - t[6])
             cols["epi idle"].append(nxt[6] - t[7])
+            cols["stage"].append(nxt[5] - t[7])
+            cols["epi wait"].append(nxt[6] - nxt[5])
     med = {c: statistics.median(v) if v else float("nan") for c, v in cols.items()}
     med["ideal"] = cfg.block_m * cfg.block_n * k / 4096
     return med
@@ -313,6 +316,8 @@ def main() -> int:
     ap.add_argument("--build-only", type=Path, help="build the probe cubins into this directory and stop")
     ap.add_argument("--cubins", type=Path, help="time the probe cubins built earlier into this directory")
     ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--operands", action="store_true", help="pass f32 row and column scales and a bf16 bias (as "
+                    "the bench's bias_silu calls) instead of no operands")
     ap.add_argument("--cases", nargs="*", help="only the cases whose label contains one of these strings")
     ap.add_argument("--clocks", type=float, default=0.0, help="seconds of back-to-back runs per kernel while "
                     "sampling the SM clock and power (0: off)")
@@ -408,8 +413,14 @@ def main() -> int:
                     g._tensor_map_b(wq.data.data_ptr(), n, k, cfg.block_n, lb, 4 if cfg.pair_b else 8))
         plain_map = encode_tensor_map_tiled(0, 2, w.data_ptr(), (k, n), (k,), (128, cfg.block_n), (1, 1), 0, 3, 3, 0)
         # Everything but the tensor maps: the Params of a bf16 output with no scales, no bias, alpha 1 (results
-        # are garbage in the probe modes anyway).
-        values = dict(M=m, N=n, K=k, out=out.data_ptr(), ld_out=n, **g.preset_values(0, 0, 0, 0, 0, 0, 1.0))
+        # are garbage in the probe modes anyway); --operands: f32 row / column scales and a bf16 bias, as the bench.
+        if args.operands:
+            sa, sb = torch.rand(m, device="cuda") + 0.5, torch.rand(n, device="cuda") + 0.5
+            bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+            ops = g.preset_values(bias.data_ptr(), 2, sa.data_ptr(), 1, sb.data_ptr(), 1, 1.0)  # 2: kElemBf16
+        else:
+            ops = g.preset_values(0, 0, 0, 0, 0, 0, 1.0)
+        values = dict(M=m, N=n, K=k, out=out.data_ptr(), ld_out=n, **ops)
         grid = ((n + cfg.block_n - 1) // cfg.block_n, (m + cfg.block_m - 1) // cfg.block_m, splits)
         cluster = (1, 1, splits)
         if cfg.pair_b:  # B-multicast pairs, clustered along x (as call_plan.py launches them)

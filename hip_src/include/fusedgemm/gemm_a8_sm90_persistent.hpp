@@ -92,7 +92,8 @@ FG_DEVICE void store_parked_tile(const typename Epi::Params& ep, const float* pa
 // Timeline probe of the persistent kernel (ci/probe_sm90.py --stamps; only with FG_PROBE_STAMPS): the SM clock at
 // each hand-over point of a CTA's first kStampTiles tiles, into fg_probe_stamps[(CTA * kStampTiles + tile) * 8 +
 // slot]: consumer warpgroup 0's thread 0: 0 main loop start, 1 its end, 2 parked tile free, 3 parked; warpgroup
-// 1's thread 0: 4 main loop end, 5 parked; epilogue thread 0: 6 parked tile full, 7 its rows stored.
+// 1's thread 0: 4 main loop end; epilogue thread 0: 5 the tile's row / column values staged, 6 parked tile full, 7
+// its rows stored.
 constexpr int kStampTiles = 64;
 #if defined(FG_PROBE_STAMPS)
 FG_DEVICE void persistent_stamp(int slot, int it) {
@@ -275,6 +276,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
         }
       }
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // the rows' and columns' operands are in
+      FG_PERSISTENT_STAMP(e == 0, 5, it);
       if (last) sm90::named_barrier_arrive(3, kLastTileThreads);  // ... for the consumers too
       sm90::mbar_wait(tsm.parked_full(), it & 1);
       FG_PERSISTENT_STAMP(e == 0, 6, it);
@@ -337,7 +339,7 @@ FG_DEVICE void gemm_a8_wgmma_persistent(const sm90::TmaDesc& a_map, const sm90::
       *reinterpret_cast<float2*>(&parked[parked_index(64 * (warp >> 2) + acc_row(ct, j), acc_col(ct, j))]) =
           make_float2(static_cast<float>(acc[j]), static_cast<float>(acc[j + 1]));
     sm90::mbar_arrive(parked_full);
-    FG_PERSISTENT_STAMP(tid == 0 || tid == 128, tid == 0 ? 3 : 5, it);
+    FG_PERSISTENT_STAMP(tid == 0, 3, it);
   }
   if constexpr (kLastTileHelp) {
     if (my_tiles > 0) {  // the last tile's rows E + w, E + w + kAllWarps, ... (E: the epilogue warps' count)

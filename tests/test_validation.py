@@ -252,13 +252,24 @@ def test_decode_plans_on_sm90(m, n, k, want, kind):
 def test_decode_takes_the_persistent_tile_where_w64n128_gets_little_split_k(m, n, k, kind):
     """At 32 < M <= 64 the 8-bit kinds take p128n128 where w64n128 would get no split-K (gate_up: 224 tiles) or fewer
     than 8 K blocks a CTA (moe_dn, K 2048: split 4 leaves 4); the 64-row tile where the epilogue does not fit the
-    persistent staging, and for the 16-bit kinds (not measured there)."""
+    persistent staging."""
     from fusedgemm.gemm_a8 import _choose_config
 
     assert _choose_config(m, n, k, "sm_90a", 132, True, kind)[0].name == "p128n128"
     assert _choose_config(m, n, k, "sm_90a", 132, False, kind)[0].name == "w64n128"
-    assert _choose_config(m, n, k // 2, "sm_90a", 132, True, "bf16")[0].name == "w64n128"
-    assert _choose_config(24, n, k // 2, "sm_90a", 132, True, "bf16")[0].name == "w64n128"
+
+
+@pytest.mark.parametrize("m", [17, 32, 48, 64])
+@pytest.mark.parametrize("kind", ["bf16", "fp16"])
+def test_16bit_decode_takes_the_persistent_tile_below_12_k_blocks_a_cta(m, kind):
+    """At 16 < M <= 64 the 16-bit kinds take p128n128 only where w64n128's split leaves fewer than 12 K blocks a CTA
+    (moe_dn, K 2048 = 32 blocks, split 4: 8), not without a split (gate_up: they tie) nor at 16 a CTA (qkv)."""
+    from fusedgemm.gemm_a8 import _choose_config
+
+    assert _choose_config(m, 7168, 2048, "sm_90a", 132, True, kind)[0].name == "p128n128"
+    assert _choose_config(m, 7168, 2048, "sm_90a", 132, False, kind)[0].name == "w64n128"
+    assert (lambda c: (c[0].name, c[1]))(_choose_config(m, 6144, 4096, "sm_90a", 132, True, kind)) == ("w64n128", 4)
+    assert _choose_config(m, 28672, 4096, "sm_90a", 132, True, kind)[0].name == "w64n128"
 
 
 def test_forced_config_rejects_unknown_plans():

@@ -3,8 +3,9 @@
 M <= 64 is weight streaming: M <= 16 on the swapped 16 x 128 tiles (the weight's rows are the MMA's M, the
 activation's its N: a quarter of the tensor-core work of an m64 tile at M = 1; three CTAs per SM), and for the 8-bit
 kinds up to M = 32 (two row blocks that read the weight together, split-K only while CTAs <= SMs); else 64 x 128
-tiles (rows past M cost nothing, TMA zero-fills them), two CTAs per SM, or for the 8-bit kinds the persistent 128 x
-128 kernel where the 64-row tiles get no split-K or fewer than 8 K blocks a CTA (see DECODE_*). M > 64: the
+tiles (rows past M cost nothing, TMA zero-fills them), two CTAs per SM, or the persistent 128 x 128 kernel where
+the 64-row tiles get few K blocks a CTA (8-bit: no split-K or fewer than 8; 16-bit: fewer than 12; see DECODE_*).
+M > 64: the
 persistent 128 x 128 kernel
 when there are at least as many tiles as SMs (and the epilogue fits its staging; with seven epilogue warps at short
 K or few tiles; the 8-bit kinds: see choose_8bit_persistent), else (fp8, at most a
@@ -207,6 +208,13 @@ W64_MAX_WAVES = 1.25
 #    stream), o_proj 16.3 against 18.7, qkv tied (19.2).
 DECODE_V16_MAX_M = 32
 DECODE_MIN_K_BLOCKS = 8
+# The 16-bit kinds at 16 < M <= 64 (H100, bf16 + bias + SiLU, every plan rep by rep at M = 32 / 48 / 64, 40 reps:
+# docs/results/h100_matmul_bf16_m64_plans.txt): a bf16 K block holds half of fp8's K values, so the split CTAs keep
+# twice the blocks. p128n128 wins where w64n128's split leaves 8 K blocks a CTA (moe_dn, split 4: 18.7-19.2 us
+# against 20.4-21.0, -8%) and loses where it leaves 16 (qkv 28-29 against 27-28, o_proj 28 against 21-22); without
+# a split (gate_up, 224 tiles) the two tie (87-88 us), so w64n128 stays there. v16n128 at M = 32 was no faster than
+# these (moe_dn 18.7, qkv 28-30).
+DECODE_MIN_K_BLOCKS_WIDE = 12
 
 
 def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str = "fp8") -> tuple[kernels.TileConfig, int]:
@@ -225,11 +233,13 @@ def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str =
             slots = sms  # two row blocks: the CTAs that share a weight slice must run together (DECODE_*)
     elif m <= 64:
         cfg = configs["w64n128"]
-        if in_kind in kernels.GEMM_A8_IN and persistent_ok:
+        if persistent_ok:
             splits = _splits(cfg, tile_count(cfg, m, n), k_blocks, sms * cfg.min_blocks_per_sm)
-            if splits == 1 or k_blocks < DECODE_MIN_K_BLOCKS * splits:
-                return configs["p128n128"], 1
-            return cfg, splits
+            if in_kind in kernels.GEMM_A8_IN:
+                few_blocks = splits == 1 or k_blocks < DECODE_MIN_K_BLOCKS * splits
+            else:
+                few_blocks = k_blocks < DECODE_MIN_K_BLOCKS_WIDE * splits
+            return (configs["p128n128"], 1) if few_blocks else (cfg, splits)
     elif persistent_ok and (persistent := _persistent(m, n, k, sms, in_kind)) is not None:
         return persistent, 1
     elif in_kind == "fp8" and FP8_FEW_TILES_W64 * tile_count(configs["w128n128"], m, n) <= sms:

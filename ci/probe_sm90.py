@@ -37,6 +37,7 @@ CFGS = {"w64n128": "fg::ConfigW64N128", "w128n128": "fg::ConfigW128N128", "w128n
 INPUTS = {"fp8": ("fg::Fp8E4M3", "fp8"), "i8": ("fg::Int8", "int8")}
 VARIANTS = {"default": [], "old_desc": ["-DFG_PROBE_OLD_DESCRIPTORS"], "unroll4": ["-DFG_PROBE_UNROLL=4"],
             "erows1": ["-DFG_PROBE_EPILOGUE_ROWS=1"], "erows2": ["-DFG_PROBE_EPILOGUE_ROWS=2"],
+            "erows3": ["-DFG_PROBE_EPILOGUE_ROWS=3"], "erows4": ["-DFG_PROBE_EPILOGUE_ROWS=4"],
             "perrow": ["-DFG_PROBE_STORE_TEST_PER_ROW"],
             "hoisted": ["-DFG_PROBE_STORE_TEST_HOISTED"],
             "oldloop": ["-DFG_PROBE_STORE_TEST_PER_ROW", "-DFG_PROBE_ROW_CLAMP"],

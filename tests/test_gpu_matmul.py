@@ -188,9 +188,10 @@ def test_kn_layout_every_config_reads_b_in_place(dtype, recwarn):
     assert not [w for w in recwarn.list if "copies B" in str(w.message) or "copied" in str(w.message)]
 
 
-@pytest.mark.parametrize("m", [1, 16, 64, 256, 2048])
-def test_llm_like_shapes_bf16(m):
-    n, k = 4096, 4096
+@pytest.mark.parametrize("m,n,k", [(1, 4096, 4096), (16, 4096, 4096), (48, 7168, 2048), (64, 4096, 4096),
+                                   (256, 4096, 4096), (2048, 4096, 4096)])
+def test_llm_like_shapes_bf16(m, n, k):
+    """Through the heuristic's plan (M = 48, moe_dn: the persistent tile at decode size)."""
     a, w, b = rand((m, k), torch.bfloat16, 30), rand((n, k), torch.bfloat16, 31, 1 / math.sqrt(k)), rand(n, torch.bfloat16, 32)
     check(fg.matmul_fused(a, w, b, activation="silu"), a, w, bias=b, act="silu")
 

@@ -187,17 +187,21 @@ def measure_row(fg, timer, args, name, m, n, k, bw, peak, quack_gemm_act) -> dic
     row["check"] = "ok" if within(row["rel_err"], TOLERANCE[args.dtype]) else "FAIL"
     del y, acc, ref
 
+    timed = {}
     for key, fn in [("fg", ours), *paths.items()]:
         if fn is None:
             continue
         try:
             fn()  # first call outside the timer: torch.compile / quack compile here, not in Timer's warm-up
             torch.cuda.synchronize()
-            row[f"{key}_us"] = timer(fn)
-            if args.kernel_time:
-                row[f"{key}_kus"] = kernel_us(fn, timer)
+            timed[key] = fn
         except Exception as exc:  # noqa: BLE001 - a baseline that cannot run this shape: say so in the JSON
             row[f"{key}_error"] = _error_line(exc)
+    # rep by rep in one interleaved set: one GPU state for ours and every baseline (gemm_a8's bench says why)
+    row.update((f"{key}_us", t) for key, t in zip(timed, timer.interleaved(list(timed.values()))))
+    if args.kernel_time:
+        for key, fn in timed.items():
+            row[f"{key}_kus"] = kernel_us(fn, timer)
     nbytes = (m * k + n * k + m * n + n + (m * n if c is not None else 0)) * x.element_size()
     flops = 2.0 * m * n * k
     row["floor_us"] = max(nbytes / (bw * 1e9), flops / (peak * 1e12) if peak else 0.0) * 1e6

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from .common import (Timer, copy_bandwidth_gbs, device_info, geomean, gpu_problem, host_us_per_call, kernel_us,
-                     print_table, progress)
+                     print_table, progress, time_what_runs)
 from ..gemm_a8 import plan_for, plans
 from ..plan import choose_config, gpu_name, sm_count, with_plan
 from ..plan import tuned as tuned_plans
@@ -194,23 +194,13 @@ def run(argv=None) -> int:
             return fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, epilogue=args.epilogue, out_dtype=out_dtype,
                               out=out)
 
-        row = dict(shape=name, M=m, N=n, K=k)
-        # Ours and every baseline that runs at this shape, rep by rep in one interleaved set (one GPU state for
-        # all). Timed one after another, the sweep's N 1024 K 5120 M 1024 row (behind N 12288 K 5120 M 16384, 1.5 ms
-        # a call) measured ours at 27.6 us, the first timed, against 21.6 in a process of its own (H100).
-        timed = {"fg": ours}
-        for key, fn in _baselines(args.dtype, a, w, bias, sa, sb, act_name, out_dtype, not args.no_compile).items():
-            if fn is None:
-                row[f"{key}_us"] = None
-                continue
-            try:
-                fn()  # first call outside the timer (torch.compile's baseline compiles here)
-                torch.cuda.synchronize()
-                timed[key] = fn
-            except Exception as exc:  # a baseline the library cannot run for this shape (e.g. _int_mm M <= 16)
-                row[f"{key}_us"] = None
-                row[f"{key}_error"] = str(exc).splitlines()[0][:120]
-        row.update((f"{key}_us", t) for key, t in zip(timed, timer.interleaved(list(timed.values()))))
+        paths = {"fg": ours, **_baselines(args.dtype, a, w, bias, sa, sb, act_name, out_dtype, not args.no_compile)}
+        times, errors = time_what_runs(timer, paths)  # ours and the baselines rep by rep (common.py says why)
+        if "fg" in errors:
+            raise errors["fg"]
+        row = dict(shape=name, M=m, N=n, K=k, **{f"{key}_us": times.get(key) for key in paths})
+        for key, exc in errors.items():  # a baseline the library cannot run for this shape (e.g. _int_mm M <= 16)
+            row[f"{key}_error"] = str(exc).splitlines()[0][:120]
         if args.compare_plans is not None:
             cfg, splits = plan_for(m, n, k, torch.cuda.current_device(), in_kind=args.dtype)
             row["plan"] = f"{cfg.name}:{splits}"
@@ -219,13 +209,13 @@ def run(argv=None) -> int:
             names = ([p for p in (f"{c}:{s}" for c, s in plans(arch)) if p in args.compare_plans] if args.compare_plans
                      else candidate_plans(arch, m, keep=(row["heuristic"], row["plan"])))
             # every plan in turn, rep by rep (Timer.interleaved), so the comparison sees one GPU clock
-            times = timer.interleaved([with_plan(ours, c, int(s)) for c, s in (p.split(":") for p in names)])
-            row["plans_us"] = dict(zip(names, times))
+            plan_times = timer.interleaved([with_plan(ours, c, int(s)) for c, s in (p.split(":") for p in names)])
+            row["plans_us"] = dict(zip(names, plan_times))
         if args.kernel_time:
             row["fg_kern_us"] = kernel_us(ours, timer)
             for key in ("a", "c"):
-                if key in timed:
-                    row[f"{key}_kern_us"] = kernel_us(timed[key], timer)
+                if key in times:
+                    row[f"{key}_kern_us"] = kernel_us(paths[key], timer)
                     row[f"kx_{key}"] = row[f"{key}_kern_us"] / row["fg_kern_us"]
         nbytes = m * k + n * k + m * n * out.element_size() + (n * bias.element_size() if uses_bias else 0) + 4 * (m + n)
         flops = 2.0 * m * n * k

@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 
 from .common import (Timer, copy_bandwidth_gbs, device_info, geomean, gpu_problem, host_us_interleaved, kernel_us,
-                     print_table, progress)
+                     print_table, progress, time_what_runs)
 from .gemm_a8 import ACTS, BANDS, load_grid
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
@@ -187,21 +187,13 @@ def measure_row(fg, timer, args, name, m, n, k, bw, peak, quack_gemm_act) -> dic
     row["check"] = "ok" if within(row["rel_err"], TOLERANCE[args.dtype]) else "FAIL"
     del y, acc, ref
 
-    timed = {}
-    for key, fn in [("fg", ours), *paths.items()]:
-        if fn is None:
-            continue
-        try:
-            fn()  # first call outside the timer: torch.compile / quack compile here, not in Timer's warm-up
-            torch.cuda.synchronize()
-            timed[key] = fn
-        except Exception as exc:  # noqa: BLE001 - a baseline that cannot run this shape: say so in the JSON
-            row[f"{key}_error"] = _error_line(exc)
-    # rep by rep in one interleaved set: one GPU state for ours and every baseline (gemm_a8's bench says why)
-    row.update((f"{key}_us", t) for key, t in zip(timed, timer.interleaved(list(timed.values()))))
+    timed = {"fg": ours, **paths}
+    times, errors = time_what_runs(timer, timed)  # ours and the baselines rep by rep (common.py says why)
+    row.update((f"{key}_us", t) for key, t in times.items())
+    row.update((f"{key}_error", _error_line(exc)) for key, exc in errors.items())  # say so in the JSON
     if args.kernel_time:
-        for key, fn in timed.items():
-            row[f"{key}_kus"] = kernel_us(fn, timer)
+        for key in times:
+            row[f"{key}_kus"] = kernel_us(timed[key], timer)
     nbytes = (m * k + n * k + m * n + n + (m * n if c is not None else 0)) * x.element_size()
     flops = 2.0 * m * n * k
     row["floor_us"] = max(nbytes / (bw * 1e9), flops / (peak * 1e12) if peak else 0.0) * 1e6

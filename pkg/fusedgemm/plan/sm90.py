@@ -5,11 +5,9 @@ activation's its N: a quarter of the tensor-core work of an m64 tile at M = 1; t
 kinds up to M = 32 (two row blocks that read the weight together, split-K only while CTAs <= SMs); else 64 x 128
 tiles (rows past M cost nothing, TMA zero-fills them), two CTAs per SM, or the persistent 128 x 128 kernel where
 the 64-row tiles get few K blocks a CTA (8-bit: no split-K or fewer than 8; 16-bit: fewer than 12; see DECODE_*).
-M > 64: the
-persistent 128 x 128 kernel
-when there are at least as many tiles as SMs (and the epilogue fits its staging; with seven epilogue warps at short
-K or few tiles; the 8-bit kinds: see choose_8bit_persistent), else (fp8, at most a
-quarter wave of 128 x 128 tiles) the 64 x 128 tile with split-K, else 128 x 128, 128 x 192 or 192 x 128 tiles
+M > 64: the persistent 128 x 128 kernel when there are at least as many tiles as SMs (and the epilogue fits its
+staging; with seven epilogue warps at short K or few tiles; the 8-bit kinds: see choose_8bit_persistent), else (fp8,
+at most a quarter wave of 128 x 128 tiles) the 64 x 128 tile with split-K, else 128 x 128, 128 x 192 or 192 x 128 tiles
 (matmul_fused's 16/32-bit kinds also 128 x 256, alone or in B-multicast pairs), whichever modelled_time says. When
 there are too few output tiles to fill the SMs, K is split over a cluster of 2 or 4 CTAs (2 for M > 64), while every
 CTA keeps >= 4 K blocks of 128.

@@ -41,7 +41,7 @@ VARIANTS = {"default": [], "old_desc": ["-DFG_PROBE_OLD_DESCRIPTORS"], "unroll4"
             "perrow": ["-DFG_PROBE_STORE_TEST_PER_ROW"],
             "hoisted": ["-DFG_PROBE_STORE_TEST_HOISTED"],
             "oldloop": ["-DFG_PROBE_STORE_TEST_PER_ROW", "-DFG_PROBE_ROW_CLAMP"],
-            "nohelp": ["-DFG_PROBE_NO_LAST_TILE_HELP"]}
+            "nohelp": ["-DFG_PROBE_NO_LAST_TILE_HELP"], "nostage": ["-DFG_PROBE_NO_STAGING"]}
 # A variant name not in VARIANTS is a plain build under that name: an A/B of two trees in one process builds
 # `--build-only DIR --variants base` in a checkout of the other tree, copies its probe_base.cubin beside this
 # tree's cubins and times `--cubins DIR --variants default base`.

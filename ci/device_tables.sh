@@ -60,7 +60,7 @@ for s in "$@"; do
     int8_grid) a8 int8_grid 200 --dtype int8 --json "$OUT/int8_grid.json" ;;
     bf16_grid) step bf16_grid 240 python3 -m fusedgemm.bench matmul_fused --no-compile --json "$OUT/bf16_grid.json" ;;
     decode) step decode 120 python3 ci/decode_fixed_cost.py ;;
-    tests) step tests 360 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_gemm_a8.py tests/test_gpu_epilogue.py \
+    tests) step tests 480 python3 -m pytest -q -p no:cacheprovider tests/test_gpu_gemm_a8.py tests/test_gpu_epilogue.py \
              tests/test_gpu_matmul.py ;;
     *) echo "unknown step $s"; exit 2 ;;
   esac

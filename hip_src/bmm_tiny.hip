@@ -6,7 +6,7 @@
 // NVIDIA: at most 128 registers, so two 256-thread blocks fit per SM (one would leave too few loads in flight).
 // The cp.async kernels hold no prefetch in registers. Bounds per tile (THREADS, MIN_BLOCKS): 2x4 and 4x4 at
 // (256, 3), i.e. <= 80 registers, three 256-thread blocks per SM; 4x8 (32 accumulators) at (128, 4), <= 128
-// registers (at 80 it spills). tiny_gemm.py (_ASYNC_KERNELS) plans with the same numbers.
+// registers (at 80 it spills). tiny_bmm.py (_ASYNC_REGS) plans with the same numbers.
 #if defined(FG_NVIDIA)
 #define FG_BMM_TINY_BOUNDS __launch_bounds__(fg::kBmmTinyMaxThreads, fg::kBmmTinyMinBlocks)
 #define FG_BMM_TINY_ASYNC_BOUNDS(THREADS, MIN_BLOCKS) __launch_bounds__(THREADS, MIN_BLOCKS)

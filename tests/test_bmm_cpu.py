@@ -3,7 +3,7 @@ import pytest
 import torch
 
 import fusedgemm as fg
-from fusedgemm.tiny_gemm import _BmmTinyFn, _check, plan_bmm_tiny
+from fusedgemm.tiny_bmm import _BmmTinyFn, _check, plan_bmm_tiny
 
 
 @pytest.mark.parametrize("b,m,n,k", [(1024, 12, 12, 64), (1024, 12, 64, 12), (16384, 64, 64, 64), (7, 3, 7, 5),
@@ -36,19 +36,21 @@ def test_validation_messages():
         _check(a.double(), torch.randn(4, 64, 12).double(), None)
     with pytest.raises(ValueError, match="m, n, k must be <= 64"):
         _check(torch.randn(4, 12, 65), torch.randn(65, 12), None)
-    with pytest.raises(ValueError, match="needs a CUDA or ROCm GPU, but a and b are on cpu"):
-        _check(a, torch.randn(64, 12), None)
+    assert _check(a, torch.randn(64, 12), None)[:4] == (4, 12, 12, 64)  # CPU tensors: the torch reference
+    with pytest.raises(ValueError, match="a and b must be on one device"):
+        _check(a, torch.randn(64, 12, device="meta"), None)
+    with pytest.raises(ValueError, match="must be on a GPU .* or the CPU, a is on meta"):
+        _check(a.to("meta"), torch.randn(64, 12, device="meta"), None)
     with pytest.raises(TypeError, match="b: expected a torch.Tensor, got list"):
         _check(a, [[1.0]], None)
     with pytest.raises(TypeError, match="a: expected a torch.Tensor, got tuple"):
         _check((1.0,), a, None)
 
 
-# Calls bmm_tiny refuses on the CPU, each (a, b) without requires_grad, and the error it gives.
+# Calls bmm_tiny refuses, each (a, b) without requires_grad, and the error it gives.
 _REFUSED = {
-    "cpu": (lambda: (torch.randn(4, 12, 64), torch.randn(4, 64, 12)), ValueError,
-            r"bmm_tiny: needs a CUDA or ROCm GPU, but a and b are on cpu"),
-    "cpu broadcast b": (lambda: (torch.randn(4, 3, 5), torch.randn(5, 7)), ValueError, "needs a CUDA or ROCm GPU"),
+    "two devices": (lambda: (torch.randn(4, 12, 64), torch.randn(4, 64, 12, device="meta")), ValueError,
+                    r"bmm_tiny: a and b must be on one device"),
     "m = 65": (lambda: (torch.randn(4, 65, 8), torch.randn(4, 8, 8)), ValueError, "m, n, k must be <= 64"),
     "k = 65": (lambda: (torch.randn(4, 8, 65), torch.randn(65, 8)), ValueError, "m, n, k must be <= 64"),
     "float64": (lambda: (torch.randn(4, 3, 5).double(), torch.randn(4, 5, 7).double()), TypeError,
@@ -62,7 +64,7 @@ _REFUSED = {
 @pytest.mark.parametrize("grad", ["a", "b", "both"])
 def test_grad_and_no_grad_calls_raise_the_same(case, grad, monkeypatch):
     """requires_grad does not turn a refused call into a silent torch.bmm: the same check, the same error."""
-    import fusedgemm.tiny_gemm as tg
+    import fusedgemm.tiny_bmm as tg
 
     make, exc, match = _REFUSED[case]
     a, b = make()
@@ -94,17 +96,32 @@ def test_non_tensor_inputs_are_type_errors(requires_grad):
         fg.bmm([[1.0]], torch.randn(5, 7))
 
 
-def test_cpu_tensors_are_told_they_need_a_gpu():
-    """Two CPU tensors: a message about the GPU, not 'must be on the same GPU, got cpu and cpu' alone."""
-    a, b = torch.randn(4, 3, 5), torch.randn(4, 5, 7)
-    with pytest.raises(ValueError, match=r"^bmm_tiny: needs a CUDA or ROCm GPU, but a and b are on cpu: .*"
-                                         r"fusedgemm.bmm falls back to torch.bmm"):
-        fg.bmm_tiny(a, b)
-    with pytest.raises(ValueError, match="needs a CUDA or ROCm GPU, but a is on cpu and b on meta"):
-        fg.bmm_tiny(a, b.to("meta"))
-    out = torch.empty(4, 3, 7)
-    with pytest.raises(ValueError, match="needs a CUDA or ROCm GPU, but a and b are on cpu"):
-        fg.bmm_tiny(a, b, out=out)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("b_shape", [(4, 5, 7), (1, 5, 7), (5, 7)])
+def test_cpu_tensors_run_the_torch_reference(dtype, b_shape, seed):
+    """CPU policy: bmm_tiny on CPU tensors takes the same checks and gives the kernel's output dtype and shape,
+    computed by the torch reference (float64 inside, rounded once); out= is written (poisoned first), any strides."""
+    a = torch.randn(4, 3, 5).to(dtype)
+    b = torch.randn(*b_shape).to(dtype)
+    b3 = (b if b.dim() == 3 else b.unsqueeze(0)).double()
+    want = (a.double() @ b3).to(dtype)
+    got = fg.bmm_tiny(a, b)
+    assert got.dtype == dtype and got.shape == (4, 3, 7) and torch.equal(got, want)
+    out = torch.full((4, 3, 7), float("nan"), dtype=dtype)
+    assert fg.bmm_tiny(a, b, out=out) is out and torch.equal(out, want)
+    at = a.transpose(1, 2).contiguous().transpose(1, 2)  # a transposed view: no copy needed, same values
+    assert torch.equal(fg.bmm_tiny(at, b), want)
+    with pytest.raises(ValueError, match=r"out must be \[4, 3, 7\]"):
+        fg.bmm_tiny(a, b, out=torch.empty(4, 3, 8, dtype=dtype))
+
+
+def test_cpu_reference_is_differentiable(seed):
+    a = torch.randn(4, 3, 5, requires_grad=True)
+    b = torch.randn(5, 7, requires_grad=True)
+    y = fg.bmm_tiny(a, b)
+    ga, gb = torch.autograd.grad(y.sum(), (a, b))
+    wa, wb = torch.autograd.grad((a @ b).sum(), (a, b))
+    assert torch.allclose(ga, wa) and torch.allclose(gb, wb)
 
 
 @pytest.mark.parametrize("a_shape,b_shape,dtype", [((4, 3, 5), (4, 5, 7), torch.float32),
@@ -206,7 +223,7 @@ class _Staged:
 def _model_bmm_tiny(a, b3, **knobs):
     """C = a @ b3 as the kernel computes it (fp32 CPU tensors of any strides), through the kernel's plan."""
     from fusedgemm.runtime import kernels as K
-    from fusedgemm.tiny_gemm import _H100_LIMITS, _operand_mode
+    from fusedgemm.tiny_bmm import _H100_LIMITS, _operand_mode
 
     batch, m, k = a.shape
     n = b3.shape[2]
@@ -312,7 +329,7 @@ def _model_bmm_tiny_async(a, b3, **knobs):
     """C = a @ b3 as the cp.async kernel computes it. Shared memory starts as NaN (the kernel zeroes nothing), so
     a tile that reads a value no copy wrote, and that reaches a stored output, shows up as NaN in C."""
     from fusedgemm.runtime import kernels as K
-    from fusedgemm.tiny_gemm import _H100_LIMITS, _operand_mode
+    from fusedgemm.tiny_bmm import _H100_LIMITS, _operand_mode
 
     batch, m, k = a.shape
     n = b3.shape[2]
@@ -446,7 +463,7 @@ def test_async_plans_fit(b, m, n, k):
     """The default cp.async plans: within the kernel's thread bound, the multiprocessor's shared memory, and
     the blocks the grid assumes fit one multiprocessor by threads, shared memory and registers."""
     from fusedgemm.runtime import kernels as K
-    from fusedgemm.tiny_gemm import _ASYNC_REGS, _H100_LIMITS
+    from fusedgemm.tiny_bmm import _ASYNC_REGS, _H100_LIMITS
 
     sms, smem_sm, threads_sm, regs_sm = _H100_LIMITS
     for bcast in (False, True):

@@ -19,10 +19,10 @@ from code_objects import sass_functions
 ROOT = Path(__file__).resolve().parents[1]
 # Every preset kernel has the same packing: A, B, M, N, K, the preset epilogue's Params (one struct).
 PRESET_SPEC = spec_for_activation("silu")
-GEMM_A8_SIG = kernels.gemm_a8_signature("gemm_a8", PRESET_SPEC)
-GEMM_A8_SM90_SIG = kernels.gemm_a8_signature("gemm_a8_sm90", PRESET_SPEC)
-UNIT_KERNELS = {"gemm_a8": (kernels.gemm_a8_kernel_names, GEMM_A8_SIG),
-                "gemm_a8_sm90": (lambda: kernels.gemm_a8_kernel_names("gemm_a8_sm90"), GEMM_A8_SM90_SIG),
+PORTABLE_GEMM_SIG = kernels.gemm_signature("portable_gemm", PRESET_SPEC)
+SM90_GEMM_SIG = kernels.gemm_signature("sm90_gemm", PRESET_SPEC)
+UNIT_KERNELS = {"portable_gemm": (kernels.gemm_a8_kernel_names, PORTABLE_GEMM_SIG),
+                "sm90_gemm": (lambda: kernels.gemm_a8_kernel_names("sm90_gemm"), SM90_GEMM_SIG),
                 "bmm_tiny": (kernels.bmm_tiny_kernel_names, kernels.BMM_TINY)}
 # The MMA instructions each arch's kernels must use, by input kind.
 EXPECTED_MMA = {
@@ -38,7 +38,7 @@ EXPECTED_MMA = {
 @pytest.fixture(scope="session", params=sorted(SUPPORTED_ARCHES))
 def built(request):
     arch = request.param
-    spec = BuildSpec("gemm_a8", arch)
+    spec = BuildSpec("portable_gemm", arch)
     return arch, code_object_dir(spec), spec
 
 
@@ -65,6 +65,71 @@ def test_hipify_is_a_mechanical_rename():
                                    "CUDA_LAUNCH_PARAM_END; __HIP__")
 
 
+def test_the_tile_config_header_is_generated_from_the_one_table(tmp_path):
+    """gemm_configs.hpp holds every config of runtime/tile_configs.py with all its fields named, and a stale header
+    fails `ci/hipify.py --check` (the header and cuda_src are generated together)."""
+    from fusedgemm.runtime import tile_configs
+
+    header = (ROOT / "hip_src" / tile_configs.HEADER_PATH).read_text()
+    assert header == tile_configs.render_header()
+    for name, t in tile_configs.CONFIGS.items():
+        body = header.split(f"// {name}\n", 1)[1].split("};", 1)[0]
+        fields = dict(re.findall(r"static constexpr \w+ (k\w+) = (\w+);", body))
+        if isinstance(t, tile_configs.Sm90Tile):
+            assert fields == {"kBlockM": str(t.block_m), "kBlockN": str(t.block_n), "kStages": str(t.stages),
+                              "kMinBlocksPerSm": str(t.min_blocks_per_sm), "kSwapAB": str(t.swap_ab).lower(),
+                              "kChains": str(t.chains), "kPersistent": str(t.persistent).lower(),
+                              "kPairB": str(t.pair_b).lower(), "kEpilogueWarps": str(t.epilogue_warps),
+                              "kTileLoop": str(t.tile_loop).lower()}, name
+        else:
+            assert fields == {"kWarpsM": str(t.warps_m), "kWarpsN": str(t.warps_n), "kWarpsK": str(t.warps_k),
+                              "kTilesM": str(t.tiles_m), "kTilesN": str(t.tiles_n),
+                              "kStepsInFlight": str(t.steps_in_flight)}, name
+        assert f"using {tile_configs.cpp_type(name)} = " in header
+    # The entry files instantiate the configs with 8-bit kernels through the generated lists, nothing else.
+    for unit in ("portable_gemm", "sm90_gemm"):
+        listed = re.findall(rf"X\((\w+), fg::\w+\)", header.split(f"#define FG_{unit.upper()}_A8_CONFIGS(X)")[1]
+                            .split("#define")[0])
+        assert listed == [c for c, cfg in kernels.GEMM_CONFIGS.items() if cfg.unit == unit and cfg.serves("fp8")]
+    assert set(tile_configs.FORMER_NAMES.values()) == set(tile_configs.CONFIGS)
+
+
+def test_config_names_say_what_the_config_is():
+    """A name decodes to its config's shape and kind: <kind>_<M>x<N>[_...] with the tile's own sizes."""
+    for name, cfg in kernels.GEMM_CONFIGS.items():
+        kind, size = name.split("_")[0], next(p for p in name.split("_") if re.fullmatch(r"\d+x\d+", p))
+        assert size == f"{cfg.block_m}x{cfg.block_n}", name
+        assert kind == {"portable_gemm": "portable"}.get(cfg.unit, kind)
+        if cfg.unit == "sm90_gemm":
+            assert (kind == "persistent" or name.startswith("pair_persistent")) == cfg.persistent, name
+            assert name.startswith("pair") == cfg.pair_b and (kind == "swap") == cfg.swap_ab, name
+            assert ("loop" in name.split("_")) == cfg.tile_loop, name
+
+
+def test_the_probe_patch_applies_to_the_kernel_sources(tmp_path):
+    """The timing probes are no part of the shipped kernels: tools/probes/sm90_probes.patch adds them to a copy of
+    hip_src (tools/probes/probe_sm90.py). A kernel change that breaks it fails here (refresh the patch as the
+    script's docstring says), not on the GPU machine."""
+    import shutil
+
+    if shutil.which("patch") is None:
+        pytest.skip("no `patch` program")
+    shutil.copytree(ROOT / "hip_src", tmp_path / "hip_src")
+    proc = subprocess.run(["patch", "-p1", "--forward", "--batch", "-d", str(tmp_path), "-i",
+                           str(ROOT / "tools" / "probes" / "sm90_probes.patch")], capture_output=True, text=True)
+    assert proc.returncode == 0 and "offset" not in proc.stdout and "fuzz" not in proc.stdout, proc.stdout + proc.stderr
+    patched = (tmp_path / "hip_src" / "include" / "fusedgemm" / "sm90_gemm.hpp").read_text()
+    assert "int kProbe = kProbeNone" in patched and "FG_PROBE_STAMPS" in patched
+    shipped = "".join(f.read_text() for f in (ROOT / "hip_src").rglob("*") if f.is_file())
+    assert "kProbe" not in shipped and "FG_PROBE" not in shipped
+
+
+def _config_of(kernel_name: str) -> kernels.TileConfig:
+    """The tile config a preset kernel's name ends with (the longest such name: pair_persistent_128x128 ends with
+    persistent_128x128 too)."""
+    return kernels.GEMM_CONFIGS[max((c for c in kernels.GEMM_CONFIGS if kernel_name.endswith("_" + c)), key=len)]
+
+
 def _kernel_names(unit):
     return UNIT_KERNELS[unit][0]()
 
@@ -74,7 +139,7 @@ def test_every_kernel_is_in_the_code_object_with_the_packed_layout(built):
     """Kernel-argument metadata of the code object == the Python packing (offsets and sizes)."""
     arch, d, spec = built
     data = (d / spec.file_name()).read_bytes()
-    names, sig = _kernel_names("gemm_a8"), UNIT_KERNELS["gemm_a8"][1]
+    names, sig = _kernel_names("portable_gemm"), UNIT_KERNELS["portable_gemm"][1]
     want = list(zip(sig.offsets, sig.sizes))
     if arch.startswith("sm_"):
         params = cubin_params(data)
@@ -90,14 +155,14 @@ def test_every_kernel_is_in_the_code_object_with_the_packed_layout(built):
 
 
 def test_packing_layout_is_natural_alignment():
-    sig = GEMM_A8_SIG  # one argument, GemmA8Args: a, b, M, N, K, then the 8-aligned Params fields
+    sig = PORTABLE_GEMM_SIG  # one argument, PortableGemmArgs: a, b, M, N, K, then the 8-aligned Params fields
     assert sig.offsets == (0,) and sig.sizes == (32 + 80,)
     args = sig.params[0][1]
     assert args.offsets[:6] == (0, 8, 16, 20, 24, 32) and [f for f, _c in args.fields[:6]] == ["a", "b", "M", "N",
                                                                                                   "K", "out"]
-    assert kernels.gemm_a8_arg_offsets("gemm_a8", PRESET_SPEC) == (16, 32)  # what the entry points assert
+    assert kernels.gemm_arg_offsets("portable_gemm", PRESET_SPEC) == (16, 32)  # what the entry points assert
     # Every preset has the same Params (alpha, scale_a, scale_b, bias; the activation is the functor's code).
-    assert all(kernels.gemm_a8_signature("gemm_a8", spec_for_activation(a)) == sig for a in ACTIVATIONS)
+    assert all(kernels.gemm_signature("portable_gemm", spec_for_activation(a)) == sig for a in ACTIVATIONS)
 
 
 @pytest.mark.slow
@@ -107,7 +172,7 @@ def test_cubin_param_reader_agrees_with_cuobjdump(built):
         pytest.skip("cubin only")
     text = subprocess.run([find_nvidia_tool("cuobjdump"), "-elf", str(d / spec.file_name())], check=True,
                           capture_output=True, text=True).stdout
-    name = _kernel_names("gemm_a8")[0]
+    name = _kernel_names("portable_gemm")[0]
     section = text.split(f"\n.nv.info.{name}\n")[1].split("\n.nv.info.")[0]
     found = sorted((int(o, 16), int(off, 16), int(sz, 16)) for o, off, sz in
                    re.findall(r"Ordinal\s*:\s*(0x[0-9a-f]+)\s+Offset\s*:\s*(0x[0-9a-f]+)\s+Size\s*:\s*(0x[0-9a-f]+)", section))
@@ -125,17 +190,17 @@ def _split_amdgcn_asm(text):
 @pytest.mark.slow
 def test_isa_mma_instructions_and_no_spills(built):
     arch, d, spec = built
-    names = _kernel_names("gemm_a8")
+    names = _kernel_names("portable_gemm")
     if arch.startswith("sm_"):
         bodies = sass_functions(d / spec.file_name())
-        log = (d / "gemm_a8.log").read_text()
+        log = (d / "portable_gemm.log").read_text()
         spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
         assert len(spills) == len(names) and all(s == ("0", "0", "0") for s in spills), spills
         # C7510-C7520: ptxas serialised some kernel's wgmma pipeline (a wait after every MMA), which costs 20% or
         # more at large M without failing anything else.
         assert not re.search(r"C75\d\d", log), re.findall(r"C75\d\d.*", log)[:4]
     else:
-        bodies = _split_amdgcn_asm((d / "gemm_a8.s").read_text())
+        bodies = _split_amdgcn_asm((d / "portable_gemm.s").read_text())
         kmeta = hsaco_kernels((d / spec.file_name()).read_bytes())
         for name in names:
             k = kmeta[name]
@@ -190,7 +255,7 @@ def test_bmm_tiny_code_objects(built_bmm):
 @pytest.mark.slow
 def test_bmm_tiny_async_registers_match_the_planner(built_bmm):
     """The planner sizes the resident grid with _ASYNC_REGS: the sm_90a build must not use more registers."""
-    from fusedgemm.tiny_gemm import _ASYNC_REGS
+    from fusedgemm.tiny_bmm import _ASYNC_REGS
 
     arch, d, _ = built_bmm
     if not arch.startswith("sm_"):
@@ -213,7 +278,7 @@ def test_bmm_tiny_layout():
 # ---- the Hopper wgmma + TMA unit (sm_90a only) -------------------------------------------------------------
 @pytest.fixture(scope="session")
 def built_sm90():
-    spec = BuildSpec("gemm_a8_sm90", "sm_90a")
+    spec = BuildSpec("sm90_gemm", "sm_90a")
     d = code_object_dir(spec)
     return d, (d / spec.file_name()).read_bytes()
 
@@ -221,20 +286,20 @@ def built_sm90():
 def test_sm90_unit_is_nvidia_only():
     from fusedgemm.runtime.build import units_for
 
-    assert "gemm_a8_sm90" in units_for("sm_90a")
-    assert "gemm_a8_sm90" not in units_for("gfx942") and "gemm_a8_sm90" not in units_for("gfx950")
+    assert "sm90_gemm" in units_for("sm_90a")
+    assert "sm90_gemm" not in units_for("gfx942") and "sm90_gemm" not in units_for("gfx950")
     with pytest.raises(ValueError, match="built only for"):
-        BuildSpec("gemm_a8_sm90", "gfx942")
+        BuildSpec("sm90_gemm", "gfx942")
 
 
 def test_sm90_tensor_map_packing():
-    sig = GEMM_A8_SM90_SIG
+    sig = SM90_GEMM_SIG
     # One 64-byte-aligned struct (its tensor maps must be) in the constant bank, whose parameter block starts at
     # bank offset 0x210: at 48. Inside: the two 128-byte maps, M, N, K, the epilogue's Params at 272.
     assert sig.offsets == (48,) and sig.sizes == (384,)
     args = sig.params[0][1]
     assert args.offsets[:6] == (0, 128, 256, 260, 264, 272)
-    assert kernels.gemm_a8_arg_offsets("gemm_a8_sm90", PRESET_SPEC) == (256, 272)
+    assert kernels.gemm_arg_offsets("sm90_gemm", PRESET_SPEC) == (256, 272)
     assert sig.struct.size == 48 + 384
 
 
@@ -243,20 +308,20 @@ def test_sm90_kernels_layout_isa_and_registers(built_sm90):
     """Every wgmma kernel: packed layout == cubin metadata; QGMMA (fp8) / IGMMA (int8) tensor-core MMAs and
     TMA loads (UTMALDG) in SASS; no local memory; registers allow the config's CTAs per SM."""
     d, data = built_sm90
-    names = _kernel_names("gemm_a8_sm90")
-    sig = GEMM_A8_SM90_SIG
+    names = _kernel_names("sm90_gemm")
+    sig = SM90_GEMM_SIG
     params = cubin_params(data)
     want = list(zip(sig.offsets, sig.sizes))
-    bodies = sass_functions(d / "gemm_a8_sm90.cubin")
-    log = (d / "gemm_a8_sm90.log").read_text()
+    bodies = sass_functions(d / "sm90_gemm.cubin")
+    log = (d / "sm90_gemm.log").read_text()
     # Registers the launch reserves per thread (ptxas -v reports the largest setmaxnreg region instead).
-    usage = subprocess.run([find_nvidia_tool("cuobjdump"), "-res-usage", str(d / "gemm_a8_sm90.cubin")], check=True,
+    usage = subprocess.run([find_nvidia_tool("cuobjdump"), "-res-usage", str(d / "sm90_gemm.cubin")], check=True,
                            capture_output=True, text=True).stdout
     regs = dict(re.findall(r"Function (\S+):\n\s*REG:(\d+)", usage))
     for name in names:
         assert [(p.offset, p.size) for p in params[name]] == want, name
         body = bodies[name]
-        cfg = kernels.GEMM_A8_CONFIGS[name.rsplit("_", 1)[1]]
+        cfg = _config_of(name)
         shape = f"64x{cfg.block_m if cfg.swap_ab else cfg.block_n}x32"  # swapped: the activation is the N side
         mma = rf"\bQGMMA\.{shape}\.F32\.E4M3\.E4M3\b" if "_fp8_" in name else rf"\bIGMMA\.{shape}\.S8\.S8\b"
         assert re.search(mma, body), f"{name}: no {mma}"

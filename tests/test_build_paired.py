@@ -8,8 +8,8 @@ import pytest
 
 from fusedgemm.runtime.build import BuildSpec, code_object_dir
 from fusedgemm.runtime.codeobject import hsaco_kernels, hsaco_params
-from fusedgemm.runtime.gemm_a8_spec import GemmA8Kernel
-from fusedgemm.runtime.kernels import GEMM_A8_CONFIGS
+from fusedgemm.runtime.gemm_spec import GemmKernel
+from fusedgemm.runtime.kernels import GEMM_CONFIGS
 from fusedgemm.swiglu import glu_expression
 from fusedgemm.epilogue.codegen import EpilogueSpec
 
@@ -21,23 +21,23 @@ SWIGLU_8 = EpilogueSpec.of(glu_expression("silu", bias=True, scaled=True),
                            {"scale_a": "f32", "scale_gate": "f32", "scale_up": "f32", "bias_gate": "bf16",
                             "bias_up": "bf16"})
 
-SM90 = [c for c, cfg in GEMM_A8_CONFIGS.items() if cfg.unit == "gemm_a8_sm90" and cfg.serves("bf16")]
+SM90 = [c for c, cfg in GEMM_CONFIGS.items() if cfg.sm90 and cfg.serves("bf16")]
 # KNOWN (open): none. The 8-bit SwiGLU with per-row and per-channel scales and a bias spilled 40-56 bytes on the
-# 192-wide tiles (w128n192, w192n128) while its 16-bit operands loaded and converted element by element; with all
+# 192-wide tiles (tile_128x192, tile_192x128) while its 16-bit operands loaded and converted element by element; with all
 # the bits loaded first (codegen loads16) it does not. A config listed here is marked, so a fix shows as an XPASS.
 _SPILLS: set = set()
 SM90_CASES = ([(c, "bf16", "bf16", "swiglu") for c in SM90] + [(c, "fp8", "bf16", "swiglu8") for c in SM90
-              if GEMM_A8_CONFIGS[c].serves("fp8")] + [("m128n128", "fp8", "bf16", "swiglu8"),
-                                                     ("v16n128", "fp16", "fp16", "geglu_exact")])
+              if GEMM_CONFIGS[c].serves("fp8")] + [("portable_128x128", "fp8", "bf16", "swiglu8"),
+                                                     ("swap_16x128", "fp16", "fp16", "geglu_exact")])
 SM90_CASES = [pytest.param(*c, marks=pytest.mark.xfail(strict=True, reason="spills: see _SPILLS"))
               if c[:2] in _SPILLS and c[3] == "swiglu8" else c for c in SM90_CASES]
-AMD_CASES = [(arch, c, kind, epi) for arch in ("gfx942", "gfx950") for c in ("m16n16k8", "m64n16k8", "m128n128")
+AMD_CASES = [(arch, c, kind, epi) for arch in ("gfx942", "gfx950") for c in ("portable_16x16_k8", "portable_64x16_k8", "portable_128x128")
              for kind, epi in (("bf16", "swiglu"), ("fp8", "swiglu8"), ("int8", "swiglu8"))]
 SPECS = {"swiglu": SWIGLU_16, "swiglu8": SWIGLU_8, "geglu_exact": GEGLU_EXACT}
 
 
 def _built(arch, config, kind, out, epi):
-    spec = GemmA8Kernel(arch, config, kind, out, SPECS[epi])
+    spec = GemmKernel(arch, config, kind, out, SPECS[epi])
     build = BuildSpec(spec.unit, arch, spec.source())
     return spec, build, code_object_dir(build)
 
@@ -51,7 +51,7 @@ def test_sm90_paired_kernels(config, kind, out, epi):
     assert spills and all(s == ("0", "0", "0") for s in spills), spills
     assert not re.search(r"C75\d\d", log), "ptxas serialised the wgmma pipeline"
     shuffles = len(re.findall(r"\bSHFL\.BFLY\b", sass(d / build.file_name())))
-    if GEMM_A8_CONFIGS[config].swap_ab:  # store_swapped pairs weight rows across threads t, t ^ 4
+    if GEMM_CONFIGS[config].swap_ab:  # store_swapped pairs weight rows across threads t, t ^ 4
         assert shuffles > 0
     else:  # the D fragment (and mma.sync's) already holds column pairs: no exchange
         assert shuffles == 0, shuffles

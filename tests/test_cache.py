@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import warnings
 from pathlib import Path
 
 import pytest
@@ -113,8 +114,8 @@ def test_generated_spec_validation():
     with pytest.raises(ValueError, match="unknown source unit"):
         BuildSpec("fake_tu", "sm_90a")
     with pytest.raises(ValueError, match="built only for"):
-        BuildSpec("gemm_a8_sm90", "gfx942")
-    assert BuildSpec("gemm_a8", "gfx942").main_source.name == "gemm_a8.hip"
+        BuildSpec("sm90_gemm", "gfx942")
+    assert BuildSpec("portable_gemm", "gfx942").main_source.name == "portable_gemm.hip"
 
 
 def test_generated_source_is_hipified_for_nvidia_only():
@@ -180,8 +181,37 @@ def test_compiler_choice(fake, monkeypatch):
         compilers.compiler_for("sm_90a")
     monkeypatch.setenv("FUSEDGEMM_COMPILER", "nvcc")
     monkeypatch.setenv("FUSEDGEMM_NVCC", str(fake.dir / "missing-nvcc"))
-    with pytest.raises(BuildError, match="not found"):
+    monkeypatch.setattr(compilers, "_installed_nvidia_tool", lambda tool: None)
+    with pytest.raises(BuildError, match="FUSEDGEMM_NVCC=.*missing-nvcc.* is not an executable file, and no other nvcc"):
         compilers.compiler_for("sm_90a")
+
+
+@pytest.mark.parametrize("forced", ["", "nvcc"])
+def test_a_bad_nvcc_setting_is_reported_once_with_what_is_used_instead(fake, monkeypatch, forced):
+    """FUSEDGEMM_NVCC naming no executable is not passed over in silence: one warning that names the variable, its
+    value and the nvcc used instead (or NVRTC, where there is no other nvcc)."""
+    monkeypatch.setenv("FUSEDGEMM_COMPILER", forced)
+    monkeypatch.setenv("FUSEDGEMM_NVCC", "/nonexistent/nvcc")
+    monkeypatch.setattr(compilers, "_installed_nvidia_tool", lambda tool: str(fake.nvcc))
+    monkeypatch.setattr(compilers, "_WARNED", set())
+    with pytest.warns(RuntimeWarning, match=f"FUSEDGEMM_NVCC='/nonexistent/nvcc' is not an executable file; using "
+                                            f"{fake.nvcc} instead"):
+        c = compilers.compiler_for("sm_90a")
+    assert isinstance(c, compilers.Nvcc) and c.path == str(fake.nvcc)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process
+        compilers.compiler_for("sm_90a")
+
+
+def test_a_bad_nvcc_setting_without_another_nvcc_says_nvrtc_is_used(fake, monkeypatch):
+    monkeypatch.delenv("FUSEDGEMM_COMPILER", raising=False)
+    monkeypatch.setenv("FUSEDGEMM_NVCC", "/nonexistent/nvcc")
+    monkeypatch.setattr(compilers, "_WARNED", set())
+    monkeypatch.setattr(compilers, "Nvcc", lambda: (_ for _ in ()).throw(BuildError(
+        "FUSEDGEMM_NVCC='/nonexistent/nvcc' is not an executable file, and no other nvcc was found")))
+    monkeypatch.setattr(compilers, "Nvrtc", lambda: "nvrtc")
+    with pytest.warns(RuntimeWarning, match="FUSEDGEMM_NVCC='/nonexistent/nvcc' .* building sm_90a code with NVRTC"):
+        assert compilers.compiler_for("sm_90a") == "nvrtc"
 
 
 def test_build_keeps_the_source_beside_the_code_object_and_verbose(fake, monkeypatch, capfd):
@@ -208,9 +238,9 @@ def test_build_keeps_the_source_beside_the_code_object_and_verbose(fake, monkeyp
 def test_prebuilt_fixed_units_are_used_without_compiling(fake, tmp_path, monkeypatch, capfd):
     pre = tmp_path / "prebuilt"
     (pre / "sm_90a").mkdir(parents=True)
-    (pre / "sm_90a" / "gemm_a8.cubin").write_bytes(b"\x7fELF prebuilt")
+    (pre / "sm_90a" / "portable_gemm.cubin").write_bytes(b"\x7fELF prebuilt")
     monkeypatch.setenv("FUSEDGEMM_PREBUILT_DIR", str(pre))
-    assert build.code_object_path("gemm_a8", "sm_90a") == pre / "sm_90a" / "gemm_a8.cubin"
+    assert build.code_object_path("portable_gemm", "sm_90a") == pre / "sm_90a" / "portable_gemm.cubin"
     monkeypatch.setenv("FUSEDGEMM_JIT_VERBOSE", "1")
     assert code_object_dir(BuildSpec("bmm_tiny", "sm_90a")).parent == fake.cache / "sm_90a"  # not prebuilt: built
     assert len(fake.lines("count")) == 1

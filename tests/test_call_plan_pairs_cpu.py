@@ -7,10 +7,10 @@ import types
 import pytest
 import torch
 
-import fusedgemm.call_plan as cp
+import fusedgemm.plan.call as cp
 from fusedgemm.checks import preset_values
 from fusedgemm.runtime import kernels
-from fusedgemm.runtime.gemm_a8_spec import spec_for_activation
+from fusedgemm.epilogue.presets import spec_for_activation
 
 
 @pytest.fixture
@@ -29,7 +29,7 @@ def launches(monkeypatch):
 
 
 def make_plan(monkeypatch, config, kind, m, n, k):
-    monkeypatch.setattr(cp, "plan_for", lambda *a, **kw: (kernels.GEMM_A8_CONFIGS[config], 1))
+    monkeypatch.setattr(cp, "plan_for", lambda *a, **kw: (kernels.GEMM_CONFIGS[config], 1))
     out = torch.bfloat16
     return cp.CallPlan(0, "sm_90a", kind, m, n, k, out, spec_for_activation("silu"),
                        preset_values(0, 0, 0, 0, 0, 0, 1.0), ("out",))
@@ -37,18 +37,18 @@ def make_plan(monkeypatch, config, kind, m, n, k):
 
 @pytest.mark.parametrize("config, kind, m, n, k, grid, cluster, box_rows, chunks", [
     # 3 row blocks -> 2 pairs (the last pair's second CTA has no rows); 3 column tiles -> 6 CTAs along x
-    ("c128n256", "bf16", 300, 600, 264, (6, 2, 1), (2, 1, 1), 128, 8),
-    ("w128n256", "bf16", 300, 600, 264, (3, 3, 1), (1, 1, 1), 256, 8),
+    ("pair_128x256", "bf16", 300, 600, 264, (6, 2, 1), (2, 1, 1), 128, 8),
+    ("tile_128x256", "bf16", 300, 600, 264, (3, 3, 1), (1, 1, 1), 256, 8),
     # persistent pairs: one wave, a whole number of clusters; preshuffled B: half the K chunks per CTA
-    ("cp128n128", "fp8", 1900, 2064, 1040, (132, 1, 1), (2, 1, 1), 128, 4),
-    ("cp128n128", "bf16", 1900, 2064, 1040, (132, 1, 1), (2, 1, 1), 64, 8),
-    ("p128n128", "fp8", 1900, 2064, 1040, (132, 1, 1), (1, 1, 1), 128, 8),
-    ("cp128n128", "fp8", 300, 256, 1040, (8, 1, 1), (2, 1, 1), 128, 4),  # 2 x 2 pair units: 8 CTAs
+    ("pair_persistent_128x128", "fp8", 1900, 2064, 1040, (132, 1, 1), (2, 1, 1), 128, 4),
+    ("pair_persistent_128x128", "bf16", 1900, 2064, 1040, (132, 1, 1), (2, 1, 1), 64, 8),
+    ("persistent_128x128", "fp8", 1900, 2064, 1040, (132, 1, 1), (1, 1, 1), 128, 8),
+    ("pair_persistent_128x128", "fp8", 300, 256, 1040, (8, 1, 1), (2, 1, 1), 128, 4),  # 2 x 2 pair units: 8 CTAs
     # tile-loop configs: one wave like the persistent ones (pairs: a whole number of clusters)
-    ("cl128n256", "bf16", 1900, 2064, 1040, (132, 1, 1), (2, 1, 1), 128, 8),
-    ("cl128n256", "bf16", 300, 600, 264, (12, 1, 1), (2, 1, 1), 128, 8),  # 3 x 2 pair units: 12 CTAs
-    ("l128n256", "bf16", 1900, 2064, 1040, (132, 1, 1), (1, 1, 1), 256, 8),
-    ("l128n256", "bf16", 300, 600, 264, (9, 1, 1), (1, 1, 1), 256, 8),
+    ("pair_loop_128x256", "bf16", 1900, 2064, 1040, (132, 1, 1), (2, 1, 1), 128, 8),
+    ("pair_loop_128x256", "bf16", 300, 600, 264, (12, 1, 1), (2, 1, 1), 128, 8),  # 3 x 2 pair units: 12 CTAs
+    ("loop_128x256", "bf16", 1900, 2064, 1040, (132, 1, 1), (1, 1, 1), 256, 8),
+    ("loop_128x256", "bf16", 300, 600, 264, (9, 1, 1), (1, 1, 1), 256, 8),
 ])
 def test_pair_grids_clusters_and_b_boxes(monkeypatch, launches, config, kind, m, n, k, grid, cluster, box_rows,
                                          chunks):

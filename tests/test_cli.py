@@ -79,7 +79,9 @@ def test_bad_option_is_argparse_exit_2(args, bad):
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the message on a machine without a GPU")
 @pytest.mark.parametrize("args", [("gemm_a8",), ("bmm_tiny",), ("gemm_a8", "--dtype", "int8", "--M", "16"),
-                                  ("matmul_fused",), ("matmul_fused", "--dtype", "tf32", "--square", "--beta")])
+                                  ("matmul_fused",), ("matmul_fused", "--dtype", "tf32", "--square", "--beta"),
+                                  ("models",), ("quantize_rows",), ("train_step",), ("fp32_exact",), ("fusion_mlp",),
+                                  ("host_overhead", "--op", "bmm_tiny"), ("matmul_plans",)])
 def test_bench_without_a_gpu_prints_one_line(args):
     r = bench(*args)
     assert r.returncode == 1
@@ -89,7 +91,7 @@ def test_bench_without_a_gpu_prints_one_line(args):
     assert lines[0].startswith(f"fusedgemm.bench {args[0]}: needs a CUDA or ROCm GPU; torch sees none")
 
 
-@pytest.mark.parametrize("sub", ["gemm_a8", "bmm_tiny", "matmul_fused"])
+@pytest.mark.parametrize("sub", list(bench_main.SUBCOMMANDS))
 def test_bench_on_a_gpu_without_a_code_object_prints_one_line(sub, monkeypatch, capsys):
     """A GPU torch sees but fusedgemm has no code object for: the arch error as one line, exit 1 (in process,
     with the GPU faked)."""
@@ -166,3 +168,89 @@ def test_bench_spin_ignores_the_first_call_and_is_bounded():
     assert common.spin_cycles_for(host) < common.spin_cycles_for(300_000)
     assert common.spin_cycles_for(10.0) == int(40 * 2000)
     assert common.spin_cycles_for(60e6) == common.MAX_SPIN_US * 2000  # bounded whatever the host did
+
+
+# ---- every subcommand: options with help text, one spelling of each dtype ----
+
+def parsed(*args):
+    """(parser, namespace) of `python -m fusedgemm.bench ARGS` without running the bench: parse_args is
+    intercepted after it parsed."""
+    import argparse
+
+    seen = {}
+    real = argparse.ArgumentParser.parse_args
+
+    def intercept(self, *a, **k):
+        seen["parser"], seen["args"] = self, real(self, *a, **k)
+        raise SystemExit(0)
+
+    argparse.ArgumentParser.parse_args = intercept
+    try:
+        r = bench(*args)
+    finally:
+        argparse.ArgumentParser.parse_args = real
+    assert r.returncode == 0 and "parser" in seen, r.stderr
+    return seen["parser"], seen["args"]
+
+
+@pytest.mark.parametrize("sub", list(bench_main.SUBCOMMANDS))
+def test_every_option_has_help_text(sub):
+    parser, _ = parsed(sub)
+    assert parser.prog == f"python -m fusedgemm.bench {sub}"
+    missing = [a.option_strings for a in parser._actions if a.option_strings and not a.help]
+    assert not missing, f"{sub}: options without help text: {missing}"
+
+
+@pytest.mark.parametrize("sub", list(bench_main.SUBCOMMANDS))
+def test_every_subcommand_has_help_and_exits_0(sub):
+    r = bench(sub, "--help")
+    assert r.returncode == 0 and r.stdout.startswith(f"usage: python -m fusedgemm.bench {sub}"), r.stderr
+
+
+@pytest.mark.parametrize("sub, flag, spellings, short", [
+    ("matmul_fused", "--dtype", ["bf16", "bfloat16", "BFloat16", "torch.bfloat16"], "bf16"),
+    ("matmul_fused", "--dtype", ["fp16", "f16", "float16", "half"], "fp16"),
+    ("matmul_fused", "--dtype", ["tf32"], "tf32"),
+    ("bmm_tiny", "--dtype", ["fp32", "f32", "float32", "float"], "fp32"),
+    ("bmm_tiny", "--dtype", ["bfloat16", "bf16"], "bf16"),
+    ("gemm_a8", "--dtype", ["fp8", "float8_e4m3fn", "float8_e4m3fnuz", "e4m3"], "fp8"),
+    ("gemm_a8", "--dtype", ["int8", "i8"], "int8"),
+    ("gemm_a8", "--out-dtype", ["bfloat16", "bf16"], "bf16"),
+    ("gemm_a8", "--out-dtype", ["float16", "fp16", "f16"], "fp16"),
+    ("quantize_rows", "--dtype", ["float32", "fp32"], "fp32"),
+    ("quantize_rows", "--code", ["int8"], "int8"),
+    ("train_step", "--dtype", ["float16", "fp16"], "fp16"),
+    ("matmul_plans", "--dtype", ["bfloat16", "bf16"], "bf16"),
+])
+def test_dtype_takes_torch_and_short_names_and_stores_the_short_one(sub, flag, spellings, short):
+    for s in spellings:
+        _, args = parsed(sub, flag, s)
+        assert getattr(args, flag.lstrip("-").replace("-", "_")) == short, (sub, flag, s)
+
+
+@pytest.mark.parametrize("sub, flag", [("matmul_fused", "--dtype"), ("bmm_tiny", "--dtype"), ("gemm_a8", "--dtype"),
+                                       ("gemm_a8", "--out-dtype"), ("quantize_rows", "--code")])
+def test_dtype_default_is_a_short_name(sub, flag):
+    from fusedgemm.bench.cli import SPELLINGS
+
+    _, args = parsed(sub)
+    assert getattr(args, flag.lstrip("-").replace("-", "_")) in SPELLINGS
+
+
+@pytest.mark.parametrize("args, bad", [(("bmm_tiny", "--dtype", "int8"), "int8"),
+                                       (("gemm_a8", "--out-dtype", "float32"), "float32"),
+                                       (("quantize_rows", "--dtype", "bfloat17"), "bfloat17")])
+def test_a_dtype_outside_the_subcommands_choices_is_refused_with_them(args, bad):
+    r = bench(*args)
+    assert r.returncode == 2 and f"invalid choice: '{bad}'" in r.stderr and "Traceback" not in r.stderr
+    assert "choose from" in r.stderr
+
+
+def test_dtype_helper():
+    from fusedgemm.bench.cli import dtype_name, torch_dtype
+
+    assert dtype_name("bfloat16") == dtype_name("BF16") == "bf16"
+    assert dtype_name("torch.float16") == dtype_name("half") == "fp16"
+    assert torch_dtype("bf16") is torch.bfloat16 and torch_dtype("tf32") is torch.float32
+    with pytest.raises(ValueError, match="unknown dtype 'f64'"):
+        dtype_name("f64")

@@ -176,9 +176,32 @@ def test_bind_accepts_strided_vectors_and_device_scalars():
 
 def test_presets_header_is_generated_and_fresh():
     """hip_src/include/fusedgemm/epilogue_presets.hpp is what codegen makes of the presets (regenerate with
-    `python -m fusedgemm.epilogue.presets`); the ahead-of-time units are built from it."""
+    `python -m fusedgemm.epilogue.presets write-header`); the ahead-of-time units are built from it."""
     from pathlib import Path
 
     from fusedgemm.epilogue.presets import PRESETS_HEADER, render_presets_header
 
     assert (Path(__file__).resolve().parents[1] / PRESETS_HEADER).read_text() == render_presets_header()
+
+
+def test_presets_module_writes_only_on_its_subcommand(tmp_path):
+    """`python -m fusedgemm.epilogue.presets --help` (or no subcommand) writes nothing; `write-header --check`
+    says whether the header is fresh; `write-header` writes it (here under a scratch root)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fusedgemm.epilogue.presets import PRESETS_HEADER, main, render_presets_header
+
+    header = Path(__file__).resolve().parents[1] / PRESETS_HEADER
+    before = header.stat().st_mtime_ns
+    run = subprocess.run([sys.executable, "-m", "fusedgemm.epilogue.presets", "--help"], capture_output=True, text=True)
+    assert run.returncode == 0 and "write-header" in run.stdout
+    with pytest.raises(SystemExit):
+        main([])  # a subcommand is required
+    assert header.stat().st_mtime_ns == before
+    target = tmp_path / PRESETS_HEADER
+    target.parent.mkdir(parents=True)
+    assert main(["write-header", "--check", "--root", str(tmp_path)]) == 1 and not target.exists()
+    assert main(["write-header", "--root", str(tmp_path)]) == 0 and target.read_text() == render_presets_header()
+    assert main(["write-header", "--check", "--root", str(tmp_path)]) == 0

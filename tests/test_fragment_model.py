@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import fusedgemm as fg
-from fusedgemm.fragment_model import ATOMS, IN_TRAITS, simulate_gemm_a8
+from fusedgemm.fragment_model import ATOMS, IN_TRAITS, simulate_portable_gemm
 
 PLAIN_B = sorted(key for key in ATOMS if not IN_TRAITS[key[1]]["preshuffled_b"])
 
@@ -53,7 +53,7 @@ def _simulate(arch, kind, a, w, tiles=(1, 1), atom=None):
     n = w.shape[0]
     traits = IN_TRAITS[kind]
     b = fg.preshuffle(w).data if traits["preshuffled_b"] else w
-    return simulate_gemm_a8(atom or ATOMS[(arch, kind)], _bytes(a), _bytes(b), _decoder(a.dtype), m, n, k, *tiles,
+    return simulate_portable_gemm(atom or ATOMS[(arch, kind)], _bytes(a), _bytes(b), _decoder(a.dtype), m, n, k, *tiles,
                             **traits)
 
 
@@ -97,7 +97,7 @@ def test_model_detects_a_wrong_layout(seed):
     want = _reference(a, w)
     unshuffled = _bytes(w)
     for key in [("sm_90a", "int8"), ("gfx942", "int8"), ("gfx950", "int8")]:
-        got = simulate_gemm_a8(ATOMS[key], _bytes(a), unshuffled, _decoder(torch.int8), 16, 32, 64)
+        got = simulate_portable_gemm(ATOMS[key], _bytes(a), unshuffled, _decoder(torch.int8), 16, 32, 64)
         assert not np.allclose(got, want)
 
 
@@ -133,7 +133,7 @@ def test_model_paired_store_gets_column_pairs(arch, kind, m, n, k_bytes, tiles, 
     a, w = _random(kind, (m, k), arch), _random(kind, (n, k), arch)
     traits = IN_TRAITS[kind]
     b = fg.preshuffle(w).data if traits["preshuffled_b"] else w
-    got = simulate_gemm_a8(ATOMS[(arch, kind)], _bytes(a), _bytes(b), _decoder(a.dtype), m, n, k, *tiles,
+    got = simulate_portable_gemm(ATOMS[(arch, kind)], _bytes(a), _bytes(b), _decoder(a.dtype), m, n, k, *tiles,
                            **traits, paired=True)
     ref = _reference(a, w)
     assert not np.isnan(got).any(), "every pair stored"
@@ -158,7 +158,7 @@ def test_cdna_wrong_partner_is_caught(seed):
     """The paired replay can fail: a partner lane of the wrong distance gives wrong up values."""
     a, w = _random("bf16", (16, 32), "gfx942"), _random("bf16", (16, 32), "gfx942")
     atom = dataclasses.replace(ATOMS[("gfx942", "bf16")], pair_lane_xor=16)
-    got = simulate_gemm_a8(atom, _bytes(a), _bytes(w), _decoder(a.dtype), 16, 16, 32, elem_bytes=2,
+    got = simulate_portable_gemm(atom, _bytes(a), _bytes(w), _decoder(a.dtype), 16, 16, 32, elem_bytes=2,
                            preshuffled_b=False, paired=True)
     assert not np.allclose(got[..., 1], _reference(a, w)[:, 1::2])
 

@@ -14,7 +14,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fusedgemm as fg
-from fusedgemm.fusion import program, runtime
+from fusedgemm.fusion import execute as runtime, lowering, program, program_a8
 from fusedgemm.nn import Linear8
 
 preshuffle_mod = importlib.import_module("fusedgemm.preshuffle")  # the module (fg.preshuffle is the function)
@@ -121,7 +121,7 @@ def test_fp8_output_lowers_to_an_fp8_store(oracle):
     fused = fg.fuse(mod)
     with torch.no_grad():
         out = fused(x, sa, r)
-    lw = program.lower(program.loads(fused.fusion_report.sites[0].program), [x, mod.w, sa, mod.sb])
+    lw = lowering.lower(program.loads(fused.fusion_report.sites[0].program), [x, mod.w, sa, mod.sb])
     assert lw.out_dtype == FP8 and out.dtype == FP8
     assert str(lw.expr) == "clamp(silu(acc * m_vec(t2) * n_vec(t3)) / 0.25, -448.0, 448.0)", lw.expr
 
@@ -353,7 +353,7 @@ def test_fp8_cast_must_be_the_result():
                          program.Step("relu", (program.V(2),))), (3,))
     x, w = _fp8(M, K), _fp8(N, K)
     with pytest.raises(program.Refused, match="of the fp8 value"):
-        program.lower(p, [x, w, torch.rand(M, 1), torch.rand(1, N)])
+        lowering.lower(p, [x, w, torch.rand(M, 1), torch.rand(1, N)])
 
 
 # ---- the preshuffled copy: made once, cached on the weight, remade when it changes -------------------------------
@@ -367,6 +367,7 @@ def _count_preshuffles(monkeypatch):
         return real(w)
 
     monkeypatch.setattr(preshuffle_mod, "preshuffle", counting)
+    monkeypatch.setattr(program_a8, "preshuffle", counting)  # the fusion pass's own binding of it
     return calls
 
 

@@ -11,7 +11,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fusedgemm as fg
-from fusedgemm.fusion import match, program, runtime
+from fusedgemm.fusion import execute as runtime, match, program
 
 
 @pytest.fixture
@@ -358,7 +358,7 @@ def test_the_measured_decision_needs_a_clear_win(monkeypatch):
     """FUSEDGEMM_FUSION=auto keeps the kernel only when it is at least 5% faster than the unfused ops (measured
     alternately from a flushed L2, runtime._time_pair): a near tie stays unfused, so noise cannot make a region
     slower. The decision is stored with both times."""
-    from fusedgemm.fusion import runtime as rt
+    from fusedgemm.fusion import execute as rt
 
     store = {}
     monkeypatch.setattr(rt, "_load_decisions", lambda: store)

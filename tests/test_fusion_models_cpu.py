@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import fusedgemm as fg
-from fusedgemm.fusion import runtime
+from fusedgemm.fusion import execute as runtime
 
 transformers = pytest.importorskip("transformers")
 

@@ -176,7 +176,7 @@ def test_replacing_the_weight_data_forgets_its_plans(rec):
 def test_forced_config_bypasses_and_does_not_record(rec):
     a, b, bias, sa, sb = make()
     call(a, b, bias, sa, sb)
-    with G.forced_config("w128n128", 2):
+    with G.forced_config("tile_128x128", 2):
         call(a, b, bias, sa, sb)
         call(a, b, bias, sa, sb)
     assert rec.checks == 3 and len(b.call_plans) == 1
@@ -193,9 +193,9 @@ def test_bad_arguments_still_get_the_checked_message(rec):
         call(a, b, [1.0] * N, sa, sb)
 
 
-def test_plans_per_weight_are_bounded(rec, monkeypatch):
-    monkeypatch.setattr(G, "_CALL_PLANS_PER_WEIGHT", 4)
+def test_plans_per_weight_are_bounded(rec):
     _, b, bias, _, sb = make()
+    b.call_plans.limit = 4  # a util.PlanCache, the one cache implementation of gemm_a8 and matmul_fused
     for m in range(16, 16 * 8, 16):
         a, _, _, sa, _ = make(m)
         call(a, b, bias, sa, sb)

@@ -68,7 +68,7 @@ def test_plans_that_loop_over_groups(dtype, m, n, k, knobs, seed):
     """Batch 3000: every block of the resident grid loops over several groups (prefetching the next one);
     the benchmark's alternative plans give the same results. f32 with contiguous inputs runs the cp.async
     kernels unless async_copy=False; the transposed B always takes the register-staged ones."""
-    from fusedgemm.tiny_gemm import launch_bmm_tiny
+    from fusedgemm.tiny_bmm import launch_bmm_tiny
 
     a = torch.randn(3000, m, k, device="cuda").to(dtype)
     b = torch.randn(3000, k, n, device="cuda").to(dtype)
@@ -98,7 +98,7 @@ def test_async_copy_kernels(m, n, k, knobs, seed):
     layouts;
     outputs poisoned with NaN, including past the end (nothing written there), and once 4-byte aligned only
     (element-wise C stores)."""
-    from fusedgemm.tiny_gemm import launch_bmm_tiny, plan_for
+    from fusedgemm.tiny_bmm import launch_bmm_tiny, plan_for
 
     batch = 2001
     a = torch.randn(batch, m, k, device="cuda")
@@ -146,7 +146,7 @@ def test_empty_and_k0():
 
 
 def test_dispatch(monkeypatch, seed):
-    import fusedgemm.tiny_gemm as bmm_mod
+    import fusedgemm.tiny_bmm as bmm_mod
 
     calls = []
     real = bmm_mod.launch_bmm_tiny
@@ -165,7 +165,7 @@ def test_dispatch(monkeypatch, seed):
 
 
 def test_fallback_warns_once(monkeypatch, seed):
-    import fusedgemm.tiny_gemm as bmm_mod
+    import fusedgemm.tiny_bmm as bmm_mod
 
     def broken(*args, **kwargs):
         raise RuntimeError("simulated: no code object")
@@ -245,19 +245,19 @@ def test_bench_kernel_time_counts_each_call_once():
 
 
 def test_eager_fast_path_relaunches_only_matching_calls(seed):
-    """Repeat calls of one signature reuse a bound launch (tiny_gemm._FAST); a change of shape, strides,
+    """Repeat calls of one signature reuse a bound launch (tiny_bmm._FAST); a change of shape, strides,
     dtype, broadcast or 16-byte alignment is a different signature, planned afresh. Every call is checked
     against the oracle on fresh data."""
-    from fusedgemm import tiny_gemm
+    from fusedgemm import tiny_bmm
 
-    tiny_gemm._FAST.clear()
+    tiny_bmm._FAST.clear()
     base = torch.randn(300 * 12 * 64 + 4, device="cuda")
     for _ in range(3):  # same signature: one entry, fresh data each time
         base.normal_()
         a = base[:300 * 12 * 64].view(300, 12, 64)
         b = torch.randn(300, 64, 12, device="cuda")
         assert rel_error(fg.bmm_tiny(a, b), oracle(a, b)) <= TOL[torch.float32]
-    assert len(tiny_gemm._FAST) == 1
+    assert len(tiny_bmm._FAST) == 1
     variants = [base[1:1 + 300 * 12 * 64].view(300, 12, 64),            # 4-byte aligned only
                 torch.randn(300, 64, 12, device="cuda").transpose(1, 2),  # strided A
                 torch.randn(300, 12, 64, device="cuda", dtype=torch.bfloat16)]
@@ -268,4 +268,4 @@ def test_eager_fast_path_relaunches_only_matching_calls(seed):
     w = torch.randn(64, 12, device="cuda")  # broadcast B, then the same B as one batched operand
     assert rel_error(fg.bmm_tiny(a, w), oracle(a, w)) <= TOL[torch.float32]
     assert rel_error(fg.bmm_tiny(a, w.expand(300, 64, 12)), oracle(a, w)) <= TOL[torch.float32]
-    assert len(tiny_gemm._FAST) == 6
+    assert len(tiny_bmm._FAST) == 6

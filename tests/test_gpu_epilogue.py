@@ -98,7 +98,7 @@ def test_every_plan_runs_a_generated_epilogue(plan):
     if arch() != "sm_90a":
         pytest.skip("sm_90a plans")
     expr = E.parse("save(acc * scalar(alpha) + n_vec(bias), bf16) * m_vec(sa) + aux(res) * 0.5")
-    if kernels.GEMM_A8_CONFIGS[plan[0]].persistent:  # the persistent configs stage at most 3 hoisted values
+    if kernels.GEMM_CONFIGS[plan[0]].persistent:  # the persistent configs stage at most 3 hoisted values
         expr = E.parse("gelu(acc * m_vec(sa) + n_vec(bias)) + aux(res)")
     with forced_config(*plan):
         for kind, (m, n, k) in (("fp8", (37, 272, 512)), ("int8", (200, 144, 1024))):

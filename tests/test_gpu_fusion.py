@@ -8,7 +8,7 @@ import torch
 import torch.nn as nn
 
 import fusedgemm as fg
-from fusedgemm.fusion import runtime
+from fusedgemm.fusion import execute as runtime
 
 pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():

@@ -7,7 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import fusedgemm as fg
-from fusedgemm.fusion import runtime
+from fusedgemm.fusion import execute as runtime
 from fusedgemm.nn import Linear8
 
 pytestmark = pytest.mark.gpu

@@ -117,7 +117,7 @@ def test_every_plan_against_the_oracle(kind, plan, seed):
     K block; K = 16 leaves most split-K ranks without a K block). Split-K results are deterministic."""
     from fusedgemm.gemm_a8 import forced_config
 
-    if plan not in plans(arch()) and kernels.GEMM_A8_CONFIGS[plan[0]].unit != "gemm_a8":
+    if plan not in plans(arch()) and kernels.GEMM_CONFIGS[plan[0]].unit != "portable_gemm":
         pytest.skip(f"{plan} is not built for {arch()}")
     with forced_config(*plan):
         for m, n, k in PLAN_SHAPES:
@@ -129,20 +129,20 @@ def test_every_plan_against_the_oracle(kind, plan, seed):
 
 @pytest.mark.parametrize("m,n,k", [(128, 1024, 5120), (300, 1040, 16384), (512, 1024, 5120), (97, 2576, 8192)])
 def test_fp8_few_tile_plans_by_the_heuristic(m, n, k, seed):
-    """The plan's own choice (w64n128 with split-K at M > 64 when 128 x 128 tiles are few) on ragged shapes."""
+    """The plan's own choice (tile_64x128 with split-K at M > 64 when 128 x 128 tiles are few) on ragged shapes."""
     from fusedgemm.gemm_a8 import _choose_config
 
     if arch() != "sm_90a":
         pytest.skip("sm_90a plan")
-    assert _choose_config(m, n, k, "sm_90a", 132, in_kind="fp8")[0].name == "w64n128"
+    assert _choose_config(m, n, k, "sm_90a", 132, in_kind="fp8")[0].name == "tile_64x128"
     err, _ = run_and_check("fp8", m, n, k)
     assert err <= ONE_ROUNDING[torch.bfloat16], err
 
 
-@pytest.mark.parametrize("config", ["v16n128", "w64n128", "w128n128", "w192n128", "p128n128", "cp128n128",
-                                    "s128n128", "q128n128"])
+@pytest.mark.parametrize("config", ["swap_16x128", "tile_64x128", "tile_128x128", "tile_192x128", "persistent_128x128", "pair_persistent_128x128",
+                                    "persistent_128x128_epi7_1chain", "persistent_128x128_epi7"])
 def test_grouped_tile_order_for_weights_larger_than_l2(config, seed):
-    """Weights over 48 MiB take tiles in groups of 8 row blocks (tile_of_block in gemm_a8_sm90.hpp): every
+    """Weights over 48 MiB take tiles in groups of 8 row blocks (tile_of_block in sm90_gemm.hpp): every
     tile is computed once, including the ragged last group and ragged last column tile."""
     from fusedgemm.gemm_a8 import forced_config
 
@@ -192,7 +192,7 @@ def test_out_into_a_slice_detects_writes_past_the_end(seed):
     assert not torch.isnan(out).any()
 
 
-@pytest.mark.parametrize("config", ["w128n128", "p128n128", "cp128n128", "q128n128"])
+@pytest.mark.parametrize("config", ["tile_128x128", "persistent_128x128", "pair_persistent_128x128", "persistent_128x128_epi7"])
 def test_two_chain_groups_for_every_k_block_count(config, seed):
     """fp8 with two partial tiles runs its K blocks in unrolled groups of 8, then 4, 2 and 1 (consumer_mainloop):
     K block counts that leave every combination of the remainder groups, with and without a partial last K
@@ -208,16 +208,16 @@ def test_two_chain_groups_for_every_k_block_count(config, seed):
                 assert err <= ONE_ROUNDING[torch.bfloat16], (blocks, k, err)
 
 
-@pytest.mark.parametrize("config, m", [("p128n128", 2000), ("s128n128", 2000), ("q128n128", 2000),
-                                       ("cp128n128", 2000), ("cp128n128", 1900)])
+@pytest.mark.parametrize("config, m", [("persistent_128x128", 2000), ("persistent_128x128_epi7_1chain", 2000), ("persistent_128x128_epi7", 2000),
+                                       ("pair_persistent_128x128", 2000), ("pair_persistent_128x128", 1900)])
 @pytest.mark.parametrize("kind", ["fp8", "int8"])
 @pytest.mark.parametrize("scalar_scales", [False, True])
 def test_persistent_ctas_loop_over_tiles(config, m, kind, scalar_scales, seed):
-    """p128n128 (and s128n128 / q128n128: seven epilogue warps, so rows are dealt unevenly) with more tiles than
+    """persistent_128x128 (and persistent_128x128_epi7_1chain / persistent_128x128_epi7: seven epilogue warps, so rows are dealt unevenly) with more tiles than
     SMs (16 x 17 = 272: each CTA takes 2-3, so the parked tile, its barriers' phases and the staged row and column
     operands are reused; the last tile's rows go to the consumer warps too), ragged M and N, a partial last K
     block, and an output that is only 4-byte aligned (the epilogue warps' 8-byte stores become two 4-byte ones); nothing is
-    written outside it. cp128n128 (B-multicast pairs) also with an odd number of row blocks (M = 1900: 15), whose
+    written outside it. pair_persistent_128x128 (B-multicast pairs) also with an odd number of row blocks (M = 1900: 15), whose
     last pair's second CTA has no rows."""
     from fusedgemm.gemm_a8 import forced_config
 

@@ -114,7 +114,7 @@ def test_every_config_ragged(dtype):
 
 @pytest.mark.parametrize("layout", ["nk", "kn"])
 def test_b_multicast_pairs_with_an_odd_last_row_block(layout):
-    """c128n256: 3 row blocks (the last pair's second CTA has no rows but still copies its half of B for its
+    """pair_128x256: 3 row blocks (the last pair's second CTA has no rows but still copies its half of B for its
     peer) and a ragged last column tile (half of its B rows past N)."""
     if arch() != "sm_90a":
         pytest.skip("B-multicast pairs are sm_90a's")
@@ -123,12 +123,12 @@ def test_b_multicast_pairs_with_an_odd_last_row_block(layout):
     w = rand((n, k) if layout == "nk" else (k, n), torch.bfloat16, 141, 1 / math.sqrt(k))
     b = rand(n, torch.bfloat16, 142)
     out = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
-    with forced_config("c128n256", 1):
+    with forced_config("pair_128x256", 1):
         fg.matmul_fused(a, w, b, layout=layout, activation="silu", out=out)
     check(out, a, w, bias=b, act="silu", layout=layout)
 
 
-@pytest.mark.parametrize("config", ["l128n256", "cl128n256"])
+@pytest.mark.parametrize("config", ["loop_128x256", "pair_loop_128x256"])
 @pytest.mark.parametrize("dtype,layout", [(torch.bfloat16, "nk"), (torch.float16, "kn"), (torch.float32, "nk")],
                          ids=str)
 def test_tile_loop_configs_take_several_tiles_per_cta(config, dtype, layout):
@@ -147,7 +147,7 @@ def test_tile_loop_configs_take_several_tiles_per_cta(config, dtype, layout):
     check(out, a, w, bias=b, act="silu", layout=layout)
 
 
-@pytest.mark.parametrize("config", ["l128n256", "cl128n256"])
+@pytest.mark.parametrize("config", ["loop_128x256", "pair_loop_128x256"])
 @pytest.mark.parametrize("c_form", ["m1", "mn"])
 def test_tile_loop_store_with_row_values_and_an_unaligned_output(config, c_form):
     """The tile loop's store through shared memory (64-column chunks, four consecutive outputs per thread and row)

@@ -11,7 +11,7 @@ import fusedgemm.epilogue as E
 from fusedgemm.epilogue.codegen import EpilogueSpec
 from fusedgemm.runtime.build import BuildSpec, code_object_dir
 from fusedgemm.runtime.codeobject import cubin_params, hsaco_kernels, hsaco_params
-from fusedgemm.runtime.gemm_a8_spec import GemmA8Kernel, preset_kernel
+from fusedgemm.runtime.gemm_spec import GemmKernel, preset_kernel
 
 from code_objects import sass
 
@@ -19,28 +19,28 @@ EXPR = E.parse("clamp(save(gelu(acc * m_vec(sa) + n_vec(bias)), bf16) + aux(res)
 SPEC = EpilogueSpec.of(EXPR, {"sa": "f32", "bias": "bf16", "res": "f16"})
 # (arch, config, input kind, output type, MMA instruction the SASS / ISA must show)
 CASES = [
-    ("sm_90a", "w128n128", "fp8", "fp32", r"\bQGMMA\.64x128x32\.F32\.E4M3\.E4M3\b"),
-    ("sm_90a", "v16n128", "int8", "fp8e4m3fn", r"\bIGMMA\.64x16x32\.S8\.S8\b"),
-    ("sm_90a", "w64n128", "fp8", "bf16", r"\bQGMMA\.64x128x32\.F32\.E4M3\.E4M3\b"),
-    ("gfx942", "m128n128", "fp8", "fp8e4m3fnuz", r"\bv_mfma_f32_16x16x32_fp8_fp8\b"),
-    ("gfx950", "m16n16k8", "int8", "fp32", r"\bv_mfma_i32_16x16x64_i8\b"),
+    ("sm_90a", "tile_128x128", "fp8", "fp32", r"\bQGMMA\.64x128x32\.F32\.E4M3\.E4M3\b"),
+    ("sm_90a", "swap_16x128", "int8", "fp8e4m3fn", r"\bIGMMA\.64x16x32\.S8\.S8\b"),
+    ("sm_90a", "tile_64x128", "fp8", "bf16", r"\bQGMMA\.64x128x32\.F32\.E4M3\.E4M3\b"),
+    ("gfx942", "portable_128x128", "fp8", "fp8e4m3fnuz", r"\bv_mfma_f32_16x16x32_fp8_fp8\b"),
+    ("gfx950", "portable_16x16_k8", "int8", "fp32", r"\bv_mfma_i32_16x16x64_i8\b"),
 ]
 
 
 def test_presets_are_the_ahead_of_time_kernels():
-    k = preset_kernel("sm_90a", "w128n128", "fp8", "bf16", "silu")
-    assert k.preset == "silu" and k.unit == "gemm_a8_sm90" and k.source() is None
-    assert k.kernel_name == "fg_gemm_a8_fp8_bf16_silu_w128n128"
+    k = preset_kernel("sm_90a", "tile_128x128", "fp8", "bf16", "silu")
+    assert k.preset == "silu" and k.unit == "sm90_gemm" and k.source() is None
+    assert k.kernel_name == "fg_gemm_a8_fp8_bf16_silu_tile_128x128"
     # the same expression with an fp32 output is generated
-    k32 = preset_kernel("sm_90a", "w128n128", "fp8", "fp32", "silu")
+    k32 = preset_kernel("sm_90a", "tile_128x128", "fp8", "fp32", "silu")
     assert k32.preset is None and k32.source() is not None and k32.unit != k.unit
 
 
 def test_spec_names_follow_the_key():
-    a = GemmA8Kernel("sm_90a", "w128n128", "fp8", "fp32", SPEC)
-    b = GemmA8Kernel("sm_90a", "w128n128", "fp8", "fp32", EpilogueSpec.of(E.parse(str(EXPR)), dict(SPEC.operand_dtypes)))
+    a = GemmKernel("sm_90a", "tile_128x128", "fp8", "fp32", SPEC)
+    b = GemmKernel("sm_90a", "tile_128x128", "fp8", "fp32", EpilogueSpec.of(E.parse(str(EXPR)), dict(SPEC.operand_dtypes)))
     assert a.unit == b.unit and a.kernel_name == b.kernel_name  # same tree, same names
-    c = GemmA8Kernel("sm_90a", "w128n128", "fp8", "fp32", EpilogueSpec.of(EXPR, {"sa": "f32", "bias": "f32", "res": "f16"}))
+    c = GemmKernel("sm_90a", "tile_128x128", "fp8", "fp32", EpilogueSpec.of(EXPR, {"sa": "f32", "bias": "f32", "res": "f16"}))
     assert c.kernel_name != a.kernel_name  # operand types are part of the spec
     assert SPEC.key in a.unit and re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_-]*", a.unit)
 
@@ -48,7 +48,7 @@ def test_spec_names_follow_the_key():
 @pytest.mark.slow
 @pytest.mark.parametrize("arch,config,kind,out,mma", CASES, ids=[f"{c[0]}-{c[1]}-{c[3]}" for c in CASES])
 def test_generated_kernel_builds_with_layout_isa_and_no_spills(arch, config, kind, out, mma):
-    spec = GemmA8Kernel(arch, config, kind, out, SPEC)
+    spec = GemmKernel(arch, config, kind, out, SPEC)
     build = BuildSpec(spec.unit, arch, spec.source())
     d = code_object_dir(build)
     data = (d / build.file_name()).read_bytes()
@@ -75,10 +75,10 @@ def test_build_cli_takes_an_epilogue(tmp_path):
     """python -m fusedgemm.runtime.build --epilogue TEXT builds the expression's kernels ahead of time."""
     proc = subprocess.run([sys.executable, "-m", "fusedgemm.runtime.build", "--arch", "gfx942", "--epilogue",
                            "relu(acc * scalar(s)) + aux(r)", "--operand-dtype", "r=bf16", "--out-dtype", "float32",
-                           "--config", "m128n128", "--in-kind", "int8"], capture_output=True, text=True)
+                           "--config", "portable_128x128", "--in-kind", "int8"], capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     paths = [line for line in proc.stdout.splitlines() if line.endswith(".hsaco")]
-    assert len(paths) == 1 and "m128n128" in paths[0]
+    assert len(paths) == 1 and "portable_128x128" in paths[0]
 
 
 @pytest.mark.slow
@@ -89,7 +89,7 @@ def test_build_cli_builds_matmul_fused_kernels(tmp_path):
 
     args = [sys.executable, "-m", "fusedgemm.runtime.build", "--arch", "gfx942", "--arch", "sm_90a", "--epilogue",
             str(matmul_expression("silu", None, True)), "--operand-dtype", "bias=bf16", "--in-kind", "bf16",
-            "--config", "m16n16k8", "--config", "v16n128"]
+            "--config", "portable_16x16_k8", "--config", "swap_16x128"]
     proc = subprocess.run(args, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     paths = [line for line in proc.stdout.splitlines() if line.endswith((".hsaco", ".cubin"))]

@@ -365,6 +365,13 @@ def test_backend_is_ctypes_when_libcuda_loads(monkeypatch):
     assert isinstance(launch._cuda_backend(), launch._CudaBackend)
 
 
+def test_an_unknown_driver_setting_is_reported(monkeypatch):
+    monkeypatch.setenv("FUSEDGEMM_CUDA_DRIVER", "bindigns")
+    monkeypatch.setattr(launch, "_load_libcuda", FakeDriver)
+    with pytest.warns(RuntimeWarning, match="FUSEDGEMM_CUDA_DRIVER='bindigns' is neither ctypes nor bindings"):
+        assert isinstance(launch._cuda_backend(), launch._CudaBackend)
+
+
 def test_backend_falls_back_to_cuda_bindings(monkeypatch):
     pytest.importorskip("cuda.bindings.driver")
     monkeypatch.delenv("FUSEDGEMM_CUDA_DRIVER", raising=False)

@@ -1,4 +1,4 @@
-"""matmul_fused on AMD (gfx942, gfx950): the generated bf16 / fp16 / tf32 kernels of gemm_a8_tile build on the
+"""matmul_fused on AMD (gfx942, gfx950): the generated bf16 / fp16 / tf32 kernels of portable_gemm_tile build on the
 CPU; the packed argument struct equals the code object's kernarg metadata; the MFMA instruction of the kind
 (and no other) is in the ISA, as many times per K step as the atom issues; the mainloop moves operands as
 16-byte loads; nothing spills. The lane mapping itself is checked by tests/test_fragment_model.py."""
@@ -10,7 +10,7 @@ import fusedgemm.epilogue as E
 from fusedgemm.epilogue.codegen import EpilogueSpec
 from fusedgemm.runtime.build import BuildSpec, code_object_dir
 from fusedgemm.runtime.codeobject import hsaco_kernels, hsaco_params
-from fusedgemm.runtime.gemm_a8_spec import MATMUL_IN, GemmA8Kernel
+from fusedgemm.runtime.gemm_spec import MATMUL_IN, GemmKernel
 
 # A bias-and-residual epilogue (scalars, a bf16 [M, N] operand, a bf16 per-column vector) and a bare one.
 EPILOGUES = {
@@ -27,16 +27,16 @@ MFMA = {
     ("gfx950", "fp16"): ("v_mfma_f32_16x16x32_f16", 1),
     ("gfx950", "tf32"): ("v_mfma_f32_16x16x4_f32", 4),  # no xf32 on gfx950: Tf32 runs exact fp32
 }
-# config -> (warps, kTilesM, kTilesN, kStepsInFlight): the Config* aliases of gemm_a8.hpp.
-CONFIGS = {"m128n128": (8, 4, 2, 1), "m16n16k8": (8, 1, 1, 4), "m64n16k8": (8, 4, 1, 2)}
+# config -> (warps, kTilesM, kTilesN, kStepsInFlight): the Config* aliases of portable_gemm.hpp.
+CONFIGS = {"portable_128x128": (8, 4, 2, 1), "portable_16x16_k8": (8, 1, 1, 4), "portable_64x16_k8": (8, 4, 1, 2)}
 OUTS = {"bf16": "bf16", "fp16": "fp16", "tf32": "fp32"}  # one output type per kind keeps the run short
 
 CASES = [(arch, config, kind, OUTS[kind], epi) for (arch, kind) in MFMA for config in CONFIGS
-         for epi in EPILOGUES if epi == "silu_res" or config == "m128n128"]
+         for epi in EPILOGUES if epi == "silu_res" or config == "portable_128x128"]
 
 
 def _build(arch, config, kind, out, epi):
-    spec = GemmA8Kernel(arch, config, kind, out, EPILOGUES[epi])
+    spec = GemmKernel(arch, config, kind, out, EPILOGUES[epi])
     build = BuildSpec(spec.unit, arch, spec.source())
     d = code_object_dir(build)
     meta = hsaco_kernels((d / build.file_name()).read_bytes())[spec.kernel_name]
@@ -46,8 +46,8 @@ def _build(arch, config, kind, out, epi):
 def test_cases_cover_every_kind():
     # every matmul_fused kind but F32x3 (sm_90a only: on AMD 'ieee' takes the unfused path)
     assert {kind for _, kind in MFMA} == set(MATMUL_IN) - {"f32x3"}
-    src = GemmA8Kernel("gfx942", "m128n128", "tf32", "fp32", EPILOGUES["acc"]).source()
-    assert "fg::gemm_a8_tile<fg::Tf32, " in src and "matmul_fused tf32" in src
+    src = GemmKernel("gfx942", "portable_128x128", "tf32", "fp32", EPILOGUES["acc"]).source()
+    assert "fg::portable_gemm_tile<fg::Tf32, " in src and "matmul_fused tf32" in src
 
 
 @pytest.mark.slow

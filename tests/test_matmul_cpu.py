@@ -13,7 +13,7 @@ from fusedgemm.epilogue.codegen import EpilogueSpec
 from fusedgemm.epilogue.evaluate import _UNARY
 from fusedgemm.plan import choose_config, plans
 from fusedgemm.runtime import kernels
-from fusedgemm.runtime.gemm_a8_spec import GemmA8Kernel
+from fusedgemm.runtime.gemm_spec import GemmKernel
 
 from code_objects import sass
 
@@ -57,10 +57,11 @@ BAD = [
     (lambda: check(t(4, 64), t(32, 64), out_dtype=torch.int8), TypeError, r"out_dtype must be"),
     (lambda: check(t(4, 64), t(32, 64), bias=t(32), epilogue=fg.epilogue.parse("relu(acc)")), ValueError,
      r"with epilogue=<expression>, pass every operand by name"),
-    (lambda: check(t(4, 64), t(32, 64), epilogue="silu"), TypeError, r"for a named activation use activation="),
+    (lambda: check(t(4, 64), t(32, 64), epilogue=3), TypeError, r"epilogue must be a preset name, an epilogue "),
     (lambda: check(t(4, 64), t(32, 64), epilogue=fg.epilogue.parse("acc + aux(r)")), ValueError,
      r"aux\(r\) has no value"),
-    (lambda: fg.matmul_fused(t(4, 64), t(32, 64)), ValueError, r"must be on a GPU.*A is on cpu"),
+    (lambda: fg.matmul_fused(t(4, 64).to("meta"), t(32, 64).to("meta")), ValueError,
+     r"must be on a GPU \(cuda/ROCm device\) or the CPU, A is on meta"),
     (lambda: fg.matmul_fused([1.0], t(32, 64)), TypeError, r"A must be a torch.Tensor, got list"),
 ]
 
@@ -100,52 +101,52 @@ def test_fp32_precision_follows_torch():
 
 def test_specs_and_plans_of_the_wide_kinds():
     spec = EpilogueSpec.of(matmul_expression("silu", None, True), {"bias": "bf16"})
-    k = GemmA8Kernel("sm_90a", "w128n192", "bf16", "bf16", spec)
-    assert k.preset is None and k.unit.startswith("matmul_sm90_bf16_bf16_w128n192_e")
-    assert k.kernel_name.startswith("fg_matmul_bf16_bf16_e") and "gemm_a8_wgmma<fg::Bf16," in k.source()
+    k = GemmKernel("sm_90a", "tile_128x192", "bf16", "bf16", spec)
+    assert k.preset is None and k.unit.startswith("matmul_sm90_bf16_bf16_tile_128x192_e")
+    assert k.kernel_name.startswith("fg_matmul_bf16_bf16_e") and "sm90_gemm<fg::Bf16," in k.source()
     # The plan counts K in bytes (K x the element size): bf16 up to K = 4096 takes the persistent kernel from one
     # wave of tiles, but above K = 2048 the 128 x 256 tile in pairs looping over the tiles where its units fill two
     # waves (tile_loop_fills); above K = 4096 that tile loop (TILE_RATE_WIDE measured on an H100); from half a wave to
-    # one wave, s128n128 (qkv M = 256: 96 tiles of 128 x 128); fewer, the modelled tiles.
-    assert choose_config(1024, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "p128n128"  # 96 units, 66 pairs
-    assert choose_config(1024, 4096, 4096, "sm_90a", 132, True, "bf16")[0].name == "p128n128"  # one wave of units
+    # one wave, persistent_128x128_epi7_1chain (qkv M = 256: 96 tiles of 128 x 128); fewer, the modelled tiles.
+    assert choose_config(1024, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "persistent_128x128"  # 96 units, 66 pairs
+    assert choose_config(1024, 4096, 4096, "sm_90a", 132, True, "bf16")[0].name == "persistent_128x128"  # one wave of units
     for m, n in ((2048, 6144), (8192, 6144), (2048, 4096), (1024, 28672)):
-        assert choose_config(m, n, 4096, "sm_90a", 132, True, "bf16")[0].name == "cl128n256", (m, n)
-        assert choose_config(m, n, 2048, "sm_90a", 132, True, "bf16")[0].name == "p128n128", (m, n)  # K 4096 bytes
-    assert choose_config(4096, 4096, 14336, "sm_90a", 132, True, "bf16")[0].name == "cl128n256"  # long K: pairs
-    assert choose_config(8192, 7168, 2048, "sm_90a", 132, True, "bf16")[0].name == "p128n128"
-    assert choose_config(256, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "s128n128"
+        assert choose_config(m, n, 4096, "sm_90a", 132, True, "bf16")[0].name == "pair_loop_128x256", (m, n)
+        assert choose_config(m, n, 2048, "sm_90a", 132, True, "bf16")[0].name == "persistent_128x128", (m, n)  # K 4096 bytes
+    assert choose_config(4096, 4096, 14336, "sm_90a", 132, True, "bf16")[0].name == "pair_loop_128x256"  # long K: pairs
+    assert choose_config(8192, 7168, 2048, "sm_90a", 132, True, "bf16")[0].name == "persistent_128x128"
+    assert choose_config(256, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "persistent_128x128_epi7_1chain"
     assert not choose_config(256, 4096, 4096, "sm_90a", 132, True, "bf16")[0].persistent  # 64 tiles < 66
-    assert choose_config(128, 131072, 2048, "sm_90a", 132, True, "bf16")[0].name == "p128n128"  # one row block
-    assert choose_config(1, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "v16n128"
+    assert choose_config(128, 131072, 2048, "sm_90a", 132, True, "bf16")[0].name == "persistent_128x128"  # one row block
+    assert choose_config(1, 6144, 4096, "sm_90a", 132, True, "bf16")[0].name == "swap_16x128"
 
 
 def test_tile_loop_fills_two_waves_of_pairs_as_fully_as_the_persistent_tiles():
     from fusedgemm.plan.sm90 import tile_loop_fills
 
     assert not tile_loop_fills(1024, 4096, 132)  # 64 units: one wave of 66 pairs
-    assert not tile_loop_fills(1024, 6144, 132)  # 96 units: 73% of two waves; p128n128's 384 tiles 97% of three
+    assert not tile_loop_fills(1024, 6144, 132)  # 96 units: 73% of two waves; persistent_128x128's 384 tiles 97% of three
     assert tile_loop_fills(2048, 4096, 132)  # 128 units: 97% of two waves
     assert tile_loop_fills(8192, 6144, 132)
-    # N 6272: a half-empty last column tile; 25 x 32 = 800 units in 13 waves of 66 pairs fill 91% of them, p128n128's
+    # N 6272: a half-empty last column tile; 25 x 32 = 800 units in 13 waves of 66 pairs fill 91% of them, persistent_128x128's
     # 49 x 64 = 3136 tiles 99% of 24 waves of 132
     assert not tile_loop_fills(8192, 6144 + 128, 132)
 
 
 def test_b_multicast_pairs_plan_without_split_k_and_with_two_row_blocks():
-    """c128n256 (w128n256 in clusters of two CTAs sharing B by TMA multicast): the wide kinds only, never split-K
+    """pair_128x256 (tile_128x256 in clusters of two CTAs sharing B by TMA multicast): the wide kinds only, never split-K
     (its cluster is the pair), only where M has two row blocks, and its CTA count includes the idle partner of
     an odd last row block."""
     from fusedgemm.plan import forced_config
     from fusedgemm.plan.sm90 import tile_count
 
-    pair, single = kernels.GEMM_A8_CONFIGS["c128n256"], kernels.GEMM_A8_CONFIGS["w128n256"]
+    pair, single = kernels.GEMM_CONFIGS["pair_128x256"], kernels.GEMM_CONFIGS["tile_128x256"]
     assert pair.pair_b and not single.pair_b and pair.smem == single.smem and pair.in_kinds == single.in_kinds
     for kind in ("bf16", "fp16", "tf32"):
-        assert [p for p in plans("sm_90a", kind) if p[0] == "c128n256"] == [("c128n256", 1)]
-    assert all(name != "c128n256" for kind in ("fp8", "int8") for name, _s in plans("sm_90a", kind))
+        assert [p for p in plans("sm_90a", kind) if p[0] == "pair_128x256"] == [("pair_128x256", 1)]
+    assert all(name != "pair_128x256" for kind in ("fp8", "int8") for name, _s in plans("sm_90a", kind))
     with pytest.raises(ValueError, match="B-multicast pairs"):
-        with forced_config("c128n256", 2):
+        with forced_config("pair_128x256", 2):
             pass
     assert tile_count(pair, 384, 512) == 2 * 4 and tile_count(single, 384, 512) == 2 * 3
     for m in (65, 128):
@@ -153,17 +154,17 @@ def test_b_multicast_pairs_plan_without_split_k_and_with_two_row_blocks():
         assert not cfg.pair_b, (m, cfg.name)
     for m, n, k in ((4096, 4096, 14336), (2048, 28672, 8192), (8192, 6144, 8192)):  # K > 4096: not persistent
         cfg, splits = choose_config(m, n, k, "sm_90a", 132, True, "bf16")
-        assert (cfg.name, splits) == ("cl128n256", 1), (m, n, k)
+        assert (cfg.name, splits) == ("pair_loop_128x256", 1), (m, n, k)
 
 
 def test_tile_loop_configs_are_one_wave_without_split_k():
-    """l128n256 / cl128n256 (WgmmaConfig::kTileLoop): w128n256 / c128n256's kernel and shared memory plus a 64 x 64
+    """loop_128x256 / pair_loop_128x256 (WgmmaConfig::kTileLoop): tile_128x256 / pair_128x256's kernel and shared memory plus a 64 x 64
     fp32 store buffer per consumer warpgroup (32 KB, within the 227 KB a CTA may have) and the handed chunk's two
     barriers, launched as one wave of CTAs that loop over the tiles; never split-K; the wide kinds only."""
     from fusedgemm.plan import forced_config
 
-    for loop, base in (("l128n256", "w128n256"), ("cl128n256", "c128n256")):
-        lc, bc = kernels.GEMM_A8_CONFIGS[loop], kernels.GEMM_A8_CONFIGS[base]
+    for loop, base in (("loop_128x256", "tile_128x256"), ("pair_loop_128x256", "pair_128x256")):
+        lc, bc = kernels.GEMM_CONFIGS[loop], kernels.GEMM_CONFIGS[base]
         assert lc.tile_loop and lc.one_wave and not lc.persistent and not lc.splits_k
         assert (lc.smem - 2 * 64 * 64 * 4 - 2 * 8, lc.warps, lc.pair_b, lc.in_kinds) == (bc.smem, bc.warps, bc.pair_b,
                                                                                  bc.in_kinds)
@@ -177,22 +178,22 @@ def test_tile_loop_configs_are_one_wave_without_split_k():
 
 
 def test_the_256_wide_tile_serves_the_wide_kinds_only():
-    """w128n256 (ConfigW128N256: 4 x 48 KB stages, two consumer warpgroups + a producer warpgroup) runs bf16 / fp16 /
+    """tile_128x256 (ConfigTile128x256: 4 x 48 KB stages, two consumer warpgroups + a producer warpgroup) runs bf16 / fp16 /
     tf32 only: gemm_a8's plans, its heuristic and the ahead-of-time unit's kernel list never hold it."""
-    cfg = kernels.GEMM_A8_CONFIGS["w128n256"]
-    assert (cfg.block_m, cfg.block_n, cfg.warps, cfg.unit) == (128, 256, 12, "gemm_a8_sm90")
+    cfg = kernels.GEMM_CONFIGS["tile_128x256"]
+    assert (cfg.block_m, cfg.block_n, cfg.warps, cfg.unit) == (128, 256, 12, "sm90_gemm")
     assert cfg.smem == 4 * (128 + 256) * 128 + 4 * 2 * 8 + 1024 <= 227 * 1024
     assert cfg.in_kinds == ("bf16", "fp16", "tf32") and not cfg.serves("fp8") and not cfg.serves("int8")
     for kind in ("fp8", "int8"):
-        assert all(name != "w128n256" for name, _s in plans("sm_90a", kind))
+        assert all(name != "tile_128x256" for name, _s in plans("sm_90a", kind))
     assert plans("sm_90a") == plans("sm_90a", "fp8") == plans("sm_90a", "int8")
-    assert not any("w128n256" in name for unit in ("gemm_a8", "gemm_a8_sm90")
+    assert not any("tile_128x256" in name for unit in ("portable_gemm", "sm90_gemm")
                    for name in kernels.gemm_a8_kernel_names(unit))
     for kind in ("bf16", "fp16", "tf32"):
         wide = plans("sm_90a", kind)
-        assert [("w128n256", s) for s in (1, 2, 4, 8)] == [p for p in wide if p[0] == "w128n256"]
-        assert all(kernels.GEMM_A8_CONFIGS[name].unit == "gemm_a8_sm90" for name, _s in wide)  # wgmma only there
-    assert "w128n256" not in {name for name, _s in plans("gfx942", "bf16")}
+        assert [("tile_128x256", s) for s in (1, 2, 4, 8)] == [p for p in wide if p[0] == "tile_128x256"]
+        assert all(kernels.GEMM_CONFIGS[name].unit == "sm90_gemm" for name, _s in wide)  # wgmma only there
+    assert "tile_128x256" not in {name for name, _s in plans("gfx942", "bf16")}
     with pytest.raises(ValueError, match="in_kind must be one of"):
         plans("sm_90a", "fp4")
     # The heuristic of each family stays inside that family's plans (which the GPU tests run).
@@ -261,34 +262,34 @@ def test_fp32_ieee_takes_the_split_tf32_kernel_on_sm90():
     assert check(a, b, precision="ieee")["in_kind"] == "f32x3"
     assert check(a, b, precision="tf32")["in_kind"] == "tf32"
     assert check(a, b, precision="ieee", arch="gfx942")["in_kind"] == "tf32"  # the unfused path there
-    assert choose_config(4096, 4096, 4096, "sm_90a", 132, True, "f32x3")[0].name == "t128n128"
-    assert {c for c, _s in plans("sm_90a", "f32x3")} == {"t128n128"}
-    assert all(c != "t128n128" for kind in ("fp8", "bf16", "tf32") for c, _s in plans("sm_90a", kind))
+    assert choose_config(4096, 4096, 4096, "sm_90a", 132, True, "f32x3")[0].name == "f32x3_128x128"
+    assert {c for c, _s in plans("sm_90a", "f32x3")} == {"f32x3_128x128"}
+    assert all(c != "f32x3_128x128" for kind in ("fp8", "bf16", "tf32") for c, _s in plans("sm_90a", kind))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("kind,config,mma,layout", [
-    ("bf16", "w128n192", r"\bHGMMA\.64x192x16\.F32\.BF16\b", "nk"),
-    ("fp16", "p128n128", r"\bHGMMA\.64x128x16\.F32\b", "nk"),
-    ("tf32", "v16n128", r"\bHGMMA\.64x16x8\.F32\.TF32\b", "nk"),
-    ("bf16", "w128n128", r"\bHGMMA\.64x128x16\.F32\.BF16\b", "nk"),
-    ("bf16", "w128n256", r"\bHGMMA\.64x256x16\.F32\.BF16\b", "nk"),
-    ("fp16", "w128n256", r"\bHGMMA\.64x256x16\.F32\b", "kn"),
-    ("tf32", "w128n256", r"\bHGMMA\.64x256x8\.F32\.TF32\b", "nk"),
-    ("bf16", "c128n256", r"\bHGMMA\.64x256x16\.F32\.BF16\b", "nk"),
-    ("fp16", "c128n256", r"\bHGMMA\.64x256x16\.F32\b", "kn"),
-    ("bf16", "l128n256", r"\bHGMMA\.64x256x16\.F32\.BF16\b", "nk"),
-    ("bf16", "cl128n256", r"\bHGMMA\.64x256x16\.F32\.BF16\b", "nk"),
-    ("fp16", "cl128n256", r"\bHGMMA\.64x256x16\.F32\b", "kn"),
-    ("tf32", "l128n256", r"\bHGMMA\.64x256x8\.F32\.TF32\b", "nk"),
-    ("f32x3", "t128n128", r"\bHGMMA\.64x128x8\.F32\.TF32\b", "nk"),
+    ("bf16", "tile_128x192", r"\bHGMMA\.64x192x16\.F32\.BF16\b", "nk"),
+    ("fp16", "persistent_128x128", r"\bHGMMA\.64x128x16\.F32\b", "nk"),
+    ("tf32", "swap_16x128", r"\bHGMMA\.64x16x8\.F32\.TF32\b", "nk"),
+    ("bf16", "tile_128x128", r"\bHGMMA\.64x128x16\.F32\.BF16\b", "nk"),
+    ("bf16", "tile_128x256", r"\bHGMMA\.64x256x16\.F32\.BF16\b", "nk"),
+    ("fp16", "tile_128x256", r"\bHGMMA\.64x256x16\.F32\b", "kn"),
+    ("tf32", "tile_128x256", r"\bHGMMA\.64x256x8\.F32\.TF32\b", "nk"),
+    ("bf16", "pair_128x256", r"\bHGMMA\.64x256x16\.F32\.BF16\b", "nk"),
+    ("fp16", "pair_128x256", r"\bHGMMA\.64x256x16\.F32\b", "kn"),
+    ("bf16", "loop_128x256", r"\bHGMMA\.64x256x16\.F32\.BF16\b", "nk"),
+    ("bf16", "pair_loop_128x256", r"\bHGMMA\.64x256x16\.F32\.BF16\b", "nk"),
+    ("fp16", "pair_loop_128x256", r"\bHGMMA\.64x256x16\.F32\b", "kn"),
+    ("tf32", "loop_128x256", r"\bHGMMA\.64x256x8\.F32\.TF32\b", "nk"),
+    ("f32x3", "f32x3_128x128", r"\bHGMMA\.64x128x8\.F32\.TF32\b", "nk"),
 ])
 def test_sm90_kernels_build_with_wgmma_no_spills_and_layout(kind, config, mma, layout):
     from fusedgemm.runtime.build import BuildSpec, code_object_dir
     from fusedgemm.runtime.codeobject import cubin_params
 
     spec = EpilogueSpec.of(matmul_expression("gelu", "aux", True, None), {"c": "f32", "bias": "bf16"})
-    k = GemmA8Kernel("sm_90a", config, kind, "bf16", spec, layout)
+    k = GemmKernel("sm_90a", config, kind, "bf16", spec, layout)
     build = BuildSpec(k.unit, "sm_90a", k.source())
     d = code_object_dir(build)
     path = d / build.file_name()

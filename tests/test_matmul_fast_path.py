@@ -8,6 +8,8 @@ import importlib
 import pytest
 import torch
 
+from fusedgemm.util import PlanCache
+
 M = importlib.import_module("fusedgemm.matmul")
 BF = torch.bfloat16
 
@@ -34,7 +36,7 @@ class Recorder:
         monkeypatch.setattr(M, "CallPlan", Plan)
         monkeypatch.setattr(M, "current_device_index", lambda: -1)  # a CPU tensor's get_device()
         monkeypatch.setattr(M, "device_guard", lambda device: contextlib.nullcontext())
-        monkeypatch.setattr(M, "_PLANS", {})
+        monkeypatch.setattr(M, "_PLANS", PlanCache(256))
 
 
 @pytest.fixture
@@ -147,6 +149,6 @@ def test_expressions_take_the_fast_path_keyed_by_expression_and_operands(rec):
     y = M.matmul_fused(a, w, epilogue=ea, operands={"alpha": alpha})
     assert rec.checks == 10 and rec.runs[-1][1] == (a.data_ptr(), w.data_ptr(), y.data_ptr(), alpha.data_ptr())
     M.matmul_fused(a, w)
-    with forced_config("w128n192"):
+    with forced_config("tile_128x192"):
         M.matmul_fused(a, w)
     assert rec.checks == 12

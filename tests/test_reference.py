@@ -49,11 +49,14 @@ def test_rel_error():
 
 
 def test_epilogue_names():
-    from fusedgemm.epilogues import parse_epilogue
+    from fusedgemm.epilogue.presets import parse_name as parse_epilogue
 
     assert parse_epilogue("bias_gelu_erf") == (True, "gelu_erf")
+    assert parse_epilogue("Bias_SiLU") == (True, "silu") and parse_epilogue(None) == (False, "none")
     assert parse_epilogue("bias") == (True, "none")
     assert parse_epilogue("silu") == (False, "silu")
     assert len(fg.EPILOGUES) == 10
     with pytest.raises(ValueError, match="unknown epilogue 'swish'"):
         parse_epilogue("swish")
+    with pytest.raises(ValueError, match=r"unknown epilogue 'bias_slu'; did you mean 'bias_silu'"):
+        parse_epilogue("bias_slu")

@@ -184,7 +184,8 @@ def test_checks_size_paired_calls_by_half_the_columns():
 
 def test_fake_shapes():
     """The torch.compile fakes give [.., N / 2] for paired expressions (matmul_fused_expr, gemm_a8_expr, swiglu)."""
-    from fusedgemm.ops import _gemm_a8_expr_fake, _matmul_fused_expr_fake
+    from fusedgemm.gemm_a8 import _gemm_a8_expr_fake
+    from fusedgemm.matmul import _matmul_fused_expr_fake
 
     a = torch.empty(3, 5, 32, dtype=torch.bfloat16, device="meta")
     w = torch.empty(64, 32, dtype=torch.bfloat16, device="meta")

@@ -133,10 +133,14 @@ def test_tensors_on_different_devices():
         check(a, b, scale_a=torch.rand(M, device="meta"))
 
 
-def test_cpu_tensors_rejected_by_the_public_op():
+def test_cpu_tensors_run_the_torch_reference():
+    """CPU policy: gemm_a8 on CPU tensors runs the same checks, then the torch reference (tests/test_api_cpu.py
+    checks its values); tensors on a device that is neither a GPU nor the CPU are refused."""
     a, b = make()
-    with pytest.raises(ValueError, match="tensors must be on a GPU"):
-        fg.gemm_a8(a, b)
+    y = fg.gemm_a8(a, b)
+    assert y.shape == (M, N) and y.dtype == torch.bfloat16
+    with pytest.raises(ValueError, match=r"tensors must be on a GPU \(cuda/ROCm device\) or the CPU, A is on meta"):
+        check(a.to("meta"), fg.PreshuffledWeight(b.data.to("meta")), arch=None)
 
 
 def test_unsupported_arch_is_named():
@@ -179,14 +183,14 @@ def test_heuristic_picks_only_plans_the_gpu_tests_run():
 
 
 @pytest.mark.parametrize("m,n,k,kind,want", [
-    (128, 1024, 5120, "fp8", ("w64n128", 4)), (256, 1024, 16384, "fp8", ("w64n128", 4)),  # <= a quarter wave
-    (512, 1024, 5120, "fp8", ("w64n128", 2)), (128, 4096, 4096, "fp8", ("w64n128", 2)),  # CTAs <= 1.25 waves
-    (128, 2560, 8192, "fp8", ("w64n128", 4)),
-    (256, 2560, 8192, "fp8", ("w128n128", 2)), (1024, 1024, 5120, "fp8", ("w128n128", 2)),  # above a quarter
-    (128, 1024, 5120, "int8", ("w128n128", 2)),  # int8: not measured, unchanged
+    (128, 1024, 5120, "fp8", ("tile_64x128", 4)), (256, 1024, 16384, "fp8", ("tile_64x128", 4)),  # <= a quarter wave
+    (512, 1024, 5120, "fp8", ("tile_64x128", 2)), (128, 4096, 4096, "fp8", ("tile_64x128", 2)),  # CTAs <= 1.25 waves
+    (128, 2560, 8192, "fp8", ("tile_64x128", 4)),
+    (256, 2560, 8192, "fp8", ("tile_128x128", 2)), (1024, 1024, 5120, "fp8", ("tile_128x128", 2)),  # above a quarter
+    (128, 1024, 5120, "int8", ("tile_128x128", 2)),  # int8: not measured, unchanged
 ])
-def test_fp8_few_tiles_take_w64n128(m, n, k, kind, want):
-    """fp8 at M > 64 with at most a quarter wave of 128 x 128 tiles and no persistent plan: w64n128, split-K up to 4
+def test_fp8_few_tiles_take_tile_64x128(m, n, k, kind, want):
+    """fp8 at M > 64 with at most a quarter wave of 128 x 128 tiles and no persistent plan: tile_64x128, split-K up to 4
     while its CTAs stay within 1.25 waves (plan/sm90.py, measured on an H100)."""
     from fusedgemm.gemm_a8 import _choose_config
 
@@ -195,25 +199,25 @@ def test_fp8_few_tiles_take_w64n128(m, n, k, kind, want):
 
 
 @pytest.mark.parametrize("m,n,k,kind,want", [
-    (8192, 7168, 2048, "fp8", "q128n128"), (1024, 7168, 2048, "fp8", "q128n128"),  # short K (two chains from 2048)
-    (256, 6144, 4096, "fp8", "q128n128"), (1024, 6144, 4096, "fp8", "q128n128"),   # half a wave to 4 waves
-    (8192, 6144, 4096, "fp8", "p128n128"), (8192, 4096, 3072 + 16, "fp8", "p128n128"),  # above: no pairs
-    (4096, 5120, 3072, "fp8", "q128n128"), (256, 1024, 768, "fp8", "s128n128"),  # fp8: K <= 3072; few tiles
-    (4096, 5120, 1536, "fp8", "s128n128"), (256, 4096, 4096, "fp8", "q128n128"),  # K < 2048: one chain; 64 tiles
-    (8192, 4096, 14336, "fp8", "p128n128"), (1024, 4096, 14336, "fp8", "p128n128"),  # long K
-    (8192, 7168, 2048, "int8", "q128n128"), (8192, 6144, 4096, "int8", "p128n128"),   # int8: fp8's rules
-    (256, 6144, 4096, "int8", "q128n128"), (1024, 4096, 14336, "int8", "p128n128"),  # ... few tiles; long K
-    (256, 6144, 4096, "bf16", "s128n128"), (256, 7168, 2048, "bf16", "s128n128"),     # 16-bit: half a wave to one
-    (1024, 6144, 4096, "bf16", "p128n128"), (8192, 7168, 2048, "fp16", "p128n128"),  # a wave and more (K 4096 B:
-    (1024, 4096, 4096, "fp16", "p128n128"),  # above it, where the tile loop's pair units fill two waves, cl128n256)
+    (8192, 7168, 2048, "fp8", "persistent_128x128_epi7"), (1024, 7168, 2048, "fp8", "persistent_128x128_epi7"),  # short K (two chains from 2048)
+    (256, 6144, 4096, "fp8", "persistent_128x128_epi7"), (1024, 6144, 4096, "fp8", "persistent_128x128_epi7"),   # half a wave to 4 waves
+    (8192, 6144, 4096, "fp8", "persistent_128x128"), (8192, 4096, 3072 + 16, "fp8", "persistent_128x128"),  # above: no pairs
+    (4096, 5120, 3072, "fp8", "persistent_128x128_epi7"), (256, 1024, 768, "fp8", "persistent_128x128_epi7_1chain"),  # fp8: K <= 3072; few tiles
+    (4096, 5120, 1536, "fp8", "persistent_128x128_epi7_1chain"), (256, 4096, 4096, "fp8", "persistent_128x128_epi7"),  # K < 2048: one chain; 64 tiles
+    (8192, 4096, 14336, "fp8", "persistent_128x128"), (1024, 4096, 14336, "fp8", "persistent_128x128"),  # long K
+    (8192, 7168, 2048, "int8", "persistent_128x128_epi7"), (8192, 6144, 4096, "int8", "persistent_128x128"),   # int8: fp8's rules
+    (256, 6144, 4096, "int8", "persistent_128x128_epi7"), (1024, 4096, 14336, "int8", "persistent_128x128"),  # ... few tiles; long K
+    (256, 6144, 4096, "bf16", "persistent_128x128_epi7_1chain"), (256, 7168, 2048, "bf16", "persistent_128x128_epi7_1chain"),     # 16-bit: half a wave to one
+    (1024, 6144, 4096, "bf16", "persistent_128x128"), (8192, 7168, 2048, "fp16", "persistent_128x128"),  # a wave and more (K 4096 B:
+    (1024, 4096, 4096, "fp16", "persistent_128x128"),  # above it, where the tile loop's pair units fill two waves, pair_loop_128x256)
 ])
 def test_persistent_plans_on_sm90(m, n, k, kind, want):
     """The 8-bit kinds' persistent 128 x 128 kernels (plan/sm90.py, one rule set for fp8 and int8): seven epilogue
     warps at K <= 3072 bytes (moe_dn M = 8192: 16% faster than two chains with three epilogue warps) and up to four
-    waves of tiles at K <= 4096 (from half a wave, or any number at M > 128), with two chains (q128n128) from K =
-    2048 and one (s128n128) below; above, p128n128, up to K = 16384 (the B-multicast pairs, cp128n128, are no longer
-    taken: p128n128 leads them at K = 4096 since 8445445). The 16-bit kinds take s128n128 from half a wave to one
-    wave of tiles, p128n128 from a wave (above K = 4096 bytes only where cl128n256's tile loop would fill its waves
+    waves of tiles at K <= 4096 (from half a wave, or any number at M > 128), with two chains (persistent_128x128_epi7) from K =
+    2048 and one (persistent_128x128_epi7_1chain) below; above, persistent_128x128, up to K = 16384 (the B-multicast pairs, pair_persistent_128x128, are no longer
+    taken: persistent_128x128 leads them at K = 4096 since 8445445). The 16-bit kinds take persistent_128x128_epi7_1chain from half a wave to one
+    wave of tiles, persistent_128x128 from a wave (above K = 4096 bytes only where pair_loop_128x256's tile loop would fill its waves
     less: plan/sm90.py tile_loop_fills)."""
     from fusedgemm.gemm_a8 import _choose_config
 
@@ -221,20 +225,20 @@ def test_persistent_plans_on_sm90(m, n, k, kind, want):
     assert (cfg.name, splits) == (want, 1) and cfg.persistent
 
 
-@pytest.mark.parametrize("m,n,k,want", [(256, 4096, 14336, ("w128n128", 2)), (128, 6144, 4096, ("w128n128", 2))])
+@pytest.mark.parametrize("m,n,k,want", [(256, 4096, 14336, ("tile_128x128", 2)), (128, 6144, 4096, ("tile_128x128", 2))])
 def test_fp8_few_tiles_at_long_k_or_below_half_a_wave_split_k(m, n, k, want):
     """Between a quarter and half a wave of tiles at M <= 128, or at long K with few tiles, fp8 keeps the
-    CTA-per-tile plans with split-K (down M = 256: 44.3 us against 49.6 on s128n128)."""
+    CTA-per-tile plans with split-K (down M = 256: 44.3 us against 49.6 on persistent_128x128_epi7_1chain)."""
     from fusedgemm.gemm_a8 import _choose_config
 
     cfg, splits = _choose_config(m, n, k, "sm_90a", 132)
     assert (cfg.name, splits) == want
 
 
-@pytest.mark.parametrize("m,n,k,want", [(1, 6144, 4096, ("v16n128", 4)), (16, 4096, 14336, ("v16n128", 4)),
-                                        (1, 28672, 4096, ("v16n128", 1)), (17, 6144, 4096, ("v16n128", 1)),
-                                        (32, 4096, 4096, ("v16n128", 2)), (32, 4096, 14336, ("v16n128", 2)),
-                                        (33, 6144, 4096, ("w64n128", 4)), (64, 4096, 14336, ("w64n128", 4))])
+@pytest.mark.parametrize("m,n,k,want", [(1, 6144, 4096, ("swap_16x128", 4)), (16, 4096, 14336, ("swap_16x128", 4)),
+                                        (1, 28672, 4096, ("swap_16x128", 1)), (17, 6144, 4096, ("swap_16x128", 1)),
+                                        (32, 4096, 4096, ("swap_16x128", 2)), (32, 4096, 14336, ("swap_16x128", 2)),
+                                        (33, 6144, 4096, ("tile_64x128", 4)), (64, 4096, 14336, ("tile_64x128", 4))])
 @pytest.mark.parametrize("kind", ["fp8", "int8"])
 def test_decode_plans_on_sm90(m, n, k, want, kind):
     """sm_90a decode: the swapped 16-row tiles up to M = 16 (a quarter of an m64 tile's tensor-core work at
@@ -243,33 +247,33 @@ def test_decode_plans_on_sm90(m, n, k, want, kind):
     from fusedgemm.gemm_a8 import _choose_config
 
     cfg, splits = _choose_config(m, n, k, "sm_90a", 132, True, kind)
-    assert (cfg.name, splits) == want and cfg.swap_ab == (cfg.name == "v16n128")
+    assert (cfg.name, splits) == want and cfg.swap_ab == (cfg.name == "swap_16x128")
     assert cfg.warps == 5 and cfg.block_m == (16 if cfg.swap_ab else 64)  # one consumer warpgroup + producer warp
 
 
 @pytest.mark.parametrize("m,n,k", [(64, 7168, 2048), (48, 28672, 4096), (64, 4096, 1024)])
 @pytest.mark.parametrize("kind", ["fp8", "int8"])
-def test_decode_takes_the_persistent_tile_where_w64n128_gets_little_split_k(m, n, k, kind):
-    """At 32 < M <= 64 the 8-bit kinds take p128n128 where w64n128 would get no split-K (gate_up: 224 tiles) or fewer
+def test_decode_takes_the_persistent_tile_where_tile_64x128_gets_little_split_k(m, n, k, kind):
+    """At 32 < M <= 64 the 8-bit kinds take persistent_128x128 where tile_64x128 would get no split-K (gate_up: 224 tiles) or fewer
     than 8 K blocks a CTA (moe_dn, K 2048: split 4 leaves 4); the 64-row tile where the epilogue does not fit the
     persistent staging."""
     from fusedgemm.gemm_a8 import _choose_config
 
-    assert _choose_config(m, n, k, "sm_90a", 132, True, kind)[0].name == "p128n128"
-    assert _choose_config(m, n, k, "sm_90a", 132, False, kind)[0].name == "w64n128"
+    assert _choose_config(m, n, k, "sm_90a", 132, True, kind)[0].name == "persistent_128x128"
+    assert _choose_config(m, n, k, "sm_90a", 132, False, kind)[0].name == "tile_64x128"
 
 
 @pytest.mark.parametrize("m", [17, 32, 48, 64])
 @pytest.mark.parametrize("kind", ["bf16", "fp16"])
 def test_16bit_decode_takes_the_persistent_tile_below_12_k_blocks_a_cta(m, kind):
-    """At 16 < M <= 64 the 16-bit kinds take p128n128 only where w64n128's split leaves fewer than 12 K blocks a CTA
+    """At 16 < M <= 64 the 16-bit kinds take persistent_128x128 only where tile_64x128's split leaves fewer than 12 K blocks a CTA
     (moe_dn, K 2048 = 32 blocks, split 4: 8), not without a split (gate_up: they tie) nor at 16 a CTA (qkv)."""
     from fusedgemm.gemm_a8 import _choose_config
 
-    assert _choose_config(m, 7168, 2048, "sm_90a", 132, True, kind)[0].name == "p128n128"
-    assert _choose_config(m, 7168, 2048, "sm_90a", 132, False, kind)[0].name == "w64n128"
-    assert (lambda c: (c[0].name, c[1]))(_choose_config(m, 6144, 4096, "sm_90a", 132, True, kind)) == ("w64n128", 4)
-    assert _choose_config(m, 28672, 4096, "sm_90a", 132, True, kind)[0].name == "w64n128"
+    assert _choose_config(m, 7168, 2048, "sm_90a", 132, True, kind)[0].name == "persistent_128x128"
+    assert _choose_config(m, 7168, 2048, "sm_90a", 132, False, kind)[0].name == "tile_64x128"
+    assert (lambda c: (c[0].name, c[1]))(_choose_config(m, 6144, 4096, "sm_90a", 132, True, kind)) == ("tile_64x128", 4)
+    assert _choose_config(m, 28672, 4096, "sm_90a", 132, True, kind)[0].name == "tile_64x128"
 
 
 def test_forced_config_rejects_unknown_plans():
@@ -279,7 +283,7 @@ def test_forced_config_rejects_unknown_plans():
         with forced_config("m1n1"):
             pass
     with pytest.raises(ValueError, match="splits"):
-        with forced_config("m128n128", 2):
+        with forced_config("portable_128x128", 2):
             pass
 
 
@@ -315,13 +319,13 @@ def test_expression_epilogues_trace_as_one_op():
         assert [(y.shape, y.dtype) for y in ys] == [((M, N), torch.float32), ((M, N), torch.float16)]
 
 
-@pytest.mark.parametrize("m,n,k,int8_plan", [(8192, 28672, 4096, "q128n128"), (32768, 6144, 4096, "q128n128"),
-                                             (16384, 12288, 5120, "q128n128"), (8192, 6144, 4096, "p128n128"),
-                                             (32768, 4096, 14336, "p128n128"), (8192, 12288, 5120, "p128n128")])
+@pytest.mark.parametrize("m,n,k,int8_plan", [(8192, 28672, 4096, "persistent_128x128_epi7"), (32768, 6144, 4096, "persistent_128x128_epi7"),
+                                             (16384, 12288, 5120, "persistent_128x128_epi7"), (8192, 6144, 4096, "persistent_128x128"),
+                                             (32768, 4096, 14336, "persistent_128x128"), (8192, 12288, 5120, "persistent_128x128")])
 def test_int8_takes_two_chains_beside_seven_epilogue_warps_at_many_tiles(m, n, k, int8_plan):
-    """int8 from ~10000 tiles up to K = 5120 bytes takes q128n128 where p128n128 was taken (gate_up M >= 16384 11-12%
-    faster, H100); fp8 keeps p128n128 there (it led on every such row), and so do int8's longer K and fewer tiles."""
+    """int8 from ~10000 tiles up to K = 5120 bytes takes persistent_128x128_epi7 where persistent_128x128 was taken (gate_up M >= 16384 11-12%
+    faster, H100); fp8 keeps persistent_128x128 there (it led on every such row), and so do int8's longer K and fewer tiles."""
     from fusedgemm.gemm_a8 import _choose_config
 
     assert _choose_config(m, n, k, "sm_90a", 132, True, "int8")[0].name == int8_plan
-    assert _choose_config(m, n, k, "sm_90a", 132, True, "fp8")[0].name == "p128n128"
+    assert _choose_config(m, n, k, "sm_90a", 132, True, "fp8")[0].name == "persistent_128x128"

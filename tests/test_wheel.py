@@ -25,22 +25,22 @@ SCRIPT = textwrap.dedent('''\
     from fusedgemm.runtime import compilers
     from fusedgemm.runtime.build import BuildSpec, code_object_for, source_root
     from fusedgemm.runtime.codeobject import cubin_params, hsaco_kernels
-    from fusedgemm.runtime.gemm_a8_spec import GemmA8Kernel
+    from fusedgemm.runtime.gemm_spec import GemmKernel
 
     # A gemm_a8 kernel of an epilogue no preset has, generated and compiled from the installed package.
     epi = EpilogueSpec.of(E.parse("gelu(acc * n_vec(s) + aux(res)) * scalar(q)"), {"s": "f32", "res": "bf16"})
     from fusedgemm.plan import tuned
     out = {"package": fusedgemm.__file__, "sources": str(source_root()), "objects": {},
            "tuned_table": tuned.TABLE_FILE.is_file()}
-    builds = [("gfx942", "m128n128", "clang"), ("sm_90a", "w128n128", "nvcc")]
+    builds = [("gfx942", "portable_128x128", "clang"), ("sm_90a", "tile_128x128", "nvcc")]
     try:
         compilers.Nvrtc()
-        builds.append(("sm_90a", "w64n128", "nvrtc"))
+        builds.append(("sm_90a", "tile_64x128", "nvrtc"))
     except compilers.BuildError:
         pass
     for arch, config, compiler in builds:
         os.environ["FUSEDGEMM_COMPILER"] = compiler
-        spec = GemmA8Kernel(arch, config, "fp8", "fp32", epi)
+        spec = GemmKernel(arch, config, "fp8", "fp32", epi)
         assert spec.preset is None
         path = code_object_for(BuildSpec(spec.unit, arch, spec.source()))
         data = path.read_bytes()

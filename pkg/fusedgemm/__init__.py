@@ -6,9 +6,12 @@
     c  = fusedgemm.bmm(a, b)                                       # tiny batched GEMM (m, n, k <= 64)
     h  = fusedgemm.swiglu(x, w_gate_up)                            # silu(x Wg^T) * (x Wu^T), one GEMM
     m  = fusedgemm.fuse(model)  /  torch.compile(model, backend=fusedgemm.backend)   # automatic fusion
+
+CPU tensors: every op runs the same argument checks and returns the same output dtype and shape as on a GPU,
+computed by a torch reference (no kernel runs on the CPU).
 """
-from .tiny_gemm import bmm, bmm_tiny
-from .epilogues import ACTIVATIONS, EPILOGUES
+from .tiny_bmm import bmm, bmm_tiny
+from .epilogue.presets import ACTIVATIONS, EPILOGUES
 from .gemm_a8 import FP8_DTYPE_FOR_ARCH, gemm_a8
 from .matmul import matmul_fused
 from .swiglu import InterleavedGateUp, deinterleave_gate_up, interleave_gate_up, swiglu, swiglu_reference
@@ -18,7 +21,6 @@ from . import nn
 from .fusion import backend, fuse, make_backend
 from .preshuffle import LAYOUT_16x16, PreshuffledWeight, preshuffle, unshuffle
 from .runtime.arch import SUPPORTED_ARCHES, UnsupportedArchError
-from . import ops as _ops  # registers torch.ops.fusedgemm.*
 
 __all__ = ["ACTIVATIONS", "EPILOGUES", "bmm", "bmm_tiny", "FP8_DTYPE_FOR_ARCH", "LAYOUT_16x16", "PreshuffledWeight", "SUPPORTED_ARCHES",
            "UnsupportedArchError", "backend", "fuse", "gemm_a8", "make_backend", "matmul_fused", "nn", "preshuffle", "quantize", "quantize_rows", "quantize_weight", "unshuffle"]

@@ -1,5 +1,8 @@
-"""gemm_a8's argument checks: every input validated with a message saying what was expected and what came,
-before any kernel is planned or compiled. check_gemm_a8_args returns the normalized pieces the launch needs."""
+"""The argument checks of gemm_a8 and matmul_fused: every input validated with a message saying what was expected
+and what came, before any kernel is planned or compiled. check_gemm_a8_args / check_matmul_fused_args return the
+normalized pieces the launch (or, for CPU tensors, the torch reference) needs. One core serves both ops: the
+arch a call is checked for (arch_of), out / out_dtype (out_dtype_of, check_out), device / contiguity /
+alignment (check_placement) and the epilogue forms (epilogue.presets.resolve), each with one wording."""
 from __future__ import annotations
 
 import numbers
@@ -9,10 +12,11 @@ import torch
 from . import epilogue as _epi
 from .epilogue.bind import VEC_TORCH, bind as _bind_epilogue
 from .epilogue.codegen import DYN_KINDS
-from .epilogue.presets import parse_name as parse_epilogue, spec_for_activation
+from .epilogue.presets import (activation_name, preset_for_activation, preset_name, resolve as resolve_epilogue,
+                               spec_for_activation)
 from .preshuffle import LAYOUT_16x16, PreshuffledWeight
 from .runtime.arch import device_arch
-from .runtime.device import is_fake as _is_fake
+from .util import is_fake as _is_fake
 
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 # The fp8 variant each arch's tensor cores read. gfx942 reads e4m3fnuz; sm_90 and gfx950 read OCP e4m3fn.
@@ -29,15 +33,68 @@ def _in_kind(dtype: torch.dtype, what: str) -> str:
     raise TypeError(f"gemm_a8: {what} must be float8_e4m3fn, float8_e4m3fnuz or int8, got {dtype}")
 
 
-def _check_tensor_placement(t: torch.Tensor, name: str, device: torch.device, align: int, check_ptr: bool):
+def _dtype_list(dtypes) -> str:
+    return ", ".join(map(str, dtypes))
+
+
+def arch_of(op: str, device: torch.device, arch: str | None) -> str:
+    """The arch a call is checked for: `arch` when given (tests check GPU rules on CPU tensors), 'cpu' for CPU
+    tensors (the torch reference path: no kernel), else read off the GPU."""
+    if arch is not None:
+        return arch
+    if device.type == "cpu":
+        return "cpu"
+    if device.type != "cuda":
+        raise ValueError(f"{op}: tensors must be on a GPU (cuda/ROCm device) or the CPU, A is on {device}")
+    return device_arch(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def out_dtype_of(op: str, out, out_dtype, allowed: tuple, default: torch.dtype) -> torch.dtype:
+    """The output dtype of a call: out_dtype, else out's dtype, else `default`; `out` a tensor of an allowed
+    dtype, agreeing with out_dtype when both are given."""
+    if out is not None:
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"{op}: out must be a tensor or None, got {type(out).__name__}")
+        if out.dtype not in allowed:
+            raise TypeError(f"{op}: out must be one of {_dtype_list(allowed)}, got an out of {out.dtype}")
+        if out_dtype is None:
+            out_dtype = out.dtype
+        elif out.dtype != out_dtype:
+            raise ValueError(f"{op}: out is {out.dtype} but out_dtype is {out_dtype}; give one of them (out_dtype "
+                             "defaults to out's dtype)")
+    if out_dtype is None:
+        out_dtype = default
+    if out_dtype not in allowed:
+        raise TypeError(f"{op}: out_dtype must be one of {_dtype_list(allowed)}, got {out_dtype}")
+    return out_dtype
+
+
+def check_placement(op: str, t: torch.Tensor, name: str, device: torch.device, align: int = 0,
+                    check_ptr: bool = False, contiguous: bool = True) -> None:
+    """t on A's device, contiguous (when asked) and, with check_ptr, `align`-byte aligned."""
     if t.device != device:
-        raise ValueError(f"gemm_a8: {name} is on {t.device}, expected {device} (the device of A)")
-    if not t.is_contiguous():
-        raise ValueError(f"gemm_a8: {name} must be contiguous, got strides {tuple(t.stride())} for shape "
+        raise ValueError(f"{op}: {name} is on {t.device}, expected {device} (the device of A)")
+    if contiguous and not t.is_contiguous():
+        raise ValueError(f"{op}: {name} must be contiguous, got strides {tuple(t.stride())} for shape "
                          f"{tuple(t.shape)}")
-    if check_ptr and t.numel() and t.data_ptr() % align:
-        raise ValueError(f"gemm_a8: {name} must be {align}-byte aligned, got address {t.data_ptr():#x} "
+    if check_ptr and align and t.numel() and t.data_ptr() % align:
+        raise ValueError(f"{op}: {name} must be {align}-byte aligned, got address {t.data_ptr():#x} "
                          f"(offset {t.data_ptr() % align}); pass a fresh contiguous tensor")
+
+
+def check_out(op: str, out: torch.Tensor, shapes: tuple, n_out: int, n: int, device, align: int,
+              check_ptr: bool) -> None:
+    """out: one of `shapes` (the first is named in the message), on A's device, contiguous, aligned."""
+    if tuple(out.shape) not in shapes:
+        raise ValueError(f"{op}: out must be {list(shapes[0])}"
+                         + (" (or A's leading dims + [N])" if len(shapes) > 1 and shapes[1] != shapes[0] else "")
+                         + f", got {list(out.shape)}" + (" (a paired epilogue writes N / 2 columns)" if n_out != n
+                                                          else ""))
+    check_placement(op, out, "out", device, align, check_ptr)
+
+
+def _check_tensor_placement(t: torch.Tensor, name: str, device: torch.device, align: int, check_ptr: bool):
+    check_placement("gemm_a8", t, name, device, align, check_ptr)
 
 
 def _scale_args(scale, name: str, length: int, device, check_ptr: bool):
@@ -73,8 +130,10 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
     its operands by name in `operands`). out_dtype None: out's dtype, else bfloat16. A paired expression (gate,
     up: fusedgemm.epilogue) writes n_out = N / 2 columns (out, its operands and its save() output are
     [M, N / 2]); otherwise n_out = N.
-    arch=None: the tensors must be on a GPU and the arch is read off it. Tests pass an arch explicitly to
-    run every check on CPU tensors."""
+    epilogue may also be None (identity) or expression text (parsed); `expr` in the result is the expression
+    (a preset's too) and `operands` its operands by name (what the CPU reference evaluates).
+    arch=None: read off A's GPU, or 'cpu' for CPU tensors (arch_of). Tests pass an arch explicitly to run a
+    GPU's checks on CPU tensors."""
     if not isinstance(a, torch.Tensor):
         raise TypeError(f"gemm_a8: A must be a torch.Tensor, got {type(a).__name__}")
     if not isinstance(b, PreshuffledWeight):
@@ -84,27 +143,17 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
         raise TypeError(f"gemm_a8: B must be a PreshuffledWeight from fusedgemm.preshuffle, got {type(b).__name__}")
     if b.layout != LAYOUT_16x16:
         raise ValueError(f"gemm_a8: B has layout {b.layout!r}, expected {LAYOUT_16x16!r}")
+    epilogue = resolve_epilogue("gemm_a8", epilogue)
     if isinstance(epilogue, _epi.Node):
         uses_bias, act = None, None
         check_no_preset_operands(bias, scale_a, scale_b)
     else:
-        try:
-            uses_bias, act = parse_epilogue(epilogue)
-        except ValueError as e:
-            raise ValueError(f"gemm_a8: {e}") from None
+        uses_bias, act = epilogue
+        epilogue = preset_name(uses_bias, act)  # its canonical (lower-case) name
         if operands:
             raise ValueError(f"gemm_a8: operands are for epilogue expressions; the preset {epilogue!r} takes "
                              "bias, scale_a and scale_b")
-    if out is not None and isinstance(out, torch.Tensor):
-        if out_dtype is None:
-            out_dtype = out.dtype
-        elif out.dtype != out_dtype:
-            raise ValueError(f"gemm_a8: out is {out.dtype} but out_dtype is {out_dtype}; give one of them (out_dtype "
-                             "defaults to out's dtype)")
-    if out_dtype is None:
-        out_dtype = torch.bfloat16
-    if out_dtype not in OUT_DTYPES:
-        raise TypeError(f"gemm_a8: out_dtype must be one of {', '.join(map(str, OUT_DTYPES))}, got {out_dtype}")
+    out_dtype = out_dtype_of("gemm_a8", out, out_dtype, OUT_DTYPES, torch.bfloat16)
     in_kind = _in_kind(a.dtype, "A")
     _in_kind(b.dtype, "B")
     if b.dtype != a.dtype:
@@ -120,29 +169,22 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
     if n % 16:
         raise ValueError(f"gemm_a8: N must be a multiple of 16, got N={n}")
     device = a.device
-    if arch is None:
-        if device.type != "cuda":
-            raise ValueError(f"gemm_a8: tensors must be on a GPU (cuda/ROCm device), A is on {device}")
-        arch = device_arch(device.index if device.index is not None else torch.cuda.current_device())
+    arch = arch_of("gemm_a8", device, arch)
     check_ptr = not _is_fake(a)
     n_out = paired_width("gemm_a8", epilogue, n)
-    if in_kind == "fp8" and a.dtype != FP8_DTYPE_FOR_ARCH[arch]:
+    if in_kind == "fp8" and arch != "cpu" and a.dtype != FP8_DTYPE_FOR_ARCH[arch]:
         raise TypeError(f"gemm_a8: {arch} needs fp8 as {FP8_DTYPE_FOR_ARCH[arch]}, got {a.dtype}")
     _check_tensor_placement(a, "A", device, 16, check_ptr)
     _check_tensor_placement(b.data, "B", device, 16, check_ptr)
-    if out_dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz) and out_dtype != FP8_DTYPE_FOR_ARCH[arch]:
+    if out_dtype in _FP8_DTYPES and arch != "cpu" and out_dtype != FP8_DTYPE_FOR_ARCH[arch]:
         raise TypeError(f"gemm_a8: {arch} writes fp8 as {FP8_DTYPE_FOR_ARCH[arch]}, got out_dtype {out_dtype}")
     if out is not None:
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"gemm_a8: out must be a tensor or None, got {type(out).__name__}")
-        if tuple(out.shape) != (m, n_out):
-            raise ValueError(f"gemm_a8: out must be [{m}, {n_out}] {out_dtype}, got {tuple(out.shape)} {out.dtype}"
-                             + (" (a paired epilogue writes N / 2 columns)" if n_out != n else ""))
-        _check_tensor_placement(out, "out", device, 2 * out.element_size(), check_ptr)
+        check_out("gemm_a8", out, ((m, n_out),), n_out, n, device, 2 * out.element_size(), check_ptr)
     common = dict(in_kind=in_kind, m=m, n=n, n_out=n_out, k=k, arch=arch, out_dtype=out_dtype)
     if uses_bias is None:  # an epilogue expression
         binding = _bind_epilogue(epilogue, operands, m, n_out, device)
-        return dict(common, epi=binding.spec, values=binding.values, saved_dtype=binding.saved_dtype)
+        return dict(common, epi=binding.spec, values=binding.values, saved_dtype=binding.saved_dtype, expr=epilogue,
+                    operands=dict(operands or {}), preset=None)
 
     if uses_bias and bias is None:
         raise ValueError(f"gemm_a8: epilogue {epilogue!r} adds a bias, but bias is None")
@@ -161,7 +203,10 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
     sa, sa_stride, alpha_a = _scale_args(scale_a, "scale_a", m, device, check_ptr)
     sb, sb_stride, alpha_b = _scale_args(scale_b, "scale_b", n, device, check_ptr)
     bias_kind = 0 if bias is None else DYN_KINDS[VEC_TORCH[bias.dtype]]
-    return dict(common, epi=spec_for_activation(act), saved_dtype=None,
+    named = {"alpha": alpha_a * alpha_b, "scale_a": sa, "scale_b": sb, "bias": bias}
+    return dict(common, epi=spec_for_activation(act), saved_dtype=None, preset=epilogue,
+                expr=preset_for_activation(act), operands={k: v.reshape(-1) if isinstance(v, torch.Tensor) else v
+                                                           for k, v in named.items() if v is not None},
                 values=preset_values(_ptr(bias), bias_kind, _ptr(sa), sa_stride, _ptr(sb), sb_stride,
                                      alpha_a * alpha_b))
 
@@ -272,8 +317,12 @@ def check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, op
     """Validate a matmul_fused call; return what the launch needs: in_kind, m, n, n_out (N / 2 for a paired
     epilogue), k, arch, out_dtype, epi,
     values, saved_dtype, a2 ([M, K] view of A), b_nk ([N, K] view of B, or None for layout 'kn': the caller
-    transposes it), lead (A's leading dims), precision ('tf32' / 'ieee' for fp32)."""
+    transposes it), lead (A's leading dims), precision ('tf32' / 'ieee' for fp32), expr and operands (what the
+    CPU reference evaluates). arch: as check_gemm_a8_args. beta None: 1 with c, else 0 (torch.addmm's)."""
     op = "matmul_fused"
+    activation, epilogue = keyword_form(op, activation, epilogue, bias)
+    if beta is None:
+        beta = 0.0 if c is None else 1.0
     for t, name in ((a, "A"), (b, "B")):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{op}: {name} must be a torch.Tensor, got {type(t).__name__}")
@@ -296,16 +345,12 @@ def check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, op
     if kb != k:
         raise ValueError(f"{op}: A is [..., K={k}] but B ({layout}) is {list(b.shape)} with K={kb}; K must agree")
     device = a.device
-    if b.device != device:
-        raise ValueError(f"{op}: B is on {b.device}, expected {device} (the device of A)")
-    if arch is None:
-        if device.type != "cuda":
-            raise ValueError(f"{op}: tensors must be on a GPU (cuda/ROCm device), A is on {device}")
-        arch = device_arch(device.index if device.index is not None else torch.cuda.current_device())
+    check_placement(op, b, "B", device, contiguous=False)
+    arch = arch_of(op, device, arch)
     in_kind = MATMUL_DTYPES[a.dtype]
     prec = fp32_precision(precision)  # validated for every dtype; it matters for fp32 only
     prec = prec if in_kind == "tf32" else None
-    if prec == "ieee" and arch == "sm_90a":
+    if prec == "ieee" and arch in ("sm_90a", "cpu"):  # the CPU reference is exact fp32 (float64 inside) too
         in_kind = "f32x3"  # exact fp32 from three TF32 products of split operands (elsewhere: the unfused path)
     nbytes = a.element_size()
     if k == 0 or (k * nbytes) % 16:
@@ -313,17 +358,7 @@ def check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, op
                          f"vectors), got K={k}")
     if n % 8:
         raise ValueError(f"{op}: N must be a multiple of 8, got N={n}")
-    if out is not None:
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"{op}: out must be a tensor or None, got {type(out).__name__}")
-        if out_dtype is None:
-            out_dtype = out.dtype
-        elif out.dtype != out_dtype:
-            raise ValueError(f"{op}: out is {out.dtype} but out_dtype is {out_dtype}; give one of them")
-    if out_dtype is None:
-        out_dtype = a.dtype
-    if out_dtype not in MATMUL_OUT_DTYPES:
-        raise TypeError(f"{op}: out_dtype must be bfloat16, float16 or float32, got {out_dtype}")
+    out_dtype = out_dtype_of(op, out, out_dtype, MATMUL_OUT_DTYPES, a.dtype)
     m = 1
     for d in lead:
         m *= d
@@ -333,7 +368,7 @@ def check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, op
     n_out = paired_width(op, epilogue, n)
     if isinstance(epilogue, _epi.Node):
         if bias is not None or c is not None or activation != "none" or not _is_default(alpha, 1.0) \
-                or not _is_default(beta, 0.0):
+                or not _is_default(beta, 0.0):  # (beta None became 0 above: c is None)
             raise ValueError(f"{op}: with epilogue=<expression>, pass every operand by name in operands={{...}} "
                              "(acc is A @ B); bias, c, alpha, beta and activation must keep their defaults")
         expr, ops = epilogue, dict(operands or {})
@@ -346,21 +381,15 @@ def check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, op
                 if m > 1 and n_out > 1 and v2.data_ptr() != v.data_ptr():
                     raise ValueError(f"{op}: aux({name}) cannot be viewed as [M, N] without a copy")
                 ops[name] = v2
-    elif epilogue is not None:
-        raise TypeError(f"{op}: epilogue must be a fusedgemm.epilogue expression or None, got "
-                        f"{type(epilogue).__name__} (for a named activation use activation=...)")
     else:
         if operands:
             raise ValueError(f"{op}: operands are for epilogue expressions (epilogue=...)")
-        if activation not in MATMUL_ACTIVATIONS:
-            raise ValueError(f"{op}: unknown activation {activation!r}; expected one of "
-                             f"{', '.join(MATMUL_ACTIVATIONS)} (or epilogue=<expression>)")
         ops = {"alpha": number_or_scalar_tensor(alpha, "alpha", device)}
         beta = number_or_scalar_tensor(beta, "beta", device)
         c_kind = None
         if c is not None:
-            if c.device != device:
-                raise ValueError(f"{op}: c is on {c.device}, expected {device} (the device of A)")
+            if isinstance(c, torch.Tensor):
+                check_placement(op, c, "c", device, contiguous=False)
             c_kind, c2 = _c_form(c, m, n, lead, operand_dtypes)
             if isinstance(beta, float) and beta == 0.0:
                 c_kind = None  # as torch.addmm: beta = 0 ignores c (NaN in c does not propagate)
@@ -375,24 +404,38 @@ def check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, op
                 raise TypeError(f"{op}: bias must be {' or '.join(map(str, operand_dtypes))}, got {bias.dtype}")
             if tuple(bias.shape) not in ((n,), (1, n)):
                 raise ValueError(f"{op}: bias must have shape [N={n}], got {list(bias.shape)}")
-            if bias.device != device:
-                raise ValueError(f"{op}: bias is on {bias.device}, expected {device} (the device of A)")
+            check_placement(op, bias, "bias", device, contiguous=False)
             ops["bias"] = bias.reshape(n)
         save_dtype = _epi.DTYPE_NAMES[a.dtype]
         expr = matmul_expression(activation, c_kind, bias is not None,
                                  save_dtype if save_pre and activation != "none" else None)
     if out is not None:
-        if tuple(out.shape) not in ((m, n_out), (*lead, n_out)):
-            raise ValueError(f"{op}: out must be [{m}, {n_out}] (or A's leading dims + [{'N / 2' if n_out != n else 'N'}"
-                             f"]), got {list(out.shape)}")
-        if out.device != device:
-            raise ValueError(f"{op}: out is on {out.device}, expected {device} (the device of A)")
-        if not out.is_contiguous():
-            raise ValueError(f"{op}: out must be contiguous, got strides {tuple(out.stride())}")
+        check_out(op, out, ((m, n_out), (*lead, n_out)), n_out, n, device, 0, False)
     binding = _bind_epilogue(expr, ops, m, n_out, device, op=op)
     return dict(in_kind=in_kind, m=m, n=n, n_out=n_out, k=k, arch=arch, out_dtype=out_dtype, epi=binding.spec,
                 values=binding.values, saved_dtype=binding.saved_dtype, a2=a2, b_nk=b_nk, lead=lead,
                 precision=prec, expr=expr, operands=ops)
+
+
+def keyword_form(op: str, activation, epilogue, bias):
+    """matmul_fused's activation= / epilogue= -> (activation name, expression or None). None means identity;
+    names are case-insensitive; a preset name (epilogue.presets: 'bias_silu', 'gelu', ...) is the keyword form
+    of its activation, whose bias must then be given (or not) as the name says; expression text is parsed."""
+    act = activation_name(op, activation, MATMUL_ACTIVATIONS)
+    form = resolve_epilogue(op, epilogue)
+    if isinstance(form, _epi.Node):
+        return act, form
+    uses_bias, preset_act = form
+    if epilogue is None:
+        return act, None
+    if act != "none":
+        raise ValueError(f"{op}: give activation={activation!r} or epilogue={epilogue!r}, not both")
+    if uses_bias and bias is None:
+        raise ValueError(f"{op}: epilogue {epilogue!r} adds a bias, but bias is None")
+    if not uses_bias and bias is not None:
+        raise ValueError(f"{op}: a bias was given but epilogue {epilogue!r} does not use one; use 'bias' or "
+                         "'bias_<activation>' (or activation=...)")
+    return preset_act, None
 
 
 def _is_default(v, default: float) -> bool:

@@ -1,7 +1,7 @@
 """A CPU model of each arch's MMA fragment mapping, driven by the bytes the kernel loads.
 
 This stands in for the hardware we cannot run (gfx942, gfx950) and cross-checks the NVIDIA mapping: it
-replays what the kernel template gemm_a8_tile (gemm_a8.hpp: gemm_a8 and, on AMD, matmul_fused) does lane by
+replays what the kernel template portable_gemm_tile (portable_gemm.hpp: gemm_a8 and, on AMD, matmul_fused) does lane by
 lane (the addresses each lane loads: A row-major, B preshuffled (8-bit kinds) or row-major (bf16 / fp16 /
 tf32); how the loaded 16-byte vectors become MMA registers; how accumulator registers map to output
 elements) and hands the registers to a model of the MMA instruction written from the vendor's published
@@ -135,14 +135,14 @@ for _kind, _parts, _k in (("int8", 1, 64), ("bf16", 1, 32), ("fp16", 1, 32), ("t
 
 
 # ---- the kernel template, replayed ------------------------------------------------------------------------------
-def simulate_gemm_a8(atom: AtomModel, a_bytes: np.ndarray, b_bytes: np.ndarray, decode: Callable,
+def simulate_portable_gemm(atom: AtomModel, a_bytes: np.ndarray, b_bytes: np.ndarray, decode: Callable,
                      M: int, N: int, K: int, tiles_m: int = 1, tiles_n: int = 1, *, elem_bytes: int = 1,
                      preshuffled_b: bool = True, paired: bool = False) -> np.ndarray:
-    """Replay gemm_a8_tile's loads, MMAs and output mapping for one warp per (tiles_m*16) x (tiles_n*16)
+    """Replay portable_gemm_tile's loads, MMAs and output mapping for one warp per (tiles_m*16) x (tiles_n*16)
     output tile. K counts elements of elem_bytes bytes (IN_TRAITS[kind] gives elem_bytes and preshuffled_b).
     a_bytes: [M*K*elem_bytes] uint8, A row-major; b_bytes: [N*K*elem_bytes] uint8, B in the preshuffled
     (16,16) layout (1-byte elements) or row-major [N, K]; decode: 16 uint8 -> 16 / elem_bytes float values.
-    Returns the accumulator [M, N] (no epilogue). paired: replay a paired epilogue's store instead (gemm_a8.hpp
+    Returns the accumulator [M, N] (no epilogue). paired: replay a paired epilogue's store instead (portable_gemm.hpp
     store_tile with Epi::kPairs): each lane of an even column takes its partner's value by the lane exchange, and
     the result is [M, N / 2, 2] of (gate, up) = (column 2j, column 2j + 1) pairs as the store sees them."""
     row_bytes = K * elem_bytes
@@ -207,7 +207,7 @@ def simulate_gemm_a8(atom: AtomModel, a_bytes: np.ndarray, b_bytes: np.ndarray, 
 
 def _store_pairs(atom: AtomModel, acc: np.ndarray, out: np.ndarray, m0: int, n0: int, M: int, N: int) -> None:
     """A paired store of one 16x16 tile acc [lanes, acc_per_lane]: exchange with lane ^ pair_lane_xor (every
-    lane), then the even column's lane stores (its value, the partner's) at output column col / 2 (gemm_a8.hpp),
+    lane), then the even column's lane stores (its value, the partner's) at output column col / 2 (portable_gemm.hpp),
     or, with pair_lane_xor None, a lane's accumulator pairs (e, e + 1) are the (gate, up) pair."""
     for lane in range(atom.warp_size):
         for e in range(atom.acc_per_lane):
@@ -225,7 +225,7 @@ def _store_pairs(atom: AtomModel, acc: np.ndarray, out: np.ndarray, m0: int, n0:
             out[row, col // 2] = pair
 
 
-# ---- sm90 wgmma D fragment (gemm_a8_sm90_common.hpp acc_row / acc_col) -----------------------------------------
+# ---- sm90 wgmma D fragment (sm90_gemm_common.hpp acc_row / acc_col) -----------------------------------------
 def sm90_wgmma_acc_row(t: int, j: int) -> int:
     """Row of accumulator element j of consumer thread t (within its warpgroup) in an m64nN wgmma D tile."""
     return 16 * (t >> 5) + ((t & 31) >> 2) + 8 * ((j >> 1) & 1)

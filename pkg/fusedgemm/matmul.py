@@ -5,40 +5,36 @@ bf16 / fp16 / fp32 (TF32) inputs.
     y = fg.matmul_fused(a, b_kn, layout="kn", alpha=2.0, beta=0.5, c=c, activation="gelu")
     y = fg.matmul_fused(x, w, epilogue=E.parse("relu(acc) + aux(r)"), operands={"r": r})
 
-API (this file) -> checks.check_matmul_fused_args -> plan (per arch) -> runtime/gemm_a8_spec (the same kernel
-family as gemm_a8: wgmma + TMA on sm_90a, MFMA on gfx942 / gfx950) -> code object (JIT) -> call_plan launch.
-Differentiable in A, B, bias and c (autograd through the torch.library op, ops.py); torch.compile traces the op.
+API (this file) -> checks.check_matmul_fused_args -> plan (per arch) -> runtime/gemm_spec (the same kernel
+family as gemm_a8: wgmma + TMA on sm_90a, MFMA on gfx942 / gfx950) -> code object (JIT) -> plan/call launch.
+CPU tensors take the same checks, then reference.gemm_reference (torch, float64 inside) instead of a kernel.
+Differentiable in A, B, bias and c (autograd through the torch.library op registered below); torch.compile
+traces the op.
 """
 from __future__ import annotations
 
-import warnings
+from typing import Optional
 
 import torch
 
-from . import plan as _plan
-from .call_plan import CallPlan, expression_pointers
-from .checks import check_matmul_fused_args
+from . import epilogue as _epi, plan as _plan
+from .autograd import matmul_fused_grads
+from .checks import check_matmul_fused_args, keyword_form, number_or_scalar_tensor
+from .plan.call import CallPlan, expression_pointers, signature as _sig
+from .reference import gemm_reference, write_outputs
 from .runtime.device import current_device_index, device_guard
+from .util import _WARNED, PlanCache, join_operands, split_operands, warn_once  # noqa: F401  (_WARNED: tests reset it)
 
-_WARNED: set[str] = set()
-_PLANS: dict[tuple, tuple] = {}  # call signature -> (CallPlan, out dtype, out shape, operand names, aligns, device)
-_PLANS_MAX = 256
-
-
-def warn_once(key: str, message: str) -> None:
-    if key not in _WARNED:
-        _WARNED.add(key)
-        warnings.warn(message, stacklevel=3)
+_PLANS = PlanCache(256)  # call signature -> (CallPlan, out dtype, out shape, operand names, aligns, device)
 
 
 def _tensor_meta(t):
     """A tensor's (dtype, shape, strides, device) -- parameters included -- else the value itself."""
-    return None if t is None else (t.dtype, t.shape, t.stride(), t.get_device()) if isinstance(t, torch.Tensor) \
-        else t
+    return _sig(t) if isinstance(t, torch.Tensor) else t
 
 
 def matmul_fused(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None, *, layout: str = "nk",
-                 alpha=1.0, beta=0.0, c: torch.Tensor | None = None, activation: str = "none", epilogue=None,
+                 alpha=1.0, beta=None, c: torch.Tensor | None = None, activation: str | None = None, epilogue=None,
                  operands: dict | None = None, out_dtype: torch.dtype | None = None, out: torch.Tensor | None = None,
                  precision: str | None = None):
     """y = act(alpha * (a @ B) + beta * c + bias), one kernel, fp32 inside, rounded once to out_dtype.
@@ -50,22 +46,23 @@ def matmul_fused(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = N
        size % 16 == 0.
     bias: [N] (bf16 / fp16 / fp32). c: [M, N] (or a's leading dims + [N]), [N] / [1, N] or [M, 1], may be `out`
        itself (in place: y = act(alpha AB + beta y)). alpha, beta: numbers or 1-element float32 device tensors
-       (graph replays may change them). beta = 0 (a number) ignores c, as torch.addmm does.
-    activation: none, relu, silu, sigmoid, gelu (tanh approximation), gelu_erf (exact), tanh, exp, neg, abs,
-       square, sqrt, rsqrt. epilogue: any fusedgemm.epilogue expression instead (acc = a @ B; operands by name;
-       bias / c / alpha / beta / activation then keep their defaults); an expression with save(x, dtype)
-       returns (out, saved). A paired expression (gate, up; b gate/up-interleaved: fusedgemm.swiglu) writes
-       [..., N / 2].
+       (graph replays may change them). beta defaults to 1 when c is given and to 0 otherwise (torch.addmm's
+       convention); beta = 0 (a number) ignores c, as torch.addmm does; a beta other than 0 without c is an error.
+    activation: None (identity), relu, silu, sigmoid, gelu (tanh approximation), gelu_erf (exact), tanh, exp, neg,
+       abs, square, sqrt, rsqrt; matched case-insensitively ("SiLU"). epilogue: None (identity), a gemm_a8 preset
+       name ('bias_silu': activation silu, bias required), or any fusedgemm.epilogue expression -- a node or its
+       text, parsed for you -- instead (acc = a @ B; operands by name; bias / c / alpha / beta / activation then
+       keep their defaults); an expression with save(x, dtype) returns (out, saved). A paired expression (gate,
+       up; b gate/up-interleaved: fusedgemm.swiglu) writes [..., N / 2].
     out_dtype: bf16 / fp16 / fp32, default out's dtype, else a's. precision (fp32 inputs): 'tf32' or 'ieee';
        None follows torch.get_float32_matmul_precision() ('highest' = ieee: on sm_90a a fused kernel of three
        TF32 products of split operands, about fp32's accuracy; elsewhere torch.mm plus a separate epilogue, with
        a warning).
     Runs on torch.cuda.current_stream(); no host sync; CUDA-graph capturable. Kernels compile on first use
-    (cached on disk).
+    (cached on disk). CPU tensors: the same checks, output dtype and shape, computed by a torch reference (float64
+    inside, rounded once; no kernel runs).
     """
     if torch.compiler.is_compiling() or (_needs_grad(a, b, bias, c) and torch.is_grad_enabled()):
-        from .ops import matmul_fused_via_op
-
         return matmul_fused_via_op(a, b, bias, layout, alpha, beta, c, activation, epilogue, operands, out_dtype,
                                    out, precision)
     # Fast path (host time per call is part of the speed at small sizes): a repeat of a checked call signature --
@@ -75,11 +72,8 @@ def matmul_fused(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = N
     try:
         key = (a.dtype, a.shape, a.stride(), a.get_device(), b.dtype, b.shape, b.stride(), b.get_device(), layout,
                activation, out_dtype, precision,
-               None if bias is None else (bias.dtype, bias.shape, bias.stride(), bias.get_device()),
-               None if c is None else (c.dtype, c.shape, c.stride(), c.get_device()),
-               alpha if alpha.__class__ is float else _tensor_meta(alpha),
-               beta if beta.__class__ is float else _tensor_meta(beta),
-               None if out is None else (out.dtype, out.shape, out.stride(), out.get_device()),
+               _sig(bias), _sig(c), alpha if alpha.__class__ is float else _tensor_meta(alpha),
+               beta if beta is None or beta.__class__ is float else _tensor_meta(beta), _sig(out),
                torch.get_float32_matmul_precision() if a.dtype is torch.float32 else None, epilogue,
                None if operands is None else tuple(
                    (name, _tensor_meta(v) if isinstance(v, torch.Tensor) else (v.__class__, v))  # True == 1: the type too
@@ -129,12 +123,18 @@ def matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogu
     if out is None:
         out = torch.empty(shape, dtype=out_dtype, device=a.device)
     saved = None if p["saved_dtype"] is None else torch.empty(shape, dtype=p["saved_dtype"], device=a.device)
+    if p["arch"] == "cpu":  # no kernel: the torch reference, float64 inside, rounded once
+        b_nk = b if layout == "nk" else b.t()
+        write_outputs(gemm_reference(p["a2"], b_nk, p["expr"], p["operands"]), p["n_out"], out, saved)
+        return out if saved is None else (out, saved)
     if p["precision"] == "ieee" and p["in_kind"] != "f32x3":
         warn_once("ieee", f"matmul_fused: float32 inputs at precision 'ieee' (torch's 'highest') on {p['arch']} run "
                           "torch.mm in fp32 and the epilogue as separate torch ops: the exact-fp32 fused kernel is "
                           "sm_90a's. Pass precision='tf32' (or torch.set_float32_matmul_precision('high')) for the "
                           "fused TF32 kernel.")
-        _run_unfused_fp32(p, a, b, layout, out, saved)
+        b_nk = b if layout == "nk" else b.t()
+        write_outputs(gemm_reference(p["a2"], b_nk, p["expr"], p["operands"], compute_dtype=torch.float32), p["n_out"],
+                      out, saved)
         return out if saved is None else (out, saved)
     a2 = _operand_2d(p["a2"], "A", p["arch"])
     b_nk, b_layout = p["b_nk"], "nk"
@@ -158,15 +158,13 @@ def matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogu
                  *(p["values"][f] for f in pointers[len(outputs):]))
     if (key is not None and saved is None and a2.data_ptr() == a.data_ptr() and b_nk.data_ptr() == b.data_ptr()
             and _plan.forced() is None):
-        if len(_PLANS) >= _PLANS_MAX:
-            _PLANS.pop(next(iter(_PLANS)))
         # The tensor operands in the order `pointers` lists them, by name; recorded only where each is the call's
         # own tensor (not a converted copy), so that the fast path passes what the checked path passed.
         sources = tuple(name for name, v in p["operands"].items() if isinstance(v, torch.Tensor))
         named = _call_tensors(alpha, c, beta, bias, operands)
         if all(isinstance(named.get(name), torch.Tensor) and named[name].data_ptr() == p["operands"][name].data_ptr()
                for name in sources):
-            _PLANS[key] = (plan, out_dtype, shape, sources, aligns, a.device)
+            _PLANS.remember(key, (plan, out_dtype, shape, sources, aligns, a.device))
     return out if saved is None else (out, saved)
 
 
@@ -202,21 +200,115 @@ def _operand_2d(t: torch.Tensor, what: str, arch: str, n_major: bool = False) ->
     return t.contiguous()
 
 
-def _run_unfused_fp32(p: dict, a, b, layout, out, saved) -> None:
-    """precision 'ieee': torch.mm in exact fp32, then the epilogue as torch ops in fp32."""
-    from .epilogue.evaluate import evaluate_outputs
+# ---- matmul_fused: one op for autograd and torch.compile ----------------------------------------------------------
+@torch.library.custom_op("fusedgemm::matmul_fused", mutates_args=())
+def matmul_fused_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], c: Optional[torch.Tensor],
+                    alpha: float, beta: float, alpha_t: Optional[torch.Tensor], beta_t: Optional[torch.Tensor],
+                    activation: str, layout: str, out_dtype: torch.dtype, precision: str,
+                    save_pre: bool) -> list[torch.Tensor]:
+    """matmul_fused's keyword form; alpha_t / beta_t (1-element float32 tensors) replace alpha / beta when given.
+    Returns [y] or, with save_pre and an activation, [y, pre-activation] (what the backward needs)."""
+    ys = matmul_fused_forward(a, b, bias, layout, alpha if alpha_t is None else alpha_t,
+                              beta if beta_t is None else beta_t, c, activation, None, None, out_dtype, None,
+                              precision or None, save_pre=save_pre)
+    return list(ys) if isinstance(ys, tuple) else [ys]
 
-    prev = torch.get_float32_matmul_precision()
-    torch.set_float32_matmul_precision("highest")
-    try:
-        bt = b.t() if layout == "nk" else b
-        acc = p["a2"].float() @ bt.float()
-    finally:
-        torch.set_float32_matmul_precision(prev)
-    y, pre = evaluate_outputs(p["expr"], acc, p["operands"], compute_dtype=torch.float32, device=acc.device)
-    out.view(-1, p["n_out"]).copy_(y)
-    if saved is not None:
-        saved.view(-1, p["n_out"]).copy_(pre)
+
+@matmul_fused_op.register_fake
+def _matmul_fused_fake(a, b, bias, c, alpha, beta, alpha_t, beta_t, activation, layout, out_dtype, precision,
+                       save_pre):
+    n, kb = b.shape if layout == "nk" else (b.shape[1], b.shape[0])
+    if b.dim() != 2 or a.shape[-1] != kb:
+        raise ValueError(f"matmul_fused: A [..., K] and B ({layout}) must agree in K, got {tuple(a.shape)} and "
+                         f"{tuple(b.shape)}")
+    y = a.new_empty((*a.shape[:-1], n), dtype=out_dtype)
+    return [y, a.new_empty(y.shape, dtype=a.dtype)] if save_pre and activation != "none" else [y]
+
+
+def _matmul_fused_setup(ctx, inputs, output):
+    a, b, bias, c, alpha, beta, alpha_t, beta_t, activation, layout, _out_dtype, _precision, _save = inputs
+    ctx.activation, ctx.layout, ctx.alpha, ctx.beta = activation, layout, alpha, beta
+    ctx.c_shape = None if c is None else tuple(c.shape)
+    ctx.c_dtype = None if c is None else c.dtype
+    ctx.bias_dtype = None if bias is None else bias.dtype
+    ctx.bias_shape = None if bias is None else tuple(bias.shape)
+    pre = output[1] if len(output) > 1 else None
+    if pre is not None:
+        ctx.mark_non_differentiable(pre)  # the saved pre-activation: no gradient flows into it
+    ctx.set_materialize_grads(False)  # so autograd does not fill a zero gradient for it (an M x N pass)
+    ctx.save_for_backward(a, b, pre, alpha_t, beta_t)
+
+
+def _matmul_fused_backward(ctx, grads):
+    a, b, pre, alpha_t, beta_t = ctx.saved_tensors
+    if grads[0] is None:  # grads are not materialised: y took no part in the loss
+        return (None,) * 13
+    alpha = ctx.alpha if alpha_t is None else alpha_t
+    beta = ctx.beta if beta_t is None else beta_t
+    da, db, dbias, dc = matmul_fused_grads(ctx, a, b, pre, alpha, beta, grads[0])
+    return da, db, dbias, dc, None, None, None, None, None, None, None, None, None
+
+
+matmul_fused_op.register_autograd(_matmul_fused_backward, setup_context=_matmul_fused_setup)
+
+
+@torch.library.custom_op("fusedgemm::matmul_fused_expr", mutates_args=())
+def matmul_fused_expr_op(a: torch.Tensor, b: torch.Tensor, epilogue: str, tensor_names: str,
+                         tensors: list[torch.Tensor], scalar_names: str, scalar_values: list[float], layout: str,
+                         out_dtype: torch.dtype, precision: str) -> list[torch.Tensor]:
+    """matmul_fused with an epilogue expression (canonical text; operands as in gemm_a8_expr). Not differentiable."""
+    operands = join_operands(tensor_names, tensors, scalar_names, scalar_values)
+    ys = matmul_fused_forward(a, b, None, layout, 1.0, 0.0, None, "none", _epi.parse(epilogue), operands, out_dtype,
+                              None, precision or None)
+    return list(ys) if isinstance(ys, tuple) else [ys]
+
+
+@matmul_fused_expr_op.register_fake
+def _matmul_fused_expr_fake(a, b, epilogue, tensor_names, tensors, scalar_names, scalar_values, layout, out_dtype,
+                            precision):
+    n = b.shape[0] if layout == "nk" else b.shape[1]
+    expr = _epi.parse(epilogue)
+    n = n // 2 if _epi.is_paired(expr) else n  # a paired epilogue (gate, up) writes N / 2 columns
+    save = _epi.saved_node(expr)
+    out = a.new_empty((*a.shape[:-1], n), dtype=out_dtype)
+    return [out] if save is None else [out, a.new_empty(out.shape, dtype=_epi.TORCH_DTYPES[save.attrs[0]])]
+
+
+def matmul_fused_via_op(a, b, bias, layout, alpha, beta, c, activation, epilogue, operands, out_dtype, out,
+                        precision):
+    """matmul_fused through the registered ops: under torch.compile, and eagerly when a gradient is needed."""
+    activation, epilogue = keyword_form("matmul_fused", activation, epilogue, bias)
+    if beta is None:
+        beta = 0.0 if c is None else 1.0
+    if out_dtype is None:
+        out_dtype = out.dtype if isinstance(out, torch.Tensor) else a.dtype
+    if isinstance(epilogue, _epi.Node):
+        if any(isinstance(t, torch.Tensor) and t.requires_grad for t in (a, b, *(operands or {}).values())) \
+                and torch.is_grad_enabled():
+            raise NotImplementedError("matmul_fused: epilogue expressions are not differentiable yet; use the "
+                                      "keyword form (bias, c, alpha, beta, activation) or torch.no_grad()")
+        tensors, scalars = split_operands(operands)
+        ys = torch.ops.fusedgemm.matmul_fused_expr(a, b, str(epilogue), ",".join(tensors), list(tensors.values()),
+                                                   ",".join(scalars), list(scalars.values()), layout, out_dtype,
+                                                   precision or "")
+    else:
+        for v, name in ((alpha, "alpha"), (beta, "beta")):
+            if isinstance(v, torch.Tensor) and v.requires_grad and torch.is_grad_enabled():
+                raise NotImplementedError(f"matmul_fused: {name} is not differentiable (a, b, bias and c are)")
+            number_or_scalar_tensor(v, name)  # the op takes floats: say what came before float() does
+        alpha_t = alpha if isinstance(alpha, torch.Tensor) else None
+        beta_t = beta if isinstance(beta, torch.Tensor) else None
+        save_pre = torch.is_grad_enabled() and activation != "none" and any(
+            isinstance(t, torch.Tensor) and t.requires_grad for t in (a, b, bias, c))
+        ys = torch.ops.fusedgemm.matmul_fused(a, b, bias, c, 1.0 if alpha_t is not None else float(alpha),
+                                              0.0 if beta_t is not None else float(beta), alpha_t, beta_t,
+                                              activation, layout, out_dtype, precision or "", save_pre)
+    if out is not None:
+        out.copy_(ys[0])
+        ys = [out, *ys[1:]]
+    if isinstance(epilogue, _epi.Node):
+        return ys[0] if len(ys) == 1 else (ys[0], ys[1])
+    return ys[0]
 
 
 __all__ = ["matmul_fused", "matmul_fused_forward"]

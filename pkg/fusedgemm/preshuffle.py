@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from .util import PlanCache
+
 LAYOUT_16x16 = "aiter-16x16"
 _BLOCK_N = 16
 _CHUNK_BYTES = 16
@@ -29,6 +31,7 @@ def _chunk_elems(dtype: torch.dtype) -> int:
     if _CHUNK_BYTES % size:
         raise TypeError(f"preshuffle: element size {size} of {dtype} does not divide 16 bytes")
     return _CHUNK_BYTES // size
+CALL_PLANS_PER_WEIGHT = 64  # distinct (M, dtypes, ...) signatures gemm_a8 remembers per weight
 
 
 class PreshuffledWeight:
@@ -44,7 +47,7 @@ class PreshuffledWeight:
         self._layout = layout
         # gemm_a8's checked launch plans for this weight, keyed by the other arguments' metadata (the eager
         # fast path, gemm_a8.py). Lives and dies with the weight; replacing `data` or `layout` clears it.
-        self.call_plans: dict = {}
+        self.call_plans = PlanCache(CALL_PLANS_PER_WEIGHT)
 
     def __reduce__(self):
         # pickle / copy / deepcopy carry the weight and its tag, not the launch plans (device handles)
@@ -57,7 +60,7 @@ class PreshuffledWeight:
     @data.setter
     def data(self, value: torch.Tensor) -> None:
         self._data = value
-        self.call_plans = {}
+        self.call_plans = PlanCache(CALL_PLANS_PER_WEIGHT)
 
     @property
     def layout(self) -> str:
@@ -66,7 +69,7 @@ class PreshuffledWeight:
     @layout.setter
     def layout(self, value: str) -> None:
         self._layout = value
-        self.call_plans = {}
+        self.call_plans = PlanCache(CALL_PLANS_PER_WEIGHT)
 
     shape = property(lambda self: self.data.shape)
     dtype = property(lambda self: self.data.dtype)

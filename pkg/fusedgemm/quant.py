@@ -32,6 +32,7 @@ import sys
 import torch
 
 from .checks import FP8_DTYPE_FOR_ARCH
+from .epilogue.presets import did_you_mean
 from .runtime import kernels
 from .runtime.device import current_device_index, current_raw_stream, device_guard
 
@@ -43,20 +44,23 @@ _MAX_BLOCKS = 1 << 20  # the kernel walks rows grid-stride past this (AMD: block
 _I32_MAX = 2**31 - 1
 
 
-def resolve_dtype(dtype, device: torch.device | None = None) -> torch.dtype:
+def resolve_dtype(dtype, device: torch.device | None = None, op: str = "quantize_rows") -> torch.dtype:
     """'fp8' -> the fp8 variant the device's GEMMs read (FP8_DTYPE_FOR_ARCH; float8_e4m3fn off a GPU),
-    'int8' -> torch.int8; a torch dtype among QMAX's is taken as is."""
+    'int8' -> torch.int8 (names case-insensitive: 'FP8'); a torch dtype among QMAX's is taken as is. Errors name
+    `op`, the call that was given the dtype."""
     if isinstance(dtype, torch.dtype):
         if dtype not in QMAX:
-            raise TypeError(f"quantize: dtype must be 'fp8', 'int8' or one of {', '.join(map(str, QMAX))}, got {dtype}")
+            raise TypeError(f"{op}: dtype must be 'fp8', 'int8' or one of {', '.join(map(str, QMAX))}, got {dtype}")
         return dtype
-    if dtype == "int8":
+    name = dtype.lower() if isinstance(dtype, str) else dtype
+    if name == "int8":
         return torch.int8
-    if dtype == "fp8":
+    if name == "fp8":
         if device is not None and device.type == "cuda":
             return _fp8_of_device(device.index if device.index is not None else torch.cuda.current_device())
         return torch.float8_e4m3fn
-    raise ValueError(f"quantize: dtype must be 'fp8', 'int8' or a torch 8-bit dtype, got {dtype!r}")
+    hint = did_you_mean(dtype, ("fp8", "int8")) if isinstance(dtype, str) else ""
+    raise ValueError(f"{op}: dtype must be 'fp8', 'int8' or a torch 8-bit dtype, got {dtype!r}{hint}")
 
 
 def _assume_constant_result(fn):
@@ -204,15 +208,16 @@ def quantize_rows(x: torch.Tensor, dtype="fp8") -> tuple[torch.Tensor, torch.Ten
     scale [M] float32) with x ~= xq * scale[:, None].
 
     dtype: 'fp8' (the device's variant: float8_e4m3fn on sm_90a / gfx950 and the CPU, float8_e4m3fnuz on
-    gfx942), 'int8', or one of those torch dtypes. The rule (module docstring): scale = absmax / qmax (1 for a
-    zero row, at least 2^-126), xq = round_nearest_even(x * (1 / scale)) saturated at +-qmax.
+    gfx942), 'int8' (names case-insensitive), or one of those torch dtypes. The rule (module docstring):
+    scale = absmax / qmax (1 for a zero row, at least 2^-126), xq = round_nearest_even(x * (1 / scale)) saturated
+    at +-qmax.
     GPU: one kernel on the current stream, no host synchronisation, CUDA-graph capturable; CPU: torch ops,
     same results bit for bit."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"quantize_rows: expected a torch.Tensor, got {type(x).__name__}")
     qdtype = resolve_dtype(dtype, x.device)
     if torch.compiler.is_compiling():
-        xq, scale = torch.ops.fusedgemm.quantize_rows(x, qdtype)  # registered in ops.py
+        xq, scale = torch.ops.fusedgemm.quantize_rows(x, qdtype)  # registered below
         return xq, scale
     return quantize_rows_forward(x, qdtype)
 
@@ -227,4 +232,20 @@ def quantize_weight(w: torch.Tensor, dtype="fp8") -> tuple[torch.Tensor, torch.T
     w = w.detach()
     if w.dtype == torch.float64:
         w = w.to(torch.float32)
-    return quantize_rows(w, dtype)
+    return quantize_rows(w, resolve_dtype(dtype, w.device, "quantize_weight"))
+
+
+# ---- torch.library op: what torch.compile records of quantize_rows ---------------------------------------------
+@torch.library.custom_op("fusedgemm::quantize_rows", mutates_args=())
+def quantize_rows_op(x: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """x [..., K] -> (codes [M, K] of dtype, scale [M] float32); the kernel on a GPU, torch ops on the CPU."""
+    return quantize_rows_forward(x, dtype)
+
+
+@quantize_rows_op.register_fake
+def _quantize_rows_fake(x, dtype):
+    k = x.shape[-1]
+    m = 1
+    for d in x.shape[:-1]:
+        m = m * d
+    return x.new_empty((m, k), dtype=dtype), x.new_empty((m,), dtype=torch.float32)

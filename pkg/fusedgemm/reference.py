@@ -1,11 +1,41 @@
-"""The float64 oracle for every test: the semantics of DESIGN.md, computed on the CPU and rounded once."""
+"""The float64 oracle for every test, and the CPU path of the GEMM ops: the semantics of docs/design.md computed
+by torch, rounded once.
+
+    gemm_reference(a2, b_nk, expr, operands)   any epilogue expression over a2 @ b_nk.T (matmul_fused / gemm_a8
+                                               on CPU tensors; matmul_fused's unfused exact-fp32 path on a GPU)
+    gemm_a8_reference(a, b, bias, ...)         a preset epilogue of gemm_a8, b unshuffled (the tests' oracle)
+"""
 from __future__ import annotations
 
 import math
 
 import torch
 
-from .epilogues import parse_epilogue
+from .epilogue.evaluate import evaluate_outputs, round_to
+from .epilogue.presets import parse_name as parse_epilogue
+
+
+def gemm_reference(a2: torch.Tensor, b_nk: torch.Tensor, expr, operands: dict | None = None, *,
+                   compute_dtype: torch.dtype = torch.float64):
+    """-> (expr over acc = a2 [M, K] @ b_nk [N, K].T, its save(...) output or None), float64 values on a2's
+    device. compute_dtype float64: exact products of 8- and 16-bit inputs (fp8 / int8 upcast), fp32 inputs to
+    float64 precision; float32: torch's exact-fp32 matmul ('highest') and the epilogue in fp32."""
+    prev = torch.get_float32_matmul_precision()
+    torch.set_float32_matmul_precision("highest")
+    try:
+        acc = a2.to(torch.float32).to(compute_dtype) @ b_nk.to(torch.float32).to(compute_dtype).T
+    finally:
+        torch.set_float32_matmul_precision(prev)
+    return evaluate_outputs(expr, acc, operands, compute_dtype=compute_dtype, device=acc.device)
+
+
+def write_outputs(values, n_out: int, out: torch.Tensor, saved: torch.Tensor | None) -> None:
+    """gemm_reference's (y, saved) into the output tensors, each rounded once to its dtype (fp8 saturating, as
+    the kernels store it)."""
+    y, pre = values
+    out.view(-1, n_out).copy_(round_to(y, out.dtype))
+    if saved is not None:
+        saved.view(-1, n_out).copy_(round_to(pre, saved.dtype))
 
 
 def activation_f64(y: torch.Tensor, act: str) -> torch.Tensor:

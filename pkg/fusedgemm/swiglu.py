@@ -23,7 +23,11 @@ from __future__ import annotations
 import torch
 
 from . import epilogue as _epi
+from .epilogue.presets import did_you_mean
+from .gemm_a8 import gemm_a8
+from .matmul import matmul_fused
 from .preshuffle import PreshuffledWeight, preshuffle as _preshuffle, unshuffle as _unshuffle
+from .util import cached_on
 
 ACTIVATIONS = ("silu", "gelu", "gelu_erf", "relu")  # gelu: tanh approximation; gelu_erf: exact (torch's default)
 _CACHE_ATTR = "_fusedgemm_gate_up_interleaved"
@@ -87,21 +91,6 @@ def deinterleave_gate_up(w: InterleavedGateUp) -> torch.Tensor:
     return torch.cat((t[0::2], t[1::2]))
 
 
-def cached_on(owner: torch.Tensor, attr: str, key, make):
-    """make(), cached on the tensor `owner` under `attr` while `key` stays the same: the copy lives and dies with
-    the weight it was made from (a tensor subclass that takes no attributes gets a fresh one per call)."""
-    hit = getattr(owner, attr, None)
-    if hit is not None and hit[0] == key:
-        return hit[1]
-    with torch.no_grad():
-        value = make()
-    try:
-        setattr(owner, attr, (key, value))
-    except (AttributeError, RuntimeError):
-        pass
-    return value
-
-
 def _cached_interleaved(w: torch.Tensor) -> torch.Tensor:
     """The interleaved copy of a merged weight, cached on the tensor and keyed by everything an update changes."""
     if w.is_inference():  # no version counter, so an in-place update could not be seen: no cache
@@ -116,7 +105,8 @@ def glu_expression(activation: str = "silu", *, exact_dtype: str | None = None, 
     (u alike from up). exact_dtype ('bf16' / 'fp16'): eager's rounding points, y = round(round(act(round(g))) *
     round(u)) with the final rounding the output's."""
     if activation not in ACTIVATIONS:
-        raise ValueError(f"swiglu: activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+        raise ValueError(f"swiglu: activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}"
+                         f"{did_you_mean(activation, ACTIVATIONS)}")
 
     def pre(leaf, half):
         x = leaf
@@ -158,11 +148,13 @@ def swiglu(x: torch.Tensor, w_gate_up, bias: torch.Tensor | None = None, *, acti
        out_dtype(x.dtype(act(x.dtype(g))) * x.dtype(u)) -- what F.linear, chunk, act and * give in x's dtype (the
        GEMM sums still differ from cuBLAS's in order, so a rounding can flip by one ulp where g or u is a tie).
     out_dtype: default x's dtype (16-bit) or bfloat16 (8-bit).
-    CPU tensors: the same arithmetic in torch (swiglu_reference), no kernel. Not differentiable: call it under
+    CPU tensors: the same checks, output dtype and shape, computed by a torch reference (swiglu_reference; no
+    kernel runs). Not differentiable: call it under
     torch.no_grad() / inference_mode() (a clear error otherwise). torch.compile traces it as fusedgemm::swiglu.
     """
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"swiglu: x must be a tensor, got {type(x).__name__}")
+    activation = activation.lower() if isinstance(activation, str) else activation  # "SiLU" is silu
     if x.device.type == "cpu":
         merged = deinterleave_gate_up(w_gate_up) if isinstance(w_gate_up, InterleavedGateUp) else w_gate_up
         _check_merged(merged)
@@ -193,7 +185,6 @@ def _swiglu_16(x, w_gate_up, bias, activation, exact, out_dtype):
     else:
         _check_merged(w_gate_up)
         wi = _cached_interleaved(w_gate_up)
-    from .matmul import matmul_fused
 
     n2 = wi.shape[0]
     bg, bu = _halves(bias, n2, "bias")
@@ -212,8 +203,6 @@ def _exact_dtype(exact: bool, dtype: torch.dtype) -> str | None:
 
 
 def _swiglu_a8(x, w, bias, activation, exact, out_dtype, scale_a, scale_b):
-    from .gemm_a8 import gemm_a8
-
     if exact:
         raise ValueError("swiglu: exact=True is for 16-bit x (eager's bf16 / fp16 rounding points); 8-bit x runs "
                          "in fp32 and rounds once")
@@ -257,8 +246,10 @@ def swiglu_reference(x: torch.Tensor, w_gate_up: torch.Tensor, bias: torch.Tenso
     MERGED [2I, K] tensor (8-bit too: dequantised by scale_a / scale_b). exact=False: fp32 throughout, one
     rounding; exact=True: eager's, F.linear in x's dtype, then act and * in that dtype."""
     _check_merged(w_gate_up)
+    activation = activation.lower() if isinstance(activation, str) else activation
     if activation not in ACTIVATIONS:
-        raise ValueError(f"swiglu: activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+        raise ValueError(f"swiglu: activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}"
+                         f"{did_you_mean(activation, ACTIVATIONS)}")
     eight_bit = x.dtype in (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.int8)
     out_dtype = out_dtype or (torch.bfloat16 if eight_bit else x.dtype)
     act = _TORCH_ACT[activation]

@@ -2,7 +2,7 @@
 // bmm_tiny: C[b] = A[b] @ B[b] for many tiny matrices (m, n, k <= 64), fp32 accumulation, one launch.
 //
 // The problem is memory-bound (a few FLOP per byte) and latency decides unless every SM keeps tens of KB of
-// loads in flight all the time (docs/perf-notes.md, bmm_tiny, has the measurements). So:
+// loads in flight all the time. So:
 //  * A block works through groups of `elems` consecutive batch elements, grid-stride (the host sizes the grid
 //    to what stays resident). It issues the global loads of its NEXT group into registers before computing
 //    the current one, so each block overlaps its own memory traffic with its arithmetic.
@@ -14,15 +14,15 @@
 //    of 4. A thread computes an R x R micro-tile, reading A as float4 along k and B as R-wide vectors: per 4
 //    steps of k, R + 4 shared-memory reads feed 4 R^2 multiply-adds. lda is padded so that rows R apart fall
 //    in different banks.
-// Host side (pkg/fusedgemm/tiny_gemm.py::plan_bmm_tiny) picks R, the thread tile (tx, ty), elems, threads,
+// Host side (pkg/fusedgemm/tiny_bmm.py::plan_bmm_tiny) picks R, the thread tile (tx, ty), elems, threads,
 // the shared-memory layout (lda, ldb, a_elem, b_elem) and the grid.
 //
 // The f32 cp.async kernels (bmm_tiny_async_block, below) serve the common case where both operands are staged
 // with 16-byte quads along their rows (A along k, B along n): copies go global -> shared without registers,
 // into a ring of `stages` slots (a group; with the kc knob a k-chunk of one), so a block keeps stages - 1
 // slots in flight while it computes one, with one barrier per slot. The register-staged kernel needed 32
-// registers for its prefetch and two barriers per group, which held 64^3 to 2 blocks (16 warps) per SM with
-// 44% of stalls at barriers.
+// registers for its prefetch and two barriers per group, which held 64^3 to 2 blocks (16 warps) per SM, most of
+// them waiting at barriers.
 #pragma once
 #include "arch/select.hpp"
 #include "epilogue.hpp"
@@ -50,7 +50,7 @@ constexpr int kBmmTinyMinBlocks = 2;  // NVIDIA __launch_bounds__: <= 128 regist
 constexpr int kBmmTinyQuads = 4;      // quads in flight per thread and operand: 2 x 4 x 16 B for f32
 constexpr int kBmmTinyMaxStages = 8;  // cp.async ring depth: copy_async_wait handles up to 6 groups pending
 
-// Operand mode bits (tiny_gemm.py::_operand_mode sets them).
+// Operand mode bits (tiny_bmm.py::_operand_mode sets them).
 constexpr int kAlongJ = 1;  // quads run along j (columns), else along i (rows): whichever has the smaller stride
 constexpr int kVector = 2;  // one vector load per quad: stride 1 along the quad, extent % 4 == 0, aligned
 constexpr int kDense = 4;   // also rows and elements packed back to back: quad q of a group is at 4 q
@@ -368,7 +368,7 @@ FG_DEVICE void bmm_tiny_block(const typename T::Storage* __restrict__ a,  // [ba
 // 8 distinct quads, no bank conflicts. Per 4 steps of k, RM + RN / 4 x 4 float4 reads feed 4 RM RN
 // multiply-adds (4 x 8: 12 reads per 128 FFMA). TX > 0 fixes tx (and ldb = TX RN) at compile time: the B
 // offsets become immediates and, with k unrolled by 4, so do the A offsets; at run-time tx the address
-// arithmetic was ~50 instructions per 128 FFMA (64^3: 69% of issue slots busy, the bound; ncu).
+// arithmetic was ~50 instructions per 128 FFMA, and issue slots the bound.
 template <int RM, int RN, int TX>
 FG_DEVICE void mac_tile_interleaved(const float* Ae, const float* Be, int kc, int lda, int ldb_rt, int ty,
                                     int tx_rt, float (&acc)[RM][RN]) {
@@ -394,14 +394,14 @@ FG_DEVICE void mac_tile_interleaved(const float* Ae, const float* Be, int kc, in
   }
 }
 
-// The f32 cp.async kernel. Preconditions (tiny_gemm.py::_async_ok, _plan_async): A has kVector | kAlongJ
+// The f32 cp.async kernel. Preconditions (tiny_bmm.py::_async_ok, _plan_async): A has kVector | kAlongJ
 // (k % 4 == 0, stride 1 along k, aligned); B too, or is broadcast (sbb == 0, any strides: staged once through
 // registers); kc divides k, kc % 4 == 0, and if kc < k every element of a group has its own threads
 // (elems * tx * ty <= threads: the accumulators stay in registers across chunks).
 // Work items: chunk c (k in [c kc, (c + 1) kc)) of the block's groups, in order; item w sits in ring slot
 // w % stages: [elems][a_elem] A chunk ([a_rows][lda]) then [elems][b_elem] B chunk ([kc][ldb], left out when
 // broadcast); after the ring the broadcast B [k][ldb]. Chunks (kc < k, a planner knob) fit more blocks per SM
-// in less shared memory, but for 64^3 measured 15-50% slower (a barrier and a copy round per chunk), so
+// in less shared memory, but cost a barrier and a copy round per chunk, which loses at 64^3, so
 // the default plans have one chunk (kc = k).
 // Nothing is zeroed: k needs no padding (k % 4 == 0), and the rows past m in A and columns past n in B only
 // feed outputs that are never stored.

@@ -92,7 +92,7 @@ FG_DEVICE float load_f32_ro(const void* p, i64 i) {
 }
 // The hoisted 16-bit operands load in two steps, all of a batch's bits first, then the conversions: loaded and
 // converted element by element, ptxas issued a few loads, converted them (waiting for memory), then the next few
-// -- four or five DRAM round trips in a row for a tile's 32 bf16 bias values (SASS, w128n128).
+// -- four or five DRAM round trips in a row for a tile's 32 bf16 bias values.
 // The bits are held in 32-bit words: in a u16 array the compiler packs two per register (PRMT), which waits for
 // the loads as a conversion does.
 FG_DEVICE u32 load_bits16_ro(const void* p, i64 i) { return arch::load_ro_u16(static_cast<const u16*>(p) + i); }
@@ -168,7 +168,7 @@ struct alignas(2 * sizeof(T)) TwoOf {
 
 // Whether every four-value store_row of an output with this base and row stride, at columns n % 4 == 0, is one
 // aligned store (8 or 16 bytes). A kernel tests this once, outside its store loop, and passes kVec4Aligned: a
-// per-row test of the address costs the persistent kernels' epilogue warps 2-9% (H100, ci/probe_sm90.py).
+// per-row test of the address slows the persistent kernels' epilogue warps, which bound short-K tiles.
 template <class Out>
 FG_DEVICE bool vec4_stores_aligned(const void* base, i64 ld) {
   constexpr unsigned long long kBytes = 4 * sizeof(typename Out::Bits);

@@ -1,5 +1,5 @@
 // The (input type, output type, preset epilogue) instances every gemm_a8 tile config is compiled for, in one
-// place for both entry files (gemm_a8.hip, gemm_a8_sm90.hip). runtime/kernels.py enumerates the same names
+// place for both entry files (portable_gemm.hip, sm90_gemm.hip). runtime/kernels.py enumerates the same names
 // (GEMM_A8_IN x GEMM_A8_OUT x presets.ACTIVATIONS); a CPU test checks every name is in each code object.
 //
 // FG_GEMM_A8_INSTANCES(ENTRY, CFG_NAME, CFG) expands

@@ -106,7 +106,7 @@ struct F32x3 {};     // fp32 in memory, exact to about fp32: each value split as
 
 // kBytes: one element in memory. kPreshuffledB: B comes as the (16,16) preshuffled weight (the 8-bit
 // gemm_a8 family) rather than a plain row-major [N, K] matrix (the 16/32-bit matmul_fused family).
-// kSplitTf32: the F32x3 main loop (gemm_a8_sm90_mainloop.hpp, split_tf32_stage).
+// kSplitTf32: the F32x3 main loop (sm90_gemm_mainloop.hpp, split_tf32_stage).
 template <class In>
 struct InTraits {
   static constexpr int kBytes = 1;

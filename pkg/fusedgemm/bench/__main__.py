@@ -11,6 +11,18 @@ SUBCOMMANDS = {
                     "vs torch.mm alone, F.linear + act, addmm, cuBLASLt GELU, torch.compile, quack and the floor",
     "models": "Llama / GPT-2 / ViT forwards (prefill and single-token) under eager, torch.compile, fg.fuse and "
               "torch.compile(backend=fg.backend), and each model's MLP block eager vs fused",
+    "quantize_rows": "per-token fp8/int8 quantization kernel vs its memory floor, the eager torch chain and "
+                     "torch.compile of it",
+    "train_step": "forward + backward of one Linear + activation: fg.nn.FusedLinear vs nn.Linear then the "
+                  "activation, on LLM shapes",
+    "fp32_exact": "fp32 matmul_fused at precision 'ieee' (three TF32 products) vs torch's fp32 F.linear + GELU: "
+                  "time and error against float64",
+    "fusion_mlp": "the fusion decision on the Llama MLP: eager vs fg.fuse under FUSEDGEMM_FUSION=auto / never / "
+                  "always, and the host's issue time per call",
+    "host_overhead": "host (CPU) time per eager call of gemm_a8 / matmul_fused / bmm_tiny beside torch's, with "
+                     "launch-path checks",
+    "matmul_plans": "matmul_fused under every sm_90a plan (tile config, split-K) beside torch.mm, rep by rep; "
+                    "optionally clocks and energy per call",
 }
 
 USAGE = "usage: python -m fusedgemm.bench {" + ",".join(SUBCOMMANDS) + "} [options]"

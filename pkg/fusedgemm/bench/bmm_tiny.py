@@ -8,6 +8,7 @@ import sys
 
 import torch
 
+from .cli import add_dtype, torch_dtype
 from .common import (Timer, copy_bandwidth_gbs, device_info, geomean, gpu_problem, host_us_per_call, kernel_us,
                      print_table, progress)
 
@@ -55,14 +56,15 @@ def _fp32_matmul():
 def run(argv=None) -> int:
     import fusedgemm as fg
     from fusedgemm.reference import rel_error
-    from fusedgemm.tiny_gemm import launch_bmm_tiny, plan_for
+    from fusedgemm.tiny_bmm import launch_bmm_tiny, plan_for
 
     p = argparse.ArgumentParser(prog="python -m fusedgemm.bench bmm_tiny", description=__doc__)
-    p.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
-    p.add_argument("--batches", type=int, nargs="+", default=BATCHES)
+    add_dtype(p, "--dtype", ["fp32", "bf16", "fp16"], "fp32", "input and output dtype of a and b")
+    p.add_argument("--batches", type=int, nargs="+", default=BATCHES,
+                   help="batch sizes to time (default: " + " ".join(map(str, BATCHES)) + ")")
     p.add_argument("--shapes", nargs="+", metavar="MxNxK", help="default: " + " ".join(
         "x".join(map(str, s)) for s in SHAPES))
-    p.add_argument("--reps", type=int, default=100)
+    p.add_argument("--reps", type=int, default=100, help="timed runs per row; the median is reported (default 100)")
     p.add_argument("--flush", choices=["read", "write"], default="read",
                    help="how L2 is flushed before each timed run (see bench/common.py Timer)")
     p.add_argument("--json", help="write the rows as JSON here")
@@ -76,7 +78,7 @@ def run(argv=None) -> int:
     if problem:
         print(problem, file=sys.stderr)
         return 1
-    dtype = getattr(torch, args.dtype)
+    dtype = torch_dtype(args.dtype)
     timer = Timer(reps=args.reps, flush=args.flush)
     bw = copy_bandwidth_gbs(timer)
     info = device_info()

@@ -30,7 +30,7 @@ class Timer:
 
     def warm_up_gpu(self, seconds: float = 0.5):
         """Keep the GPU busy for a while before the first timing: an idle GPU starts at low clocks, and the
-        first rows of a run measured up to 1.5x slow without this (H200, session 3)."""
+        first rows of a run measured up to 1.5x slow without this (H200)."""
         t0 = time.perf_counter()
         while time.perf_counter() - t0 < seconds:
             for _ in range(20):
@@ -236,3 +236,29 @@ def print_table(rows: list[dict], cols: list[tuple[str, str, str]]):
             v = r.get(k)
             cells.append(("-" if v is None else format(v, f)).rjust(w))
         print("  ".join(cells))
+
+
+def sustained(fn, seconds: float):
+    """Run fn back to back for `seconds` while nvidia-smi samples the SM clock and board power (every 100 ms).
+    Returns (us per call, median MHz, median W) over the samples after the first 0.3 s. The clocks are only
+    read, never set."""
+    import subprocess
+
+    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                            "-lms", "100"], stdout=subprocess.PIPE, text=True)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    t0, calls = time.perf_counter(), 0
+    start.record()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(10):
+            fn()
+        calls += 10
+        torch.cuda.synchronize()
+    end.record()
+    torch.cuda.synchronize()
+    smi.terminate()
+    samples = [tuple(float(x) for x in line.split(",")) for line in smi.communicate()[0].splitlines()[3:]
+               if line.strip()]
+    mhz = statistics.median(x[0] for x in samples) if samples else float("nan")
+    watts = statistics.median(x[1] for x in samples) if samples else float("nan")
+    return start.elapsed_time(end) * 1e3 / calls, mhz, watts

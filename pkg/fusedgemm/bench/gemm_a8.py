@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from .cli import add_dtype, torch_dtype
 from .common import (Timer, copy_bandwidth_gbs, device_info, geomean, gpu_problem, host_us_per_call, kernel_us,
                      print_table, progress, time_what_runs)
 from ..gemm_a8 import plan_for, plans
@@ -40,19 +41,19 @@ def load_grid(path: str | None) -> tuple[list[int], dict]:
 
 def candidate_plans(arch: str, m: int, keep: tuple[str, ...] = ()) -> list[str]:
     """The plans --compare-plans / --tune time at M when none are listed: every plan of `arch`, except, on sm_90a,
-    the decode tiles (at most 64 rows: v16n128, w64n128) above M = 128 and the mma.sync config (m128n128, there
+    the decode tiles (at most 64 rows: swap_16x128, tile_64x128) above M = 128 and the portable mma.sync config (there
     only for forced_config and the tests: 5-7x slower than the wgmma tiles). Timing those at M = 8192 took most of
     a whole-grid --tune's time and they rarely win there. Likewise split-K above the heuristic's caps for the
     tiles of more than 64 rows: 2 from M = 128 (4 measured 10-35% slower than 2 at M = 128 and 256) and 1 from
     M = 4096 (every grid shape then has more tiles than SMs). The plans in `keep` (the heuristic's and the chosen
-    one: fp8 takes w64n128 above M = 128 where tiles are few) are timed whatever these rules say, so --tune can
+    one: fp8 takes tile_64x128 above M = 128 where tiles are few) are timed whatever these rules say, so --tune can
     compare against them."""
-    configs = kernels.GEMM_A8_CONFIGS
+    configs = kernels.GEMM_CONFIGS
     out = []
     for c, s in plans(arch):
         cfg = configs[c]
         if f"{c}:{s}" not in keep:
-            if arch == "sm_90a" and (cfg.unit != "gemm_a8_sm90" or (cfg.block_m <= 64 and m > 128)):
+            if arch == "sm_90a" and (not cfg.sm90 or (cfg.block_m <= 64 and m > 128)):
                 continue
             if arch == "sm_90a" and cfg.block_m > 64 and s > (1 if m >= 4096 else 2 if m >= 128 else 8):
                 continue
@@ -124,19 +125,21 @@ def run(argv=None) -> int:
 
     p = argparse.ArgumentParser(prog="python -m fusedgemm.bench gemm_a8", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dtype", choices=["fp8", "int8"], default="fp8")
-    p.add_argument("--epilogue", default="bias_silu", choices=fg.EPILOGUES)
-    p.add_argument("--out-dtype", choices=["bfloat16", "float16"], default="bfloat16")
+    add_dtype(p, "--dtype", ["fp8", "int8"], "fp8",
+              "input dtype (fp8: the device's e4m3 variant, e4m3fn on sm_90a / gfx950, e4m3fnuz on gfx942)")
+    p.add_argument("--epilogue", default="bias_silu", choices=fg.EPILOGUES,
+                   help="the fused epilogue preset; the baselines run the same epilogue as torch ops (default bias_silu)")
+    add_dtype(p, "--out-dtype", ["bf16", "fp16"], "bf16", "output dtype")
     p.add_argument("--shapes", help="shape grid JSON (default: the LLM grid shipped with the package)")
     p.add_argument("--only", nargs="+", help="shape names to run (default: all)")
     p.add_argument("--M", type=int, nargs="+", help="M values (default: the grid's)")
-    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--reps", type=int, default=30, help="timed runs per path and row, rep by rep; medians (default 30)")
     p.add_argument("--no-compile", action="store_true", help="skip baseline (d), torch.compile of (a)")
     p.add_argument("--flush", choices=["read", "write"], default="read",
                    help="how L2 is flushed before each timed run (see bench/common.py Timer)")
     p.add_argument("--compare-plans", nargs="*", metavar="CONFIG:SPLITS",
                    help="also time every (tile config, split-K) plan that can win at the row's M (not the "
-                        "decode tiles above M = 128) per shape, or only those listed (e.g. w128n128:1 p128n128:1), "
+                        "decode tiles above M = 128) per shape, or only those listed (config names as FUSEDGEMM_PRINT_CONFIGS=1 prints them, e.g. tile_128x128:2), "
                         "rep by rep, and report the fastest beside the heuristic's choice (for tuning the heuristic)")
     p.add_argument("--sweep", action="store_true",
                    help="instead of the grid, shapes off it: K 768-16384, N 1024-32768, M 256-16384 (SWEEP_CASES); "
@@ -158,7 +161,7 @@ def run(argv=None) -> int:
     arch = device_arch(torch.cuda.current_device())
     if args.tune and args.compare_plans is None:
         args.compare_plans = []  # every plan
-    out_dtype = getattr(torch, args.out_dtype)
+    out_dtype = torch_dtype(args.out_dtype)
     in_dtype = torch.int8 if args.dtype == "int8" else fg.FP8_DTYPE_FOR_ARCH[arch]
     ms, shapes = load_grid(args.shapes)
     ms = args.M or ms

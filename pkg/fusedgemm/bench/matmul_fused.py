@@ -30,6 +30,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from .cli import add_dtype
 from .common import (Timer, copy_bandwidth_gbs, device_info, geomean, gpu_problem, host_us_interleaved, kernel_us,
                      print_table, progress, time_what_runs)
 from .gemm_a8 import ACTS, BANDS, load_grid
@@ -279,9 +280,10 @@ def _parser():
 
     p = argparse.ArgumentParser(prog="python -m fusedgemm.bench matmul_fused", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--dtype", choices=list(DTYPES), default="bf16",
-                   help="input dtype; tf32: fp32 inputs, precision='tf32' for ours and TF32 on for the baselines")
-    p.add_argument("--activation", choices=["none", *UNARY], default="silu")
+    add_dtype(p, "--dtype", list(DTYPES), "bf16",
+              "input dtype; tf32: fp32 inputs, precision='tf32' for ours and TF32 on for the baselines")
+    p.add_argument("--activation", choices=["none", *UNARY], default="silu",
+                   help="the fused activation after bias (default silu)")
     p.add_argument("--beta", type=float, nargs="?", const=1.0, default=None, metavar="BETA",
                    help="add a residual: y = act(x @ w.T + BETA * c + bias), c [M, N] (BETA 1.0 if not given)")
     p.add_argument("--layout", choices=["nk", "kn"], default="nk",
@@ -294,7 +296,7 @@ def _parser():
                    help="add square shapes M = N = K = S (no values: " + " ".join(map(str, SQUARE)) + ")")
     p.add_argument("--peak", type=float, metavar="TFLOPS",
                    help="dense tensor-core peak for the floor (default: the datasheet number for this GPU's name)")
-    p.add_argument("--reps", type=int, default=30)
+    p.add_argument("--reps", type=int, default=30, help="timed runs per path and row, rep by rep; medians (default 30)")
     p.add_argument("--flush", choices=["read", "write"], default="read",
                    help="how L2 is flushed before each timed run (see bench/common.py Timer)")
     p.add_argument("--no-compile", action="store_true", help="skip baseline (e), torch.compile of (b)")

@@ -10,6 +10,7 @@ import argparse
 import copy
 import json
 import statistics
+import sys
 import time
 
 import torch
@@ -71,17 +72,21 @@ def _wall_us(fn, calls: int = 20) -> float:
 
 def run(argv) -> int:
     ap = argparse.ArgumentParser(prog="python -m fusedgemm.bench models", description=__doc__)
-    ap.add_argument("--models", default="llama,gpt2,vit")
+    ap.add_argument("--models", default="llama,gpt2,vit",
+                    help="comma-separated models built from small configs (nothing downloaded): llama, gpt2, vit "
+                         "(default: all three)")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated keys of: " + ", ".join(SHAPES))
-    ap.add_argument("--layers", type=int, default=2)
-    ap.add_argument("--modes", default="eager,compile,fuse,fg_backend,fp8")
+    ap.add_argument("--layers", type=int, default=2, help="transformer layers per model (default 2)")
+    ap.add_argument("--modes", default="eager,compile,fuse,fg_backend,fp8",
+                    help="comma-separated: eager, compile (torch.compile), fuse (fg.fuse), fg_backend "
+                         "(torch.compile(backend=fg.backend)), fp8 (fg.quantize to fp8); default: all")
     ap.add_argument("--compile-time", action="store_true",
                     help="only the first-call (compile) seconds of each model at the first shape")
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--json", default=None, metavar="FILE", help="write the rows as JSON here")
     args = ap.parse_args(argv)
     problem = gpu_problem("models")
     if problem:
-        print(problem)
+        print(problem, file=sys.stderr)
         return 1
     import transformers
 

@@ -14,7 +14,7 @@ import torch
 from . import ir
 from .codegen import EpilogueSpec
 from .evaluate import TORCH_DTYPES
-from ..runtime.device import is_fake as _is_fake
+from ..util import is_fake as _is_fake
 
 VEC_TORCH = {torch.float32: "f32", torch.bfloat16: "bf16", torch.float16: "f16"}
 

@@ -14,7 +14,7 @@ the column only, which kernels hoist out of their store loops) and store (the pe
 A paired expression (gate / up, ir.is_paired) gives a functor with kPairs = true: load_col(n) reads its
 n_vec operands at n >> 1, and store<V> (V even, n even) turns V GEMM columns into V / 2 outputs at column
 n / 2 (aux operands and the saved output are indexed by that output column too). Kernels whose lanes hold
-one column each pair them up first (gemm_a8.hpp, gemm_a8_sm90_stores.hpp store_swapped).
+one column each pair them up first (portable_gemm.hpp, sm90_gemm_stores.hpp store_swapped).
 
 `EpilogueSpec` is what a code object depends on: the expression and the element types of its tensor
 operands (the output type is the functor's template parameter). Its key names the functor.

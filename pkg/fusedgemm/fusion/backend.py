@@ -17,7 +17,7 @@ import operator
 
 import torch
 
-from . import match
+from . import execute, match
 from .program import I
 from .fuse import FusionReport, SiteReport
 
@@ -109,18 +109,16 @@ def _hint(x):
 
 def _faster_fused(site, rounding: str) -> tuple[bool, str]:
     """At compile time, on random inputs shaped like the example values (sizes at their hints): whether the fused
-    kernel beats the region's eager torch calls (runtime._decide, cached and persisted). A region that loses is
+    kernel beats the region's eager torch calls (execute._decide, cached and persisted). A region that loses is
     left to Inductor, which fuses its elementwise tail itself -- the rewrite must never make a graph slower."""
-    from . import runtime
-
-    mode = runtime._mode()
+    mode = execute._mode()
     if mode != "auto":
         return mode == "always", f"FUSEDGEMM_FUSION={mode}"
     with _real_tensors():
-        return _measure(site, runtime, rounding)
+        return _measure(site, rounding)
 
 
-def _measure(site, runtime, rounding: str) -> tuple[bool, str]:
+def _measure(site, rounding: str) -> tuple[bool, str]:
     tensors, ints = [], []
     for t in site.tensors:
         if isinstance(t, tuple):  # a float made a one-element tensor at rewrite
@@ -131,11 +129,11 @@ def _measure(site, runtime, rounding: str) -> tuple[bool, str]:
         v = match._meta_value(i[0] if isinstance(i, tuple) else i)
         ints.append(_hint(v[i[1]] if isinstance(i, tuple) else v))
     text = site.program.dumps()
-    lw = runtime.lowered_for(text, tensors, ints, rounding)
-    if not isinstance(lw, runtime.Lowered):
+    lw = execute.lowered_for(text, tensors, ints, rounding)
+    if not isinstance(lw, execute.Lowered):
         return False, str(lw)
     with torch.no_grad():
-        fused = bool(runtime._decide(text, lw, tensors, ints, at_compile=True))
+        fused = bool(execute._decide(text, lw, tensors, ints, at_compile=True))
     return fused, "" if fused else "measured slower than the unfused ops at the example shape (left to Inductor)"
 
 

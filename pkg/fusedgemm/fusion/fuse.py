@@ -18,7 +18,7 @@ import logging
 import torch
 import torch.fx
 
-from . import match, match_a8, runtime
+from . import execute, match, match_a8
 
 log = logging.getLogger("fusedgemm.fusion")
 
@@ -35,7 +35,7 @@ class SiteReport:
     def line(self) -> str:
         where = ".".join(x for x in (self.module, self.site) if x)
         if self.fused:
-            s = runtime.STATS.get(self.program)
+            s = execute.STATS.get(self.program)
             runs = "" if s is None else f"  [ran: kernel {s['kernel']}, unfused {s['unfused']}" + \
                 (f"; last unfused because: {s['why']}]" if s["unfused"] else "]")
             return f"fused    {where}: GEMM -> {' -> '.join(self.ops)}{runs}"
@@ -59,7 +59,7 @@ class FusionReport:
 
 
 def _call_region(graph, text, tensors, ints, rounding):
-    return graph.call_function(runtime.run_region, (text, tensors, ints, rounding))
+    return graph.call_function(execute.run_region, (text, tensors, ints, rounding))
 
 
 def _fuse_traced(mod: torch.nn.Module, name: str, report: FusionReport, rounding: str):
@@ -113,7 +113,7 @@ def fuse(model: torch.nn.Module, *, report: bool = False, rounding: str = "fp32"
     rounding: "fp32" (default) computes each fused epilogue in fp32 and rounds once -- at least as accurate as
     eager, which rounds every 16-bit intermediate; "eager" rounds where eager does (closer to bit-identical).
     report: print the FusionReport (also kept as `fused.fusion_report`, and logged to "fusedgemm.fusion").
-    Fused regions run the kernel only where it is faster (see fusedgemm.fusion.runtime); refused regions and
+    Fused regions run the kernel only where it is faster (see fusedgemm.fusion.execute); refused regions and
     inputs the kernels do not take (CPU tensors, float64, autograd) run the original torch calls."""
     if not isinstance(model, torch.nn.Module):
         raise TypeError(f"fuse: expected a torch.nn.Module, got {type(model).__name__}")

@@ -15,9 +15,9 @@ import operator
 import torch
 import torch.fx
 
-from ..epilogue import ir
+from ..epilogue import ir, parse, saved_node
 from ..nn.linear8 import Linear8
-from .program_a8 import OUT_NAMES
+from .kinds_a8 import OUT_NAMES
 
 _SCALED_MM = (torch._scaled_mm, torch.ops.aten._scaled_mm.default)
 _INT_MM = (torch._int_mm, torch.ops.aten._int_mm.default)
@@ -108,7 +108,6 @@ def _gemm_a8_expr_op(item):
         return "fusedgemm.gemm_a8_expr whose outputs are used apart"
     if v["out_dtype"] not in OUT_NAMES:
         return f"fusedgemm.gemm_a8_expr with out_dtype={v['out_dtype']}"
-    from ..epilogue import parse, saved_node
 
     expr = parse(v["epilogue"])
     if saved_node(expr) is not None:

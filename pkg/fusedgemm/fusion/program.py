@@ -5,11 +5,12 @@ cuts out of a model's graph and what the runtime either lowers to one kernel or 
                       steps=(Step("silu", (V(0),)), Step("mul", (V(1), C(0.5)))),     # silu(y) * 0.5
                       outputs=(2,))
     execute(program, [x, w], [])          # the same torch calls the model made: the unfused (eager) meaning
-    lower(program, tensors, ints, "fp32") # -> Lowered: matmul_fused arguments + an epilogue expression, or Refused
+    lowering.lower(program, tensors, ints, "fp32")  # -> Lowered: a fused call + its epilogue expression, or Refused
 
 Values: V(0) is the GEMM's output, V(i) the output of steps[i - 1]; T(j) the region's j-th tensor input, I(j) its
 j-th int input (a reshape size), C(x) a constant. A program is a pure function of its inputs, serialised to one
-short text (`dumps` / `loads`) so a torch.library op can carry it as a string argument.
+short text (`dumps` / `loads`) so a torch.library op can carry it as a string argument. Here too: what every
+lowering shares (Operands, Lowered, lower_steps); lowering.py and program_a8.py build on it.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from ..epilogue import DTYPE_NAMES, TORCH_DTYPES, ir
+from .kinds_a8 import A8_FAMILIES, a8_family, execute_a8  # noqa: F401  (the 8-bit kinds)
 
 # ---- values ----------------------------------------------------------------------------------------------------
 
@@ -156,26 +158,8 @@ def glu_form(kind: str) -> str:
     return {"glu": "pair", "glu_gate_up": "gate_up", "glu_up_gate": "up_gate"}.get(family, "")
 
 
-A8_FAMILIES = ("scaled_mm", "int_mm", "gemm_a8", "gemm_a8_expr", "linear8")  # 8-bit kinds: program_a8.py
-
-
-def a8_family(kind: str) -> str:
-    """The 8-bit GEMM family of a kind ("scaled_mm:bf16:w" -> "scaled_mm"), or "" (not an 8-bit GEMM)."""
-    family = kind.partition(":")[0]
-    return family if family in A8_FAMILIES else ""
-
-
-def execute_a8(g, args):
-    from .program_a8 import execute_a8 as run
-
-    return run(g, args)
-
-
 GLU_ACTIVATIONS = {"silu": F.silu, "gelu": lambda t: F.gelu(t, approximate="tanh"), "gelu_erf": F.gelu,
                    "relu": torch.relu}  # names as fg.swiglu takes them
-
-BINARY_OPS = ("add", "sub", "mul", "div", "maximum", "minimum")
-
 
 class Refused(Exception):
     """The region cannot be one kernel for these inputs; the message says why (it runs unfused)."""
@@ -291,63 +275,6 @@ def rounded(node: ir.Node, v, rounding: str) -> ir.Node:
     return node
 
 
-def lower(program: Program, tensors, ints=(), rounding: str = "fp32") -> Lowered:
-    """The region as one fused GEMM call for inputs of these shapes / dtypes, or Refused(reason): matmul_fused
-    for the 16-bit kinds, fg.swiglu for the gated ones, gemm_a8 for the 8-bit ones (program_a8.lower_a8).
-
-    rounding "fp32": every step in fp32, rounded once at the end (more accurate than eager, which rounds each
-    16-bit intermediate); "eager": a rounding point after the GEMM and after each step whose eager result is
-    16-bit, so the kernel rounds where eager does."""
-    vals = execute(program, [_meta(t) for t in tensors], ints, all_values=True)
-    g = program.gemm
-    if glu_form(g.kind):
-        return _lower_glu(program, tensors, vals)
-    if a8_family(g.kind):
-        from .program_a8 import lower_a8
-
-        return lower_a8(program, tensors, vals, rounding)
-    y0 = vals[0]
-    if y0.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-        raise Refused(f"GEMM output dtype {y0.dtype}")
-    operand = Operands(tensors, y0.shape[-1])
-    # the GEMM and its bias / C term
-    acc = ir.acc
-    transpose_b = False
-    if g.kind == "linear":
-        a_i, b_i, bias = g.args[0][1], g.args[1][1], g.args[2]
-        layout = "nk"
-        env0 = acc if bias == NONE else acc + operand(bias[1], y0.shape)
-    else:
-        x_i, w_i = (g.args[0][1], g.args[1][1]) if g.kind == "mm" else (g.args[1][1], g.args[2][1])
-        a_i, b_i = x_i, w_i
-        w = tensors[w_i]
-        if w.dim() != 2:
-            raise Refused(f"B of {w.dim()} dimensions (a batched matmul)")
-        layout = "kn"
-        if w.stride(0) == 1 and w.stride(1) == w.shape[0]:  # w = W.t() of a contiguous [N, K] W: read W itself
-            layout, transpose_b = "nk", True
-        if g.kind == "mm":
-            env0 = acc
-        else:
-            c_ref = g.args[0]
-            env0 = (g.alpha * acc if g.alpha != 1.0 else acc)
-            if g.beta != 0.0:
-                cterm = operand(c_ref[1], y0.shape)
-                env0 = env0 + (g.beta * cterm if g.beta != 1.0 else cterm)
-    for t in (tensors[a_i], tensors[b_i]):
-        if not isinstance(t, torch.Tensor) or t.dtype not in (torch.bfloat16, torch.float16, torch.float32):
-            raise Refused(f"GEMM operand dtype {getattr(t, 'dtype', type(t).__name__)} (matmul_fused takes bf16, "
-                          "fp16, fp32)")
-    if tensors[a_i].dtype != tensors[b_i].dtype:
-        raise Refused(f"A is {tensors[a_i].dtype} and B is {tensors[b_i].dtype}")
-    expr, out_v, saved_shape = lower_steps(program, vals, rounded(env0, y0, rounding), operand, rounding)
-    return Lowered(a_i, b_i, layout, transpose_b, expr, operand.found, out_v.dtype, tuple(out_v.shape),
-                   saved_shape)
-
-
-FP8_OUT = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
-
-
 def lower_steps(program: Program, vals, env0: ir.Node, operand: Operands, rounding: str, fp8_out: bool = False):
     """The region's steps over the GEMM's term env0 -> (the epilogue expression, the result's (meta) value, the
     second output's shape or None). fp8_out: the result may be a to_fp8 step (an 8-bit GEMM's fp8 store)."""
@@ -427,42 +354,3 @@ def _replace_once(expr: ir.Node, target: ir.Node, new: ir.Node) -> ir.Node:
     return out
 
 
-def _lower_glu(program: Program, tensors, vals) -> Lowered:
-    """act(x Wg^T + bg) * (x Wu^T + bu) as fg.swiglu: one GEMM over the interleaved [Wg; Wu] -- of two weights
-    (pair) or of the halves of one merged [2I, K] weight (gate_up / up_gate)."""
-    if program.steps:
-        raise Refused("elementwise steps after a gated pair")
-    form = glu_form(program.gemm.kind)
-    args = program.gemm.args
-    x, *ws = (None if r == NONE else tensors[r[1]] for r in args)
-    if form == "pair":
-        wg, bg, wu, bu = ws
-        if wg.shape != wu.shape:
-            raise Refused(f"gate {tuple(wg.shape)} and up {tuple(wu.shape)} weights differ")
-        if (bg is None) != (bu is None):
-            raise Refused("a bias on one of gate / up only")
-        weights = (wg, wu)
-    else:
-        w, b = ws
-        if w.dim() != 2 or w.shape[0] % 2:
-            raise Refused(f"merged gate_up weight of shape {tuple(w.shape)} (expected [2I, K])")
-        if b is not None and tuple(b.shape) != (w.shape[0],):
-            raise Refused(f"merged gate_up bias of shape {tuple(b.shape)} (expected [2I={w.shape[0]}])")
-        weights = (w,)
-    if x.dtype not in (torch.bfloat16, torch.float16) or any(w.dtype != x.dtype for w in weights):
-        raise Refused(f"gated pair of {x.dtype} x and {' / '.join(str(w.dtype) for w in weights)} weights (the "
-                      "fused one is bf16 / fp16)")
-    y = vals[0]
-    where = {name: (None if r == NONE else r[1], "glu") for name, r in zip(GLU_ARGS[form], args)}
-    return Lowered(args[0][1], args[1][1], "glu", False, None, where, y.dtype, tuple(y.shape), None,
-                   glu=program.gemm.kind.partition(":")[2], glu_form=form)
-
-
-GLU_ARGS = {"pair": ("x", "w_gate", "b_gate", "w_up", "b_up"),   # GEMM args of each gated form, in order
-            "gate_up": ("x", "w_gate_up", "b_gate_up"), "up_gate": ("x", "w_gate_up", "b_gate_up")}
-
-
-def glu_inputs(lw: Lowered, tensors) -> list:
-    """The GEMM args of a lowered gated GEMM (biases may be None): [x, w_gate, b_gate, w_up, b_up] of a pair,
-    [x, w_gate_up, b_gate_up] of a merged weight."""
-    return [None if lw.operands[n][0] is None else tensors[lw.operands[n][0]] for n in GLU_ARGS[lw.glu_form]]

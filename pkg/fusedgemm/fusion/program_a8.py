@@ -1,18 +1,6 @@
-"""8-bit GEMMs in a fused region: torch._scaled_mm / torch._int_mm over a transposed [N, K] weight, fg.gemm_a8
-(its registered ops, as torch.compile records a call) and fg.nn.Linear8, each with the elementwise chain after it,
-as ONE gemm_a8 call whose epilogue expression is the GEMM's own scaling (scales, bias, activation) followed by the
-chain -- a final cast to fp8 included: gemm_a8's saturating fp8 store, i.e. fused output quantization.
-
-Kinds (Gemm.kind, fields after the family separated by ':'; the args in order):
-    scaled_mm:<out>:<w|b>[:fast_accum]   (a, W or b, scale_a, scale_b, bias|NONE)     torch._scaled_mm(a, b, ...)
-        "w": the region holds the weight W [N, K] and b = W.t() (the .t() node stays outside the region);
-        "b": the region holds b [K, N] itself (gemm_a8 takes it only when it is the transpose of a contiguous W)
-    int_mm:<w|b>                         (a, W or b)                                  torch._int_mm(a, b) (int32)
-    gemm_a8:<epilogue>:<out>             (a, B, bias|NONE, scale_a|NONE|C, scale_b|NONE|C), Gemm.alpha the op's alpha
-    gemm_a8_expr:<out>:<names>:<expr>    (a, B, the tensor operands named in <names>, in that order)
-    linear8:<activation>                 (x, weight, weight_scale, bias|NONE): fg.nn.Linear8's forward
-B / weight: the `.data` of a PreshuffledWeight (what the registered gemm_a8 ops and Linear8 hold). <out>: one of
-OUT_DTYPES' names.
+"""8-bit GEMMs in a fused region (kinds_a8.py names them) lowered to ONE gemm_a8 call whose epilogue expression is
+the GEMM's own scaling (scales, bias, activation) followed by the region's elementwise chain -- a final cast to
+fp8 included: gemm_a8's saturating fp8 store, i.e. fused output quantization.
 
 The weight gemm_a8 reads: a PreshuffledWeight wrapping B itself (no copy; it keeps gemm_a8's launch plans), or for
 scaled_mm / int_mm a preshuffled COPY of W, made once and cached on the weight tensor (its base, for the W.t()
@@ -31,13 +19,16 @@ import dataclasses
 
 import torch
 
-from ..epilogue import ir
-from .program import NONE, Lowered, Operands, Refused, a8_family, lower_steps, rounded
+from ..epilogue import TORCH_DTYPES, ir, parse, round_to, saved_node
+from ..epilogue.evaluate import evaluate_outputs
+from ..epilogue.presets import parse_name
+from ..gemm_a8 import gemm_a8
+from ..preshuffle import preshuffle, unshuffle
+from ..quant import quantize_rows
+from ..util import cached_on
+from .kinds_a8 import FP8, OUT_DTYPES, OUT_NAMES, _wrapper, fields  # noqa: F401  (names of the 8-bit kinds)
+from .program import NONE, Lowered, Operands, Refused, lower_steps, rounded
 
-OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
-              "e4m3fn": torch.float8_e4m3fn, "e4m3fnuz": torch.float8_e4m3fnuz}
-OUT_NAMES = {v: k for k, v in OUT_DTYPES.items()}
-FP8 = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
 QUANT_SCALE = "quant_scale"  # linear8: the m_vec operand bound to quantize_rows' per-row scale at run time
 
 
@@ -47,66 +38,6 @@ class A8Call:
     family: str
     weight: str            # "nk": tensors[b] is W [N, K]; "kn": tensors[b] is W.t(); "preshuffled": B's data
     quantize: bool = False  # linear8: A is x, quantized per row first; operand QUANT_SCALE is its scale
-
-
-def fields(kind: str) -> tuple[str, list]:
-    family = a8_family(kind)
-    rest = kind[len(family) + 1:]
-    if family == "gemm_a8_expr":
-        return family, rest.split(":", 2)
-    return family, rest.split(":") if rest else []
-
-
-def _is_fake(t) -> bool:
-    from ..runtime.device import is_fake
-
-    return isinstance(t, torch.Tensor) and is_fake(t)
-
-
-def _unshuffled(w: torch.Tensor) -> torch.Tensor:
-    from ..preshuffle import PreshuffledWeight, unshuffle
-
-    return unshuffle(PreshuffledWeight(w))
-
-
-def execute_a8(g, a: list):
-    """The GEMM's own torch meaning (program.execute): what the model's call computes, on any device."""
-    family, f = fields(g.kind)
-    x = a[0]
-    if family == "scaled_mm":
-        b = a[1].t() if f[1] == "w" else a[1]
-        return torch._scaled_mm(x, b, a[2], a[3], bias=a[4], out_dtype=OUT_DTYPES[f[0]],
-                                use_fast_accum=len(f) > 2)
-    if family == "int_mm":
-        return torch._int_mm(x, a[1].t() if f[0] == "w" else a[1])
-    if family == "linear8":
-        if _is_fake(x):
-            return x.new_empty((*x.shape[:-1], a[1].shape[0]))
-        from ..nn.linear8 import linear8_forward
-
-        return linear8_forward(x, a[1], a[2], a[3], f[0], _wrapper(a[1]) if x.is_cuda else None)
-    w = a[1]
-    if family == "gemm_a8":
-        epilogue, out = f[0], OUT_DTYPES[f[1]]
-        sa, sb, alpha = a[3], a[4], g.alpha
-        if not isinstance(sa, torch.Tensor) and sa is not None:
-            sa, alpha = None, alpha * float(sa)
-        if not isinstance(sb, torch.Tensor) and sb is not None:
-            sb, alpha = None, alpha * float(sb)
-        if x.device.type == "cpu":  # the float64 reference of the kernel's formula (as Linear8 on the CPU)
-            from ..reference import gemm_a8_reference
-
-            sa = alpha if sa is None else sa.double() * alpha
-            return gemm_a8_reference(x, _unshuffled(w), a[2], scale_a=sa, scale_b=sb, epilogue=epilogue,
-                                     out_dtype=out)
-        return torch.ops.fusedgemm.gemm_a8(x, w, a[2], sa, sb, alpha, epilogue, out)
-    out, names, text = OUT_DTYPES[f[0]], [n for n in f[1].split(",") if n], f[2]
-    if x.device.type == "cpu":
-        from ..epilogue import evaluate, parse
-
-        acc = x.double() @ _unshuffled(w).double().t()
-        return evaluate(parse(text), acc, dict(zip(names, a[2:])), out_dtype=out).to(out)
-    return torch.ops.fusedgemm.gemm_a8_expr(x, w, text, ",".join(names), list(a[2:]), "", [], out)[0]
 
 
 # ---- lowering -----------------------------------------------------------------------------------------------------
@@ -181,9 +112,6 @@ def _expr_operands(expr: ir.Node, names: list, refs: tuple, operand: Operands, y
 
 def lower_a8(program, tensors, vals, rounding: str) -> Lowered:
     """The region as one gemm_a8 call (Lowered with a8 set), or Refused(reason)."""
-    from ..epilogue import parse
-    from ..epilogue.presets import parse_name
-
     g = program.gemm
     family, f = fields(g.kind)
     args = g.args
@@ -246,21 +174,9 @@ def lower_a8(program, tensors, vals, rounding: str) -> Lowered:
 
 # ---- running it ---------------------------------------------------------------------------------------------------
 
-def _wrapper(b: torch.Tensor):
-    """A PreshuffledWeight of b itself (no copy), cached on b: it keeps gemm_a8's launch plans between calls."""
-    from ..preshuffle import PreshuffledWeight
-    from ..swiglu import cached_on
-
-    key = (b.data_ptr(), tuple(b.shape), b.stride(), b.dtype, b.device)  # the same storage: no version needed
-    return cached_on(b, "_fusedgemm_a8_wrapper", key, lambda: PreshuffledWeight(b.detach()))
-
-
 def weight_for(lw: Lowered, tensors):
     """gemm_a8's B for the lowered region: a PreshuffledWeight of B's data itself, or the cached preshuffled copy of
     W (see the module docstring), cached on the weight tensor -- remade when it changes, never stale."""
-    from ..preshuffle import preshuffle
-    from ..swiglu import cached_on
-
     b = tensors[lw.b]
     if lw.a8.weight == "preshuffled":
         return _wrapper(b)
@@ -277,15 +193,12 @@ def _a_and_operands(lw: Lowered, tensors, operand_values):
     a = tensors[lw.a]
     ops = operand_values(lw, tensors)
     if lw.a8.quantize:
-        from ..quant import quantize_rows
 
         a, ops[QUANT_SCALE] = quantize_rows(a, tensors[lw.b].dtype)
     return a, ops
 
 
 def run_kernel_a8(lw: Lowered, tensors, operand_values) -> list:
-    from ..gemm_a8 import gemm_a8
-
     a, ops = _a_and_operands(lw, tensors, operand_values)
     res = gemm_a8(a, weight_for(lw, tensors), epilogue=lw.expr, operands=ops, out_dtype=lw.out_dtype)
     if lw.saved_shape is None:
@@ -296,10 +209,6 @@ def run_kernel_a8(lw: Lowered, tensors, operand_values) -> list:
 def run_oracle_a8(lw: Lowered, tensors, operand_values) -> list:
     """The lowered call in float64 (CPU tests): A (quantized as the kernel path would) times the unshuffled cached
     weight copy -- a stale copy would show -- then the epilogue's evaluator, rounded once (fp8: saturating)."""
-    from ..epilogue import TORCH_DTYPES, round_to, saved_node
-    from ..epilogue.evaluate import evaluate_outputs
-    from ..preshuffle import unshuffle
-
     a, ops = _a_and_operands(lw, tensors, operand_values)
     acc = a.double() @ unshuffle(weight_for(lw, tensors)).double().t()
     out, saved = evaluate_outputs(lw.expr, acc, ops)

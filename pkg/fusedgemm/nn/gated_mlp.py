@@ -11,6 +11,7 @@ import math
 import torch
 import torch.nn.functional as F
 
+from ..epilogue.presets import did_you_mean
 from ..swiglu import _TORCH_ACT, ACTIVATIONS, swiglu
 from .linear import FusedLinear
 
@@ -90,8 +91,10 @@ class GatedMLP(torch.nn.Module):
         if hidden <= 0 or intermediate <= 0:
             raise ValueError(f"GatedMLP: hidden and intermediate must be positive, got hidden={hidden}, "
                              f"intermediate={intermediate}")
+        activation = activation.lower() if isinstance(activation, str) else activation  # "SiLU" is silu
         if activation not in ACTIVATIONS:
-            raise ValueError(f"GatedMLP: activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+            raise ValueError(f"GatedMLP: activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}"
+                             f"{did_you_mean(activation, ACTIVATIONS)}")
         self.hidden, self.intermediate = hidden, intermediate
         self.activation, self.exact = activation, bool(exact)
         kw = {"device": device, "dtype": dtype}

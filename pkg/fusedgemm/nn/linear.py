@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 
 from ..checks import MATMUL_ACTIVATIONS
+from ..epilogue.evaluate import _UNARY
+from ..epilogue.presets import activation_name
 from ..matmul import matmul_fused
 
 
@@ -16,20 +18,18 @@ class FusedLinear(torch.nn.Linear):
     """nn.Linear whose forward is one fused kernel: y = act(alpha * x @ W.T + bias + beta * residual).
 
     Parameters and state_dict keys are nn.Linear's (weight [out, in], bias [out]); `activation` and `alpha` are
-    configuration, not state. Inputs on the CPU or of a dtype the kernels do not take (float64) run the same
-    expression with torch ops, so a module moved between devices keeps working."""
+    configuration, not state. CPU tensors, and inputs of a dtype the kernels do not take (float64), run the same
+    expression as torch ops (nn.Linear's arithmetic, then the epilogue), so a module moved between devices keeps
+    working and matches the nn.Linear it replaced bit for bit on the CPU."""
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, dtype=None, *,
-                 activation: str = "none", alpha: float = 1.0):
+                 activation: str | None = None, alpha: float = 1.0):
         super().__init__(in_features, out_features, bias, device=device, dtype=dtype)
-        if activation not in MATMUL_ACTIVATIONS:
-            raise ValueError(f"FusedLinear: unknown activation {activation!r}; expected one of "
-                             f"{', '.join(MATMUL_ACTIVATIONS)}")
-        self.activation = activation
+        self.activation = activation_name("FusedLinear", activation, MATMUL_ACTIVATIONS)
         self.alpha = float(alpha)
 
     @classmethod
-    def from_linear(cls, linear: torch.nn.Linear, activation: str = "none", alpha: float = 1.0) -> "FusedLinear":
+    def from_linear(cls, linear: torch.nn.Linear, activation: str | None = None, alpha: float = 1.0) -> "FusedLinear":
         """A FusedLinear sharing `linear`'s parameters (no copy)."""
         w = linear.weight
         mod = cls(linear.in_features, linear.out_features, linear.bias is not None, device="meta",
@@ -46,8 +46,6 @@ class FusedLinear(torch.nn.Linear):
         return self._forward_torch(x, residual, beta)
 
     def _forward_torch(self, x, residual, beta):
-        from ..epilogue.evaluate import _UNARY
-
         y = torch.nn.functional.linear(x, self.weight) * self.alpha
         if self.bias is not None:
             y = y + self.bias

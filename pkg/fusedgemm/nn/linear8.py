@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from ..epilogue.presets import ACTIVATIONS
+from ..epilogue.presets import ACTIVATIONS, activation_name
 from ..gemm_a8 import gemm_a8
 from ..preshuffle import PreshuffledWeight, preshuffle, unshuffle
 from ..quant import quantize_rows, quantize_weight, resolve_dtype
@@ -48,15 +48,14 @@ class Linear8(torch.nn.Module):
     _version = 1
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, *, dtype="fp8",
-                 activation: str = "none"):
+                 activation: str | None = None):
         super().__init__()
         if in_features <= 0 or out_features <= 0 or in_features % 16 or out_features % 16:
             raise ValueError(f"Linear8: in_features (K) and out_features (N) must be positive multiples of 16 "
                              f"(gemm_a8's shapes), got in_features={in_features}, out_features={out_features}")
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"Linear8: activation must be one of {', '.join(ACTIVATIONS)}, got {activation!r}")
+        activation = activation_name("Linear8", activation, ACTIVATIONS)
         device = torch.device(device) if device is not None else None
-        qdtype = resolve_dtype(dtype, device)
+        qdtype = resolve_dtype(dtype, device, "Linear8")
         self.in_features, self.out_features, self.activation = in_features, out_features, activation
         self.register_buffer("weight", torch.zeros((out_features, in_features), dtype=qdtype, device=device))
         self.register_buffer("weight_scale", torch.ones(out_features, dtype=torch.float32, device=device))
@@ -75,7 +74,7 @@ class Linear8(torch.nn.Module):
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(f"Linear8.from_linear: expected an nn.Linear, got {type(linear).__name__}")
         w = linear.weight.detach()
-        qdtype = resolve_dtype(dtype, w.device)
+        qdtype = resolve_dtype(dtype, w.device, "Linear8.from_linear")
         wq, sw = quantize_weight(w, qdtype)
         return cls.from_quantized(wq, sw, None if linear.bias is None else linear.bias.detach(),
                                   activation=activation)
@@ -91,7 +90,7 @@ class Linear8(torch.nn.Module):
         if tuple(weight_scale.shape) != (n,):
             raise ValueError(f"Linear8.from_quantized: weight_scale must be [{n}], got {tuple(weight_scale.shape)}")
         mod = cls(k, n, bias is not None, device=weight_q.device, dtype=weight_q.dtype,
-                  activation=activation or "none")
+                  activation=activation)
         with torch.no_grad():
             mod.weight.copy_(preshuffle(weight_q).data)
             mod.weight_scale.copy_(weight_scale)
@@ -199,6 +198,7 @@ def quantize(model: torch.nn.Module, dtype="fp8", *, skip=None, report: bool = F
     (name, module) -> bool, or names (a string or a list of them) matching a module's qualified name or its
     last components (skip=["lm_head"] matches "lm_head" and "model.lm_head"). A module shared by several
     parents becomes one shared Linear8. If `model` itself is an eligible nn.Linear, the new Linear8 is returned."""
+    resolve_dtype(dtype, None, "quantize")  # a bad dtype is named before any layer is looked at
     rows: list[tuple[str, str]] = []
     done: dict[int, Linear8 | None] = {}  # id of an nn.Linear -> its Linear8 (None: left as is)
 

@@ -24,9 +24,9 @@ def forced_config(name: str, splits: int = 1):
     """Run gemm_a8 calls inside the block with one tile config and split-K factor (tests cover every config
     the heuristic can pick this way; the bench compares plans). Not thread-safe: tests and tools only."""
     global _FORCED
-    if name not in kernels.GEMM_A8_CONFIGS:
-        raise ValueError(f"unknown gemm_a8 config {name!r}; expected one of {sorted(kernels.GEMM_A8_CONFIGS)}")
-    cfg = kernels.GEMM_A8_CONFIGS[name]
+    if name not in kernels.GEMM_CONFIGS:
+        raise ValueError(f"unknown gemm_a8 config {name!r}; expected one of {sorted(kernels.GEMM_CONFIGS)}")
+    cfg = kernels.GEMM_CONFIGS[name]
     if splits not in SPLITS or (splits > 1 and not cfg.splits_k):
         raise ValueError(f"splits must be one of {SPLITS} (> 1 only for the sm_90 wgmma configs that are neither "
                          f"persistent nor B-multicast pairs), got {splits} for {name}")
@@ -39,7 +39,7 @@ def forced_config(name: str, splits: int = 1):
 
 def with_plan(fn, name: str, splits: int = 1):
     """fn wrapped to run under forced_config(name, splits) on every call: one callable per plan, for timing plans
-    side by side (the bench's --compare-plans, ci/matmul_plans.py, ci/ncu_compare.py)."""
+    side by side (the bench's --compare-plans, tools/probes/ncu_compare.py)."""
     def run(*args, **kwargs):
         with forced_config(name, splits):
             return fn(*args, **kwargs)
@@ -49,19 +49,19 @@ def with_plan(fn, name: str, splits: int = 1):
 def plans(arch: str, in_kind: str = "fp8") -> list[tuple[str, int]]:
     """Every (config name, split-K factor) the heuristic may choose on `arch` for input kind `in_kind` (the GPU
     tests run each): gemm_a8's for fp8 / int8 (the default), matmul_fused's for bf16 / fp16 / tf32. A config
-    that does not serve the kind (w128n256: the 16/32-bit kinds only) is left out."""
+    that does not serve the kind (tile_128x256: the 16/32-bit kinds only) is left out."""
     wide = in_kind in kernels.MATMUL_IN
     if in_kind not in (*kernels.ALL_IN, *kernels.SPLIT_IN):
         raise ValueError(f"in_kind must be one of {', '.join((*kernels.ALL_IN, *kernels.SPLIT_IN))}, got {in_kind!r}")
     out = []
-    for name, cfg in kernels.GEMM_A8_CONFIGS.items():
+    for name, cfg in kernels.GEMM_CONFIGS.items():
         if not cfg.serves(in_kind):
             continue
-        if cfg.unit == "gemm_a8_sm90":
+        if cfg.sm90:
             out += [(name, s) for s in (SPLITS if cfg.splits_k else SPLITS[:1])] if arch == "sm_90a" else []
         elif arch != "sm_90a":
             out.append((name, 1))
-        elif name == "m128n128" and not wide:  # sm_90a keeps one mma.sync config reachable for gemm_a8, tested;
+        elif name == "portable_128x128" and not wide:  # sm_90a keeps one mma.sync config reachable for gemm_a8, tested;
             out.append((name, 1))  # matmul_fused runs on the wgmma configs only there
     return out
 
@@ -72,7 +72,7 @@ def choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132,
     persistent_ok: the epilogue fits the persistent config's staged values."""
     if _FORCED is not None:
         name, splits = _FORCED
-        return kernels.GEMM_A8_CONFIGS[name], splits
+        return kernels.GEMM_CONFIGS[name], splits
     cfg, splits = sm90.choose(m, n, k, sms, persistent_ok, in_kind) if arch == "sm_90a" else cdna.choose(m, n, k)
     if _PRINT_CONFIGS:
         print(f"[fusedgemm] gemm_a8 M={m} N={n} K={k} {in_kind} -> {cfg.name} split-K {splits} (heuristic)")
@@ -109,7 +109,7 @@ def tuned_plan(m: int, n: int, k: int, gpu: str, arch: str, persistent_ok: bool,
     hit = tuned.lookup(gpu, in_kind, n, k, m)
     if hit is None or _FORCED is not None:
         return None
-    cfg = kernels.GEMM_A8_CONFIGS.get(hit[0])
+    cfg = kernels.GEMM_CONFIGS.get(hit[0])
     if cfg is None or hit not in plans(arch, in_kind) or (cfg.persistent and not persistent_ok):
         return None
     if _PRINT_CONFIGS:

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from ..runtime import kernels
 
-CONFIGS = ("m16n16k8", "m64n16k8", "m128n128")
+CONFIGS = ("portable_16x16_k8", "portable_64x16_k8", "portable_128x128")
 
 
 def choose(m: int, n: int, k: int) -> tuple[kernels.TileConfig, int]:
     """16 x 16 tiles with 8-way in-block split-K for M <= 16, 64 x 16 for M <= 64, 128 x 128 above; no cluster
     split-K."""
-    return kernels.GEMM_A8_CONFIGS["m16n16k8" if m <= 16 else "m64n16k8" if m <= 64 else "m128n128"], 1
+    name = "portable_16x16_k8" if m <= 16 else "portable_64x16_k8" if m <= 64 else "portable_128x128"
+    return kernels.GEMM_CONFIGS[name], 1

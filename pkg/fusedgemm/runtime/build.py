@@ -21,7 +21,8 @@ left (the generated source, the log) in <cache>/<arch>/failed/<unit>-<key>/.
 Environment: FUSEDGEMM_CACHE_DIR (default $XDG_CACHE_HOME/fusedgemm or ~/.cache/fusedgemm),
 FUSEDGEMM_PREBUILT_DIR (code objects of the fixed units built ahead of time:
 <dir>/<arch>/<unit>.<cubin|hsaco>), FUSEDGEMM_COMPILER (nvcc|nvrtc: force the NVIDIA compiler),
-FUSEDGEMM_NVCC, FUSEDGEMM_NVRTC (libnvrtc.so), FUSEDGEMM_CLANG, FUSEDGEMM_SOURCE_DIR,
+FUSEDGEMM_NVCC (and FUSEDGEMM_CUOBJDUMP, FUSEDGEMM_NVDISASM: one that names no executable is reported once and
+passed over), FUSEDGEMM_NVRTC (libnvrtc.so), FUSEDGEMM_CLANG, FUSEDGEMM_SOURCE_DIR,
 FUSEDGEMM_JIT_VERBOSE=1 (one line on stderr per compile).
 """
 from __future__ import annotations
@@ -42,9 +43,9 @@ from .compilers import (CXX_STD, HIP_FLAGS, NVCC_FLAGS, NVRTC_FLAGS, BuildError,
 from .hipify import convert as hip_to_cuda
 
 # Source units: each is one translation unit (hip_src/<unit>.hip, cuda_src/<unit>.cu) = one code object.
-UNITS = ("gemm_a8", "gemm_a8_sm90", "bmm_tiny", "quantize_rows")
+UNITS = ("portable_gemm", "sm90_gemm", "bmm_tiny", "quantize_rows")
 # Units written for one vendor's hardware only (the Hopper wgmma/TMA kernels); the rest build everywhere.
-UNIT_ARCHES = {"gemm_a8_sm90": ("sm_90a",)}
+UNIT_ARCHES = {"sm90_gemm": ("sm_90a",)}
 # Names of generated units: they become file and directory names.
 UNIT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,99}\Z")
 KEY_VERSION = b"fusedgemm-build-key-2"
@@ -77,12 +78,6 @@ def cache_dir() -> Path:
 
 def _compiler_memo_dir() -> Path:
     return cache_dir() / "compilers"
-
-
-def compiler_version(vendor: str) -> str:
-    """The identity text of the compiler that builds `vendor`'s default arch (starts no process when memoised)."""
-    arch = next(a for a in SUPPORTED_ARCHES if vendor_of(a) == vendor)
-    return compiler_for(arch).identity(_compiler_memo_dir())
 
 
 # Digest of a file, memoised by (path, size, mtime): a header is read once per process unless it changes.
@@ -338,7 +333,7 @@ def _epilogue_specs(args, parser) -> list[BuildSpec]:
     from ..epilogue import EpilogueError, operands, parse
     from ..epilogue.codegen import EpilogueSpec
     from . import kernels
-    from .gemm_a8_spec import OUT_CODEGEN, GemmA8Kernel, config_fits
+    from .gemm_spec import OUT_CODEGEN, GemmKernel, config_fits
 
     try:
         expr = parse(args.epilogue)
@@ -349,21 +344,24 @@ def _epilogue_specs(args, parser) -> list[BuildSpec]:
         epi = EpilogueSpec.of(expr, dtypes)
     except (EpilogueError, ValueError) as e:
         parser.error(str(e))
+    unknown = sorted(set(args.config or ()) - set(kernels.GEMM_CONFIGS))
+    if unknown:
+        parser.error(f"--config: unknown tile config(s) {unknown}; expected some of {list(kernels.GEMM_CONFIGS)}")
     outs = args.out_dtype or ["bfloat16"]
     if any(o not in OUT_CODEGEN for o in outs):
         parser.error(f"--out-dtype: expected one of {', '.join(OUT_CODEGEN)}, got {outs}")
     specs = []
     for arch in args.arch or list(SUPPORTED_ARCHES):
-        for name, cfg in kernels.GEMM_A8_CONFIGS.items():
+        for name, cfg in kernels.GEMM_CONFIGS.items():
             if (args.config and name not in args.config) or arch not in UNIT_ARCHES.get(cfg.unit, (arch,)):
                 continue
             if not config_fits(name, epi):
                 continue  # the persistent config cannot stage this epilogue's hoisted values
             for kind in args.in_kind or ["fp8", "int8"]:
                 if not cfg.serves(kind):
-                    continue  # a 16/32-bit-only config (w128n256)
+                    continue  # a 16/32-bit-only config (tile_128x256)
                 wide = kind in kernels.MATMUL_IN
-                if wide and arch == "sm_90a" and cfg.unit != "gemm_a8_sm90":
+                if wide and arch == "sm_90a" and not cfg.sm90:
                     continue  # matmul_fused runs on the wgmma configs there
                 for layout in ([args.b_layout] if wide else ["nk"]):
                     if layout == "kn" and not (arch == "sm_90a" and kind in ("bf16", "fp16")):
@@ -372,7 +370,7 @@ def _epilogue_specs(args, parser) -> list[BuildSpec]:
                         if out.startswith("float8") and (wide or out != ("float8_e4m3fnuz" if arch == "gfx942"
                                                                          else "float8_e4m3fn")):
                             continue  # each arch writes its own fp8 variant; matmul_fused writes no fp8
-                        k = GemmA8Kernel(arch, name, kind, OUT_CODEGEN[out], epi, layout)
+                        k = GemmKernel(arch, name, kind, OUT_CODEGEN[out], epi, layout)
                         source = k.source()
                         specs.append(BuildSpec(k.unit, arch, source) if source else BuildSpec(k.unit, arch))
     return specs

@@ -23,6 +23,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -70,18 +71,42 @@ def _pip_nvidia_bin(tool: str) -> Path | None:
     return None
 
 
-def find_nvidia_tool(tool: str) -> str:
-    """nvcc / cuobjdump / nvdisasm: $FUSEDGEMM_<TOOL>, then PyPI's nvidia wheels, then PATH, then /usr/local/cuda."""
-    env = os.environ.get(f"FUSEDGEMM_{tool.upper()}")
-    if env:
-        return env
+def _installed_nvidia_tool(tool: str) -> str | None:
+    """PyPI's nvidia wheels, then PATH, then /usr/local/cuda."""
     pip_tool = _pip_nvidia_bin(tool)
     if pip_tool:
         return str(pip_tool)
-    found = shutil.which(tool) or (f"/usr/local/cuda/bin/{tool}" if Path(f"/usr/local/cuda/bin/{tool}").is_file() else None)
+    cuda_tool = Path(f"/usr/local/cuda/bin/{tool}")
+    return shutil.which(tool) or (str(cuda_tool) if cuda_tool.is_file() else None)
+
+
+_WARNED: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """A RuntimeWarning, once per process and message (a setting that is not used must not pass in silence)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def find_nvidia_tool(tool: str) -> str:
+    """nvcc / cuobjdump / nvdisasm: $FUSEDGEMM_<TOOL>, then PyPI's nvidia wheels, then PATH, then /usr/local/cuda.
+    A $FUSEDGEMM_<TOOL> that names no executable is reported once (a warning naming what is used instead) and
+    passed over."""
+    var = f"FUSEDGEMM_{tool.upper()}"
+    env = os.environ.get(var)
+    if env and shutil.which(env):
+        return env
+    found = _installed_nvidia_tool(tool)
+    if env:  # set, but not an executable
+        if not found:
+            raise BuildError(f"{var}={env!r} is not an executable file, and no other {tool} was found: pip install "
+                             f"'nvidia-cuda-nvcc==13.0.*' (see README), put it on PATH, or fix {var}")
+        warn_once(f"{var}={env!r} is not an executable file; using {found} instead")
     if not found:
         raise BuildError(f"{tool} not found: pip install 'nvidia-cuda-nvcc==13.0.*' (see README), put it on PATH, "
-                         f"or set FUSEDGEMM_{tool.upper()}")
+                         f"or set {var}")
     return found
 
 
@@ -407,10 +432,13 @@ def compiler_for(arch: str) -> Compiler:
         return Nvcc()
     except BuildError as nvcc_missing:
         try:
-            return Nvrtc()
+            nvrtc = Nvrtc()
         except BuildError as nvrtc_missing:
             raise BuildError(f"no CUDA compiler for {arch}: {nvcc_missing}; {nvrtc_missing}") from None
+        if os.environ.get("FUSEDGEMM_NVCC"):  # asked for nvcc, gets NVRTC: say so
+            warn_once(f"{nvcc_missing}; building {arch} code with NVRTC instead")
+        return nvrtc
 
 
 __all__ = ["BuildError", "Clang", "Compiler", "Nvcc", "Nvrtc", "compiler_for", "find_nvidia_tool", "find_nvrtc",
-           "CXX_STD", "HIP_FLAGS", "NVCC_FLAGS", "NVRTC_FLAGS"]
+           "warn_once", "CXX_STD", "HIP_FLAGS", "NVCC_FLAGS", "NVRTC_FLAGS"]

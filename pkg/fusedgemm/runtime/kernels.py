@@ -9,6 +9,8 @@ from __future__ import annotations
 import dataclasses
 import struct
 
+from . import tile_configs
+
 _PARAM_BANK_BASE = 0x210  # where CUDA places kernel parameters in constant bank 0 (sm_90); a CPU test checks
 # ctype -> (struct format, size, alignment). "tmap": a CUtensorMap passed by value (128 bytes, 64-aligned).
 _CTYPES = {"ptr": ("Q", 8, 8), "i64": ("q", 8, 8), "i32": ("i", 4, 4), "f32": ("f", 4, 4), "tmap": ("128s", 128, 64)}
@@ -109,10 +111,11 @@ def epilogue_params_type(epi_spec) -> StructType:
     return StructType(tuple(fields), tuple(offsets), size)
 
 
-def gemm_a8_args_type(unit: str, epi_spec) -> StructType:
-    """The one argument of a gemm_a8 kernel (GemmA8Args / GemmA8Sm90Args): A, B (pointers; the Hopper unit: TMA
-    tensor maps), M, N, K, then the epilogue's Params fields, each at its natural alignment."""
-    ab = (("a_map", "tmap"), ("b_map", "tmap")) if unit == "gemm_a8_sm90" else (("a", "ptr"), ("b", "ptr"))
+def gemm_args_type(unit: str, epi_spec) -> StructType:
+    """The one argument of a GEMM kernel, gemm_a8's or matmul_fused's (PortableGemmArgs / Sm90GemmArgs): A, B
+    (pointers; the sm_90a template: TMA tensor maps), M, N, K, then the epilogue's Params fields, each at its natural
+    alignment."""
+    ab = (("a_map", "tmap"), ("b_map", "tmap")) if unit == "sm90_gemm" else (("a", "ptr"), ("b", "ptr"))
     fields, offsets, pos = [], [], 0
     for name, ctype in (*ab, ("M", "i32"), ("N", "i32"), ("K", "i32")):
         _fmt, size, align = _CTYPES[ctype]
@@ -124,27 +127,27 @@ def gemm_a8_args_type(unit: str, epi_spec) -> StructType:
     base = -(-pos // ep.align) * ep.align
     fields += ep.fields
     offsets += [base + o for o in ep.offsets]
-    align = max(ep.align, 64 if unit == "gemm_a8_sm90" else 8)
+    align = max(ep.align, 64 if unit == "sm90_gemm" else 8)
     return StructType(tuple(fields), tuple(offsets), -(-(base + ep.size) // align) * align, align)
 
 
-def gemm_a8_arg_offsets(unit: str, epi_spec) -> tuple[int, int]:
+def gemm_arg_offsets(unit: str, epi_spec) -> tuple[int, int]:
     """(offset of M, offset of the epilogue's Params) in the argument struct: what the entry points assert."""
-    args = gemm_a8_args_type(unit, epi_spec)
+    args = gemm_args_type(unit, epi_spec)
     names = [f for f, _c in args.fields]
     return args.offsets[names.index("M")], args.offsets[names.index("out")]
 
 
-def gemm_a8_signature(unit: str, epi_spec) -> Signature:
-    return Signature((("args", gemm_a8_args_type(unit, epi_spec)),))
+def gemm_signature(unit: str, epi_spec) -> Signature:
+    return Signature((("args", gemm_args_type(unit, epi_spec)),))
 
 
-GEMM_A8_IN = {"fp8": "fp8", "int8": "i8"}
+GEMM_A8_IN = {"fp8": "fp8", "int8": "i8"}  # gemm_a8's kinds -> their kernel-name part
 # The input kinds of matmul_fused (always JIT-generated kernels on the same templates).
-WIDE_IN = ("bf16", "fp16", "tf32")
-ALL_IN = (*GEMM_A8_IN, *WIDE_IN)  # what a config serves unless it says otherwise
+WIDE_IN = tile_configs.WIDE
+ALL_IN = tile_configs.EVERY_KIND  # what a config serves unless it says otherwise
 # fp32 exact to about fp32 (F32x3: three TF32 products of split operands), sm_90a, on its own config only.
-SPLIT_IN = ("f32x3",)
+SPLIT_IN = tile_configs.SPLIT_TF32
 MATMUL_IN = (*WIDE_IN, *SPLIT_IN)
 IN_BYTES = {"fp8": 1, "int8": 1, "bf16": 2, "fp16": 2, "tf32": 4, "f32x3": 4}  # bytes of one element in memory
 GEMM_A8_OUT = {"bfloat16": "bf16", "float16": "f16"}  # the preset (ahead-of-time) kernels' output types
@@ -156,7 +159,7 @@ class TileConfig:
     block_m: int
     block_n: int
     warps: int  # warps per block (64-lane waves on AMD)
-    unit: str = "gemm_a8"  # the source unit / code object that holds the kernels
+    unit: str = "portable_gemm"  # the source unit / code object that holds the kernels (build.UNITS)
     smem: int = 0  # dynamic shared-memory bytes per block
     min_blocks_per_sm: int = 1
     swap_ab: bool = False  # wgmma tiles computing C^T = B . A^T (decode; WgmmaConfig::kSwapAB)
@@ -174,6 +177,11 @@ class TileConfig:
     tile_loop: bool = False
 
     @property
+    def sm90(self) -> bool:
+        """Whether the config is one of the sm_90a wgmma + TMA template's (unit sm90_gemm), not the portable one's."""
+        return self.unit == "sm90_gemm"
+
+    @property
     def one_wave(self) -> bool:
         """Whether the grid is one wave of CTAs that loop over the tiles (persistent or tile-loop configs)."""
         return self.persistent or self.tile_loop
@@ -185,66 +193,44 @@ class TileConfig:
     def splits_k(self) -> bool:
         """Whether K may be split over a cluster: the sm_90 wgmma configs, but for the persistent ones and the
         B-multicast pairs (whose cluster is the pair)."""
-        return self.unit == "gemm_a8_sm90" and not self.one_wave and not self.pair_b
+        return self.sm90 and not self.one_wave and not self.pair_b
 
 
-def _wgmma_config(name: str, block_m: int, stages: int, min_blocks: int, block_n: int = 128,
-                  swap_ab: bool = False, chains: int = 1, persistent: bool = False,
-                  in_kinds: tuple[str, ...] = ALL_IN, split_tf32: bool = False, pair_b: bool = False,
-                  epilogue_warps: int = 3, tile_loop: bool = False) -> TileConfig:
-    """Mirror of WgmmaConfig (and SplitTf32) in hip_src/include/fusedgemm/gemm_a8_sm90_common.hpp (K step 128 B)."""
+def _sm90_config(name: str, t: tile_configs.Sm90Tile) -> TileConfig:
+    """The host's view of a WgmmaConfig (and SplitTf32) of hip_src/include/fusedgemm/sm90_gemm_common.hpp: the
+    same arithmetic on the table's fields (K step 128 B)."""
     # stages, then (persistent) the parked fp32 tile, its rows' scales, its columns' scales and biases, or (tile
     # loop) a 64 x 64 fp32 store buffer per consumer warpgroup, then the barriers (+2 persistent or tile loop: the
     # parked tile's or the handed chunk's full / empty); SplitTf32: then, 1024-aligned, two stage-sized buffers of
     # small parts
-    parked = ((block_m * block_n * 4 + block_m * 4 + 2 * block_n * 4) if persistent
-              else block_m // 64 * 64 * 64 * 4 if tile_loop else 0)
+    block_m, block_n = t.block_m, t.block_n
+    parked = ((block_m * block_n * 4 + block_m * 4 + 2 * block_n * 4) if t.persistent
+              else block_m // 64 * 64 * 64 * 4 if t.tile_loop else 0)
     stage = block_m * 128 + block_n * 128
-    end = stages * stage + parked + (2 * stages + 2 * (persistent or tile_loop)) * 8
-    smem = (-(-end // 1024) * 1024 + 2 * stage if split_tf32 else end) + 1024
-    consumer_warps = 4 if swap_ab else block_m // 16  # swapped: one warpgroup
+    end = t.stages * stage + parked + (2 * t.stages + 2 * (t.persistent or t.tile_loop)) * 8
+    smem = (-(-end // 1024) * 1024 + 2 * stage if t.split_tf32 else end) + 1024
+    consumer_warps = 4 if t.swap_ab else block_m // 16  # swapped: one warpgroup
     # kSetMaxNReg (3 consumer warpgroups, 192- or 256-wide tiles, two accumulator chains or persistent): the
     # producer is a warpgroup (persistent: the copy warp and the epilogue warps, one or two warpgroups), else one warp
-    if persistent:
-        producer_warps = 1 + epilogue_warps
-    elif consumer_warps == 12 or block_n > 128 or chains > 1:
+    if t.persistent:
+        producer_warps = 1 + t.epilogue_warps
+    elif consumer_warps == 12 or block_n > 128 or t.chains > 1:
         producer_warps = 4
     else:
         producer_warps = 1
-    return TileConfig(name, block_m, block_n, consumer_warps + producer_warps, "gemm_a8_sm90", smem, min_blocks,
-                      swap_ab, persistent, in_kinds, pair_b, tile_loop)
+    return TileConfig(name, block_m, block_n, consumer_warps + producer_warps, t.unit, smem, t.min_blocks_per_sm,
+                      t.swap_ab, t.persistent, t.in_kinds, t.pair_b, t.tile_loop)
 
 
-# Must match the Config* aliases in hip_src/include/fusedgemm/gemm_a8.hpp / gemm_a8_sm90_common.hpp and (the
-# configs that serve the 8-bit kinds) the FG_GEMM_A8_INSTANCES lines of hip_src/gemm_a8.hip / gemm_a8_sm90.hip.
-GEMM_A8_CONFIGS = {
-    "m16n16k8": TileConfig("m16n16k8", 16, 16, 8),
-    "m64n16k8": TileConfig("m64n16k8", 64, 16, 8),
-    "m128n128": TileConfig("m128n128", 128, 128, 8),
-    "w64n128": _wgmma_config("w64n128", 64, 4, 2),
-    "w128n128": _wgmma_config("w128n128", 128, 6, 1, chains=2),
-    "w128n192": _wgmma_config("w128n192", 128, 5, 1, block_n=192),
-    # matmul_fused only (ConfigW128N256: no 8-bit wgmma of N = 256 is built; not in FG_GEMM_A8_INSTANCES)
-    "w128n256": _wgmma_config("w128n256", 128, 4, 1, block_n=256, in_kinds=WIDE_IN),
-    # the same in B-multicast pairs (ConfigC128N256), matmul_fused only
-    "c128n256": _wgmma_config("c128n256", 128, 4, 1, block_n=256, in_kinds=WIDE_IN, pair_b=True),
-    # both as one wave of CTAs looping over the tiles (ConfigL128N256, ConfigCL128N256), matmul_fused only
-    "l128n256": _wgmma_config("l128n256", 128, 4, 1, block_n=256, in_kinds=WIDE_IN, tile_loop=True),
-    "cl128n256": _wgmma_config("cl128n256", 128, 4, 1, block_n=256, in_kinds=WIDE_IN, pair_b=True, tile_loop=True),
-    "w192n128": _wgmma_config("w192n128", 192, 5, 1),
-    "p128n128": _wgmma_config("p128n128", 128, 5, 1, chains=2, persistent=True),
-    # the same in B-multicast pairs (ConfigCP128N128)
-    "cp128n128": _wgmma_config("cp128n128", 128, 5, 1, chains=2, persistent=True, pair_b=True),
-    # the same with seven epilogue warps and one chain, for short K (ConfigS128N128)
-    "s128n128": _wgmma_config("s128n128", 128, 5, 1, persistent=True, epilogue_warps=7),
-    # the same with two chains beside seven 40-register epilogue warps (ConfigQ128N128; fp8 at K 2048-4096 bytes;
-    # the 8-bit kinds only: measured on fp8, not on the 16-bit kinds)
-    "q128n128": _wgmma_config("q128n128", 128, 5, 1, chains=2, persistent=True, epilogue_warps=7,
-                              in_kinds=tuple(GEMM_A8_IN)),
-    "v16n128": _wgmma_config("v16n128", 16, 4, 3, swap_ab=True),
-    # matmul_fused's exact fp32 only (ConfigT128N128 = SplitTf32<...>)
-    "t128n128": _wgmma_config("t128n128", 128, 4, 1, in_kinds=SPLIT_IN, split_tf32=True),
-}
+def _config(name: str, t) -> TileConfig:
+    if isinstance(t, tile_configs.PortableTile):
+        return TileConfig(name, t.block_m, t.block_n, t.warps, t.unit, in_kinds=t.in_kinds)
+    return _sm90_config(name, t)
+
+
+# Every tile config of both templates, by name (the table: runtime/tile_configs.py).
+GEMM_CONFIGS = {name: _config(name, t) for name, t in tile_configs.CONFIGS.items()}
+GEMM_A8_CONFIGS = GEMM_CONFIGS  # former name, kept while callers outside runtime/ and plan/ move to GEMM_CONFIGS
 
 
 def gemm_a8_kernel_name(in_kind: str, out_dtype: str, act: str, config: str) -> str:
@@ -252,10 +238,10 @@ def gemm_a8_kernel_name(in_kind: str, out_dtype: str, act: str, config: str) -> 
     return f"fg_gemm_a8_{GEMM_A8_IN[in_kind]}_{GEMM_A8_OUT[out_dtype]}_{act}_{config}"
 
 
-def gemm_a8_kernel_names(unit: str = "gemm_a8") -> list[str]:
+def gemm_a8_kernel_names(unit: str = "portable_gemm") -> list[str]:
     from ..epilogue.presets import ACTIVATIONS
 
-    return [gemm_a8_kernel_name(i, o, a, c) for c, cfg in GEMM_A8_CONFIGS.items() if cfg.unit == unit
+    return [gemm_a8_kernel_name(i, o, a, c) for c, cfg in GEMM_CONFIGS.items() if cfg.unit == unit
             for i in GEMM_A8_IN if cfg.serves(i) for o in GEMM_A8_OUT for a in ACTIVATIONS]
 
 

@@ -2,10 +2,9 @@
 ctypes on NVIDIA, hip-python on ROCm. Per call: pack the arguments into a reused buffer, one driver call. No
 host synchronisation, no allocation.
 
-Why ctypes and not cuda-bindings on NVIDIA: on the H200 machine a bare cuLaunchKernel through cuda-bindings
-took most of gemm_a8's 19 us of host time per call (torch.mm: ~10 us), spent wrapping its arguments; a ctypes
-foreign call with pre-converted arguments costs ~1 us. When libcuda.so.1 cannot be loaded through ctypes
-(or FUSEDGEMM_CUDA_DRIVER=bindings), cuda-bindings is used as before.
+Why ctypes and not cuda-bindings on NVIDIA: cuda-bindings spends most of a decode-size call's host time wrapping
+cuLaunchKernel's arguments; a ctypes foreign call with pre-converted arguments does not (docs/perf-notes.md). When
+libcuda.so.1 cannot be loaded through ctypes (or FUSEDGEMM_CUDA_DRIVER=bindings), cuda-bindings is used.
 
 Also here: encode_tensor_map_tiled (cuTensorMapEncodeTiled) for TMA kernels.
 """
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from .arch import device_arch, vendor_of
 from .build import code_object_path
+from .compilers import warn_once
 
 
 class LaunchError(RuntimeError):
@@ -39,7 +39,7 @@ _PVoidP = ctypes.POINTER(ctypes.c_void_p)
 
 # (argtypes) of the driver functions off the hot path; all return CUresult (C int, ctypes' default restype).
 # cuLaunchKernel and cuTensorMapEncodeTiled are deliberately left without argtypes: ctypes then converts
-# no argument in Python (declared argtypes cost ~0.4 us per call in from_param converters). Their call sites
+# no argument in Python (declared argtypes run a from_param converter per argument per call). Their call sites
 # pass every pointer as a c_void_p or ctypes array object and only 32-bit values as Python ints, which
 # ctypes passes as C int -- the ABI of the unsigned int / enum / cuuint32_t parameters they fill.
 _PROTOTYPES = {
@@ -364,7 +364,10 @@ class _HipBackend:
 
 def _cuda_backend():
     """ctypes on libcuda.so.1; cuda-bindings when that cannot be loaded or FUSEDGEMM_CUDA_DRIVER=bindings."""
-    forced = os.environ.get("FUSEDGEMM_CUDA_DRIVER", "").lower() == "bindings"
+    setting = os.environ.get("FUSEDGEMM_CUDA_DRIVER", "")
+    if setting.lower() not in ("", "ctypes", "bindings"):
+        warn_once(f"FUSEDGEMM_CUDA_DRIVER={setting!r} is neither ctypes nor bindings; using ctypes (libcuda.so.1)")
+    forced = setting.lower() == "bindings"
     why = "FUSEDGEMM_CUDA_DRIVER=bindings"
     if not forced:
         try:

@@ -42,7 +42,7 @@ FG_DEVICE float rsqrt_f32(float x) {
 
 // Loads through the read-only (non-coherent) data path: for data no thread writes during the kernel.
 // NOTE: __ldg, not inline asm: the compiler may speculate a non-volatile asm "load" past the branch that guards
-// it (a null optional operand: an illegal address on an H100).
+// it (a null optional operand: an illegal address).
 FG_DEVICE u32 load_ro_u32(const void* p) { return __ldg(static_cast<const unsigned int*>(p)); }
 FG_DEVICE u16 load_ro_u16(const void* p) { return __ldg(static_cast<const unsigned short*>(p)); }
 

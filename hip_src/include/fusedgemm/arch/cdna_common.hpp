@@ -1,5 +1,5 @@
 // AMD CDNA3 / CDNA4 (gfx942, gfx950): numeric helpers and the MFMA 16x16 layout shared by the MmaAtoms of
-// gemm_a8_tile (gemm_a8.hpp), the one portable kernel template of gemm_a8 (fp8 / int8) and matmul_fused
+// portable_gemm_tile (portable_gemm.hpp), the one portable kernel template of gemm_a8 (fp8 / int8) and matmul_fused
 // (bf16 / fp16 / tf32).
 //
 // MFMA 16x16 layouts (wave64): operand lane l holds row l % 16 of A (column l % 16 of B) and a run of K

@@ -1,4 +1,4 @@
-// CDNA3 (gfx942, MI300X/MI325X) MFMA atoms of gemm_a8_tile (gemm_a8.hpp): gemm_a8's fp8 / int8 and
+// CDNA3 (gfx942, MI300X/MI325X) MFMA atoms of portable_gemm_tile (portable_gemm.hpp): gemm_a8's fp8 / int8 and
 // matmul_fused's bf16 / fp16 / tf32. fp8 here is e4m3fnuz (the gfx942 hardware format).
 //
 // Every atom here takes 8 bytes of K per lane per MFMA: lane l loads one 16-byte chunk (chunk l / 16 of the

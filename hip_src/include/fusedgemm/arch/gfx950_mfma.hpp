@@ -1,4 +1,4 @@
-// CDNA4 (gfx950, MI350X/MI355X) MFMA atoms of gemm_a8_tile (gemm_a8.hpp): gemm_a8's fp8 / int8 and
+// CDNA4 (gfx950, MI350X/MI355X) MFMA atoms of portable_gemm_tile (portable_gemm.hpp): gemm_a8's fp8 / int8 and
 // matmul_fused's bf16 / fp16 / tf32. fp8 here is OCP e4m3fn.
 //
 // fp8:  v_mfma_f32_16x16x128_f8f6f4 takes 32 bytes of K per lane; lane l loads chunks 2*(l/16) and

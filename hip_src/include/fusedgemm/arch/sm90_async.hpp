@@ -1,6 +1,6 @@
 // NVIDIA Hopper (sm_90a) asynchronous machinery: mbarriers, the bulk tensor copy engine (TMA), thread-block
 // clusters with distributed shared memory, and warpgroup MMA (wgmma). Thin wrappers over single PTX
-// instructions; the kernel templates (gemm_a8_sm90.hpp) decide how to compose them.
+// instructions; the kernel templates (sm90_gemm.hpp) decide how to compose them.
 //
 // These have no AMD counterpart with the same shape (CDNA's MFMA kernels stage through LDS with ordinary
 // loads), so this header is included only by NVIDIA-only kernel templates.
@@ -148,7 +148,7 @@ FG_DEVICE void cluster_arrive() { asm volatile("barrier.cluster.arrive.release.a
 FG_DEVICE void cluster_wait() { asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory"); }
 // Arrive on the barrier at bar's shared-memory offset in CTA `rank` of the cluster, with the default semantics
 // (release, CTA scope): what a consumer's stage release needs once its MMAs have completed (wgmma wait).
-// `.release.cluster` compiles to a MEMBAR.ALL.GPU before every arrive (35% slower in a session-4 experiment).
+// `.release.cluster` compiles to a MEMBAR.ALL.GPU before every arrive, which stalls the consumers.
 FG_DEVICE void mbar_arrive_cluster(u64* bar, u32 rank) {
   u32 remote;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(smem_addr(bar)), "r"(rank));
@@ -176,22 +176,13 @@ FG_DEVICE u64 smem_desc(u32 addr, u32 leading_bytes, u32 stride_bytes, SmemLayou
 // desc advanced by `bytes` (a multiple of 16) in shared memory: one add to the start-address field, which cannot
 // carry out of its 14 bits while the address stays below the 256 KB the field spans (an sm_90 CTA has 227 KB).
 FG_DEVICE u64 desc_plus(u64 desc, u32 bytes) {
-#if defined(FG_PROBE_OLD_DESCRIPTORS)  // ci/probe_sm90.py's A/B variant: the address field rebuilt (mask, shift)
-  const u32 addr = ((static_cast<u32>(desc) & 0x3FFFu) << 4) + bytes;
-  return (desc & ~u64(0x3FFF)) | ((addr & 0x3FFFFu) >> 4);
-#else
   return desc + (bytes >> 4);
-#endif
 }
 
 // v as lane 0 of the warp has it (every lane must call): a value ptxas then knows to be warp-uniform, so what
 // derives from it (a warpgroup's stage addresses, the wgmma descriptors) can live in uniform registers.
 FG_DEVICE int warp_uniform(int v) {
-#if defined(FG_PROBE_OLD_DESCRIPTORS)
-  return v;
-#else
   return __shfl_sync(0xffffffffu, v, 0);
-#endif
 }
 
 FG_DEVICE void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }

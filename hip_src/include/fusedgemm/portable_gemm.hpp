@@ -1,0 +1,246 @@
+// portable_gemm_tile: C[M, N] = epilogue(A[M, K] . B[N, K]^T), the one portable MMA kernel template of two ops:
+//   gemm_a8       8-bit A (fp8 / int8) and a PRESHUFFLED 8-bit B
+//   matmul_fused  bf16 / fp16 / tf32 A and a plain row-major B [N, K] (an nn.Linear weight)
+// InTraits<In> (platform.hpp) tells them apart: kBytes (element size) and kPreshuffledB. K counts elements.
+//
+// Layers: this template (tiling, mainloop, masking, epilogue slot calls) is arch-neutral. What an arch
+// contributes is its MmaAtom (arch/*.hpp): the lane -> (row, 16-byte K chunk) map of one 16x16 tile and the
+// MMA instructions that consume a lane's chunks. Everything moves as 16-byte vectors (Vec16): a chunk holds
+// 16 / kBytes elements of K, and the atoms reinterpret the bytes (A and B alike), so the template never
+// looks at element types.
+//
+// A is plain row-major [M, K] (K * kBytes bytes a row): the lane reads vector (row m, chunk c) at
+// a + m * K * kBytes + 16 * c. B, by kind:
+//   preshuffled (the aiter / hipBLASLt (16,16) layout, 1-byte elements so Kp = 16):
+//       off(n, k) = (n / 16) * 16K + (k / 16) * 256 + (n % 16) * 16 + (k % 16)
+//     so the vector (row n, chunk c) of a 16-row block sits at block_base + c * 256 + (n % 16) * 16;
+//   plain: vector (row n, chunk c) at b + n * K * kBytes + 16 * c, addressed exactly as A.
+//
+// Ragged tiles are masked: rows >= M load zeros and store nothing; K chunks past K * kBytes / 16 load zeros.
+// Preshuffled B: 16-row blocks >= N load zeros and store nothing. Plain B: each row >= N loads zeros (a
+// 16-row block may straddle N) and columns >= N are never stored or passed to the epilogue.
+// Requirements (checked on the host): A / B 16-byte aligned; gemm_a8: N % 16 == 0, K % 16 == 0;
+// matmul_fused: N % 8 == 0, K * kBytes % 16 == 0. The epilogue (Epi, epilogue.hpp) owns the output and its
+// operands.
+#pragma once
+#include "arch/select.hpp"
+#include "epilogue.hpp"
+#include "gemm_configs.hpp"
+
+namespace fg {
+
+// Tile configuration: a block of kWarpsM x kWarpsN x kWarpsK warps; each warp owns kTilesM x kTilesN 16x16
+// tiles. kWarpsK > 1 is split-K inside the block: warp w takes K steps w, w + kWarpsK, ... and the partial
+// accumulators are summed through shared memory before the epilogue (deterministic, no atomics). That is
+// how decode-size problems (few output tiles) still put enough loads in flight on every SM.
+//
+// kStepsInFlight: K steps whose operands a warp loads before it issues their MMAs. Memory-bound (decode)
+// shapes need many 16-byte loads outstanding per SM to cover DRAM latency (Little's law).
+//
+// Tile: a traits struct of those named fields, generated with the config's name into gemm_configs.hpp from
+// runtime/tile_configs.py.
+template <class Tile>
+struct PortableGemmConfig {
+  static constexpr int kStepsInFlight = Tile::kStepsInFlight;
+  static constexpr int kWarpsM = Tile::kWarpsM;
+  static constexpr int kWarpsN = Tile::kWarpsN;
+  static constexpr int kWarpsK = Tile::kWarpsK;
+  static constexpr int kWarps = kWarpsM * kWarpsN * kWarpsK;
+  static constexpr int kTilesM = Tile::kTilesM;
+  static constexpr int kTilesN = Tile::kTilesN;
+  static constexpr int kWarpTileM = 16 * kTilesM;
+  static constexpr int kWarpTileN = 16 * kTilesN;
+  static constexpr int kBlockM = kWarpsM * kWarpTileM;
+  static constexpr int kBlockN = kWarpsN * kWarpTileN;
+  static_assert(kWarps <= 16, "at most 16 warps per block");
+  static_assert(kWarpsK == 1 || (kWarpsM == 1 && kWarpsN == 1),
+                "split-K blocks have all warps on one output tile (so the whole block exits together)");
+};
+
+// The kernel's one argument: the GEMM's operands and sizes, then the epilogue's Params. Its layout is the
+// packing runtime/kernels.py derives (gemm_signature); each entry point asserts the offsets.
+template <class Epi>
+struct PortableGemmArgs {
+  const u8* a;  // [M, K] row-major
+  const u8* b;  // [N, K]: preshuffled (16,16) for the 8-bit kinds, row-major for bf16 / fp16 / tf32
+  int M, N, K;
+  typename Epi::Params ep;
+};
+
+template <class In, class Epi, class Cfg>
+FG_DEVICE void portable_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
+                                  const u8* __restrict__ b,  // [N, K] preshuffled (16,16) or row-major (kPreshuffledB)
+                                  int M, int N, int K,       // K in elements of In
+                                  const typename Epi::Params& ep) {  // the epilogue's operands and outputs
+  using Atom = arch::MmaAtom<In>;
+  constexpr bool kPreshuffledB = InTraits<In>::kPreshuffledB;
+  // A run of kStoreVec columns starts at a multiple of kStoreVec: with N % 8 == 0 it is all in or all out.
+  static_assert(kPreshuffledB || 8 % Atom::kStoreVec == 0, "plain B masks columns by runs of kStoreVec");
+  using Frag = typename Atom::Frag;
+  using Acc = typename Atom::Acc;
+  constexpr int kVecsPerFrag = Atom::kRowsPerLane * Atom::kChunksPerLane;
+
+  const int lane = static_cast<int>(threadIdx.x) % Atom::kWarpSize;
+  const int warp_k = static_cast<int>(threadIdx.x) / Atom::kWarpSize / (Cfg::kWarpsM * Cfg::kWarpsN);
+  const int warp = static_cast<int>(threadIdx.x) / Atom::kWarpSize % (Cfg::kWarpsM * Cfg::kWarpsN);
+  const int m_warp = static_cast<int>(blockIdx.y) * Cfg::kBlockM + (warp / Cfg::kWarpsN) * Cfg::kWarpTileM;
+  const int n_warp = static_cast<int>(blockIdx.x) * Cfg::kBlockN + (warp % Cfg::kWarpsN) * Cfg::kWarpTileN;
+  if (m_warp >= M || n_warp >= N) return;  // no barriers in this kernel: an idle warp may leave
+
+  const int row_bytes = K * InTraits<In>::kBytes;  // one row of A or of plain B; a multiple of 16
+  const int num_chunks = row_bytes / 16;
+
+  // Per-lane base pointers and validity, hoisted out of the K loop.
+  const u8* a_ptr[Cfg::kTilesM][Atom::kRowsPerLane];
+  bool a_ok[Cfg::kTilesM][Atom::kRowsPerLane];
+#pragma unroll
+  for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+    for (int i = 0; i < Atom::kRowsPerLane; ++i) {
+      const int row = m_warp + 16 * tm + Atom::lane_row(lane, i);
+      a_ok[tm][i] = row < M;
+      a_ptr[tm][i] = a + static_cast<i64>(a_ok[tm][i] ? row : 0) * row_bytes;
+    }
+  // n_ok[tn]: the 16-column tile holds a column < N (it is computed and stored). Preshuffled B is masked by
+  // whole 16-row blocks (N % 16 == 0); plain B row by row (b_row_ok), as A is.
+  const u8* b_ptr[Cfg::kTilesN][Atom::kRowsPerLane];
+  bool n_ok[Cfg::kTilesN];
+  bool b_row_ok[Cfg::kTilesN][Atom::kRowsPerLane];
+#pragma unroll
+  for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
+    const int n_block = n_warp / 16 + tn;
+    n_ok[tn] = 16 * n_block < N;
+#pragma unroll
+    for (int i = 0; i < Atom::kRowsPerLane; ++i) {
+      if constexpr (kPreshuffledB) {
+        b_ptr[tn][i] = b + static_cast<i64>(n_ok[tn] ? n_block : 0) * 16 * K + 16 * Atom::lane_row(lane, i);
+      } else {
+        const int row = 16 * n_block + Atom::lane_row(lane, i);
+        b_row_ok[tn][i] = row < N;
+        b_ptr[tn][i] = b + static_cast<i64>(b_row_ok[tn][i] ? row : 0) * row_bytes;
+      }
+    }
+  }
+
+  Acc acc[Cfg::kTilesM][Cfg::kTilesN];
+#pragma unroll
+  for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+    for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::zero(acc[tm][tn]);
+
+  constexpr int kStride = Cfg::kWarpsK * Atom::kChunksPerStep;  // chunks between a warp's consecutive steps
+  for (int c0 = warp_k * Atom::kChunksPerStep; c0 < num_chunks; c0 += Cfg::kStepsInFlight * kStride) {
+    Frag fa[Cfg::kStepsInFlight][Cfg::kTilesM];
+    Frag fb[Cfg::kStepsInFlight][Cfg::kTilesN];
+#pragma unroll
+    for (int s = 0; s < Cfg::kStepsInFlight; ++s) {
+#pragma unroll
+      for (int j = 0; j < Atom::kChunksPerLane; ++j) {
+        const int chunk = c0 + s * kStride + Atom::lane_chunk(lane, j);
+        const bool chunk_ok = chunk < num_chunks;
+#pragma unroll
+        for (int i = 0; i < Atom::kRowsPerLane; ++i) {
+          const int v = i * Atom::kChunksPerLane + j;
+#pragma unroll
+          for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+            fa[s][tm].v[v] = (chunk_ok && a_ok[tm][i]) ? load_vec16(a_ptr[tm][i] + 16 * chunk) : zero_vec16();
+#pragma unroll
+          for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
+            if constexpr (kPreshuffledB)
+              fb[s][tn].v[v] = (chunk_ok && n_ok[tn]) ? load_vec16(b_ptr[tn][i] + 256 * chunk) : zero_vec16();
+            else
+              fb[s][tn].v[v] = (chunk_ok && b_row_ok[tn][i]) ? load_vec16(b_ptr[tn][i] + 16 * chunk) : zero_vec16();
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < Cfg::kStepsInFlight; ++s)
+#pragma unroll
+      for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+        for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::mma(acc[tm][tn], fa[s][tm], fb[s][tn]);
+  }
+  static_assert(kVecsPerFrag == sizeof(Frag) / sizeof(Vec16), "fragment holds rows x chunks vectors");
+
+  // Epilogue: each run of kStoreVec accumulators (one row, adjacent columns) goes through the epilogue slot.
+  auto store_tile = [&](const Acc& tile, int tm, int tn) {
+    if constexpr (Epi::kPairs && Atom::kStoreVec == 1) {
+      // A paired epilogue takes column pairs (gate 2j, up 2j + 1), but a lane holds one column: its partner
+      // column (same rows) is in lane ^ kPairLaneXor. Every lane exchanges its values first (the shuffle needs
+      // the whole wave, so before any bound check); the even column's lane stores the pairs.
+      float mine[Atom::kAccPerLane], other[Atom::kAccPerLane];
+#pragma unroll
+      for (int e = 0; e < Atom::kAccPerLane; ++e) {
+        mine[e] = Atom::get(tile, e);
+        other[e] = arch::shfl_xor(mine[e], Atom::kPairLaneXor);
+      }
+      const int col = n_warp + 16 * tn + Atom::acc_col(lane, 0);
+      if (col & 1) return;
+      if constexpr (!kPreshuffledB) {
+        if (col >= N) return;  // N is even: col + 1 < N too
+      }
+      float c[2][Epi::kColValues];
+      Epi::load_col(ep, col, c[0]);
+      Epi::load_col(ep, col + 1, c[1]);
+#pragma unroll
+      for (int e = 0; e < Atom::kAccPerLane; ++e) {
+        const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
+        if (row >= M) continue;
+        float r[Epi::kRowValues];
+        Epi::load_row(ep, row, r);
+        const float v[2] = {mine[e], other[e]};
+        Epi::template store<2>(ep, row, col, v, r, c);
+      }
+    } else {
+#pragma unroll
+      for (int e = 0; e < Atom::kAccPerLane; e += Atom::kStoreVec) {
+        const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
+        if (row >= M) continue;
+        const int col = n_warp + 16 * tn + Atom::acc_col(lane, e);
+        if constexpr (!kPreshuffledB) {
+          if (col >= N) continue;  // a tile straddling N (N % 16 == 8)
+        }
+        float r[Epi::kRowValues];
+        Epi::load_row(ep, row, r);
+        float c[Atom::kStoreVec][Epi::kColValues];
+        float v[Atom::kStoreVec];
+#pragma unroll
+        for (int s = 0; s < Atom::kStoreVec; ++s) {
+          Epi::load_col(ep, col + s, c[s]);
+          v[s] = Atom::get(tile, e + s);
+        }
+        Epi::template store<Atom::kStoreVec>(ep, row, col, v, r, c);
+      }
+    }
+  };
+
+  if constexpr (Cfg::kWarpsK == 1) {
+#pragma unroll
+    for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+      for (int tn = 0; tn < Cfg::kTilesN; ++tn)
+        if (n_ok[tn]) store_tile(acc[tm][tn], tm, tn);
+  } else {
+    // Split-K: every warp parks its partial tiles in shared memory; tile t is then summed and stored by
+    // warp t % kWarpsK (same lane layout in every warp, so lane l sums slot l of each warp).
+    __shared__ Acc partial[Cfg::kWarpsK][Cfg::kTilesM][Cfg::kTilesN][Atom::kWarpSize];
+#pragma unroll
+    for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+      for (int tn = 0; tn < Cfg::kTilesN; ++tn) partial[warp_k][tm][tn][lane] = acc[tm][tn];
+    __syncthreads();
+#pragma unroll
+    for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+      for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
+        if ((tm * Cfg::kTilesN + tn) % Cfg::kWarpsK != warp_k || !n_ok[tn]) continue;
+        Acc sum = partial[0][tm][tn][lane];
+#pragma unroll
+        for (int w = 1; w < Cfg::kWarpsK; ++w) Atom::add(sum, partial[w][tm][tn][lane]);
+        store_tile(sum, tm, tn);
+      }
+  }
+}
+
+}  // namespace fg

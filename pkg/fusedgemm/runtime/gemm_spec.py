@@ -1,0 +1,138 @@
+"""Which code object and kernel serve a GEMM call: (arch, tile config, input kind, output type, epilogue).
+
+One kernel family, two ops: gemm_a8 (input kinds fp8 / int8, B preshuffled) and matmul_fused (bf16 / fp16 /
+tf32, B a plain row-major [N, K] matrix); the kernel templates tell them apart by InTraits<In> (platform.hpp).
+Preset epilogues (the named ones, bf16/fp16 out) live in the ahead-of-time units hip_src/portable_gemm.hip and
+sm90_gemm.hip. Any other (epilogue expression, output type) gets a generated translation unit of one
+kernel -- the same kernel template, the epilogue functor from fusedgemm.epilogue.codegen -- compiled just in
+time (runtime/build.py: cached by spec, source and compiler, under a file lock).
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from ..epilogue import codegen
+from ..epilogue.presets import ACTIVATIONS, spec_for_activation
+from . import kernels, tile_configs
+
+# Output types by torch dtype name; the fp8 variant an arch writes is its input variant (FP8 on the arch).
+OUT_CODEGEN = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float8_e4m3fn": "fp8e4m3fn",
+               "float8_e4m3fnuz": "fp8e4m3fnuz"}
+_OUT_SHORT = {"bf16": "bf16", "fp16": "f16", "fp32": "f32", "fp8e4m3fn": "e4m3", "fp8e4m3fnuz": "e4m3fnuz"}
+_IN_TYPE = {"fp8": "fg::Fp8E4M3", "int8": "fg::Int8", "bf16": "fg::Bf16", "fp16": "fg::Fp16", "tf32": "fg::Tf32",
+            "f32x3": "fg::F32x3"}
+# matmul_fused's input kinds (always generated kernels: no ahead-of-time unit holds them).
+MATMUL_IN = kernels.MATMUL_IN
+
+
+@dataclasses.dataclass(frozen=True)
+class GemmKernel:
+    arch: str
+    config: str  # a name of kernels.GEMM_CONFIGS (runtime/tile_configs.py)
+    in_kind: str  # fp8 | int8 (gemm_a8) | bf16 | fp16 | tf32 (matmul_fused)
+    out: str  # codegen output type: bf16 fp16 fp32 fp8e4m3fn fp8e4m3fnuz
+    epilogue: codegen.EpilogueSpec
+    b_layout: str = "nk"  # "kn": B [K, N], N contiguous (matmul_fused, 16-bit kinds on sm_90a: MnMajorB<Config>)
+
+    @property
+    def cfg(self) -> kernels.TileConfig:
+        return kernels.GEMM_CONFIGS[self.config]
+
+    @property
+    def preset(self) -> str | None:
+        """The activation of the preset kernel that serves this spec ahead of time, or None (generated)."""
+        if self.in_kind in MATMUL_IN or self.out not in ("bf16", "fp16"):
+            return None
+        return _preset_of(self.epilogue)
+
+    @property
+    def unit(self) -> str:
+        """The source unit: an ahead-of-time unit, or a generated one named after the spec."""
+        if self.preset is not None:
+            return self.cfg.unit
+        if self.in_kind in MATMUL_IN:  # matmul_fused's: "matmul_" ("matmul_sm90_" on the sm_90a template)
+            return (f"matmul{'_sm90' if self.cfg.sm90 else ''}_{self.in_kind}{self._kn}_{_OUT_SHORT[self.out]}_"
+                    f"{self.config}_e{self.epilogue.key}")
+        return f"{self.cfg.unit}_{self.in_kind}_{_OUT_SHORT[self.out]}_{self.config}_e{self.epilogue.key}"
+
+    @property
+    def kernel_name(self) -> str:
+        if self.preset is not None:
+            return kernels.gemm_a8_kernel_name(self.in_kind, "bfloat16" if self.out == "bf16" else "float16",
+                                               self.preset, self.config)
+        if self.in_kind in MATMUL_IN:
+            return f"fg_matmul_{self.in_kind}{self._kn}_{_OUT_SHORT[self.out]}_e{self.epilogue.key}_{self.config}"
+        return f"fg_gemm_a8_{kernels.GEMM_A8_IN[self.in_kind]}_{_OUT_SHORT[self.out]}_e{self.epilogue.key}_{self.config}"
+
+    @property
+    def _kn(self) -> str:
+        return "_kn" if self.b_layout == "kn" else ""
+
+    @property
+    def signature(self) -> kernels.Signature:
+        return kernels.gemm_signature(self.cfg.unit, self.epilogue)
+
+    def source(self) -> str | None:
+        """The generated translation unit (HIP flavoured, like hip_src), or None for a preset kernel."""
+        if self.preset is not None:
+            return None
+        out_type = codegen.OUT_TYPES[self.out][0]
+        epi = f"fg::{self.epilogue.struct_name}<{out_type}>"
+        cfg = f"fg::{tile_configs.cpp_type(self.config)}"
+        sm90 = self.cfg.sm90
+        if self.b_layout == "kn":
+            if not (sm90 and self.in_kind in ("bf16", "fp16")):
+                raise ValueError(f"B as [K, N] runs on the sm_90a wgmma configs for bf16 / fp16 only, not {self.arch} "
+                                 f"{self.config} {self.in_kind}")
+            cfg = f"fg::MnMajorB<{cfg}>"
+        args = f"fg::{'Sm90GemmArgs' if sm90 else 'PortableGemmArgs'}<{epi}>"
+        m_off, ep_off = kernels.gemm_arg_offsets(self.cfg.unit, self.epilogue)
+        # NVRTC's front end has no __builtin_offsetof: there the metadata check alone holds the layout.
+        layout = (f"#if !defined(__CUDACC_RTC__)\n  static_assert(__builtin_offsetof({args}, M) == {m_off} && "
+                  f"__builtin_offsetof({args}, ep) == {ep_off}, \"argument packing layout\");\n#endif\n")
+        if sm90:
+            header = "sm90_gemm.hpp"
+            entry = (f'extern "C" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocksPerSm)\n'
+                     f"{self.kernel_name}(const __grid_constant__ {args} args) {{\n{layout}"
+                     f"  fg::sm90_gemm<{_IN_TYPE[self.in_kind]}, {epi}, {cfg}>(args.a_map, args.b_map, args.M, "
+                     f"args.N, args.K, args.ep);\n}}\n")
+            guard = ("#if defined(FG_NVIDIA)\n", "#endif\n")
+        else:
+            header = "portable_gemm.hpp"
+            entry = (f'extern "C" __global__ void __launch_bounds__({cfg}::kWarps * '
+                     f"fg::arch::MmaAtom<{_IN_TYPE[self.in_kind]}>::kWarpSize)\n"
+                     f"{self.kernel_name}(const {args} args) {{\n{layout}"
+                     f"  fg::portable_gemm_tile<{_IN_TYPE[self.in_kind]}, {epi}, {cfg}>(args.a, args.b, args.M, args.N, "
+                     f"args.K, args.ep);\n}}\n")
+            guard = ("", "")
+        op = "matmul_fused" if self.in_kind in MATMUL_IN else "gemm_a8"
+        return (f"// GENERATED by fusedgemm.runtime.gemm_spec for {self.arch}: {op} {self.in_kind} -> "
+                f"{self.out}, config {self.config}\n"
+                f'#include "include/fusedgemm/{header}"\n\n{guard[0]}namespace fg {{\n\n'
+                f"{codegen.render_functor(self.epilogue)}\n}}  // namespace fg\n\n{entry}{guard[1]}")
+
+
+_PRESETS: dict = {}
+
+
+def _preset_of(epi: codegen.EpilogueSpec) -> str | None:
+    """The activation whose preset expression `epi` is (the table is built once), or None."""
+    if not _PRESETS:
+        _PRESETS.update({spec_for_activation(act): act for act in ACTIVATIONS})
+    return _PRESETS.get(epi)
+
+
+def config_fits(config: str, epi: codegen.EpilogueSpec) -> bool:
+    """Whether `config` can run epilogue `epi`: the persistent config stages kBlockM + 2 kBlockN floats of the
+    tile's hoisted row and column values (sm90_gemm_common.hpp, kStagedFloats); every other config runs anything."""
+    if not kernels.GEMM_CONFIGS[config].persistent:
+        return True
+    rows, cols = codegen.hoisted_counts(epi)
+    return rows + cols <= 3
+
+
+def preset_kernel(arch: str, config: str, in_kind: str, out: str, act: str) -> GemmKernel:
+    return GemmKernel(arch, config, in_kind, out, spec_for_activation(act))
+
+
+__all__ = ["GemmKernel", "MATMUL_IN", "OUT_CODEGEN", "config_fits", "preset_kernel"]

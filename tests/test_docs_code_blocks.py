@@ -8,6 +8,8 @@ import argparse
 import ast
 import builtins
 import contextlib
+import sys
+import types
 import io
 import re
 import shlex
@@ -92,7 +94,10 @@ def test_the_checker_catches_what_the_old_readme_did():
 # ---- running the blocks ----------------------------------------------------------------------------------------
 
 def run_program(rel: str, gpu: bool) -> dict:
-    ns: dict = {"__name__": "__docs__"}
+    # A real module in sys.modules: torch.compile (dynamo) imports a frame's module by its __name__.
+    module = types.ModuleType(f"_docs_{Path(rel).stem}")
+    sys.modules[module.__name__] = module
+    ns = module.__dict__
     for line, code in python_blocks(rel):
         if needs_gpu(code) and not gpu:
             continue

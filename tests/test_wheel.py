@@ -70,7 +70,7 @@ def test_installed_wheel_builds_generated_units(tmp_path):
         expected = {f"fusedgemm/_src/{tree}/{p.relative_to(ROOT / tree).as_posix()}"
                     for p in (ROOT / tree).rglob("*") if p.is_file()}
         assert expected <= names, sorted(expected - names)
-        assert f"fusedgemm/_src/{tree}/gemm_a8{suffix}" in names
+        assert f"fusedgemm/_src/{tree}/portable_gemm{suffix}" in names
         assert f"fusedgemm/_src/{tree}/include/fusedgemm/platform.hpp" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()

@@ -23,6 +23,8 @@ SUBCOMMANDS = {
                      "launch-path checks",
     "matmul_plans": "matmul_fused under every sm_90a plan (tile config, split-K) beside torch.mm, rep by rep; "
                     "optionally clocks and energy per call",
+    "predict": "PREDICTED (never measured) time, TFLOP/s, fraction of MFMA peak and bound of the AMD kernels on the "
+               "LLM grid and square sizes, from the datasheets and each kernel's compiled hot loop (no GPU needed)",
 }
 
 USAGE = "usage: python -m fusedgemm.bench {" + ",".join(SUBCOMMANDS) + "} [options]"

@@ -73,7 +73,10 @@ def choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132,
     if _FORCED is not None:
         name, splits = _FORCED
         return kernels.GEMM_CONFIGS[name], splits
-    cfg, splits = sm90.choose(m, n, k, sms, persistent_ok, in_kind) if arch == "sm_90a" else cdna.choose(m, n, k)
+    if arch == "sm_90a":
+        cfg, splits = sm90.choose(m, n, k, sms, persistent_ok, in_kind)
+    else:
+        cfg, splits = cdna.choose(m, n, k, arch, in_kind)
     if _PRINT_CONFIGS:
         print(f"[fusedgemm] gemm_a8 M={m} N={n} K={k} {in_kind} -> {cfg.name} split-K {splits} (heuristic)")
     return cfg, splits

@@ -1,14 +1,47 @@
-"""gemm_a8's plan on gfx942 / gfx950 (and the mma.sync template kept reachable on sm_90a): the portable MFMA
-kernel template's tile configs. Not yet measured on hardware: the choice is by M alone."""
+"""The GEMM plan on gfx942 / gfx950 (and the mma.sync template kept reachable on sm_90a): the portable MFMA
+kernel template's tile configs, chosen per shape by the paper model of plan/cdna_model.py -- PREDICTED times from
+the datasheets and each kernel's compiled hot loop, not yet measured on any AMD GPU.
+
+The configs: portable_16x16_k8 and portable_64x16_k8 (decode: K split 8 ways over the block's waves, partial sums
+reduced through LDS) and portable_128x128 (8 waves of 64 x 32). Their split-K is inside the block; the portable
+template has no cluster split-K, so the split factor is always 1. The choice is the config with the least predicted
+time (ties: the order of CONFIGS), cached per (arch, kind, M, N, K).
+
+What the model chooses on the LLM grid (python -m fusedgemm.bench predict): the 8-way split-K 16 x 16 tiles up to
+M = 16, the 64 x 16 ones at M = 64 and mostly at M = 256 (128 x 128 tiles there are fewer than the CUs and wait out
+their load latency with one K step in flight), 128 x 128 from M = 1024 (1024^3: 64 x 16).
+"""
 from __future__ import annotations
 
+import functools
+
 from ..runtime import kernels
+from . import cdna_model
 
 CONFIGS = ("portable_16x16_k8", "portable_64x16_k8", "portable_128x128")
+DEFAULT_ARCH = "gfx942"
 
 
-def choose(m: int, n: int, k: int) -> tuple[kernels.TileConfig, int]:
-    """16 x 16 tiles with 8-way in-block split-K for M <= 16, 64 x 16 for M <= 64, 128 x 128 above; no cluster
-    split-K."""
-    name = "portable_16x16_k8" if m <= 16 else "portable_64x16_k8" if m <= 64 else "portable_128x128"
-    return kernels.GEMM_CONFIGS[name], 1
+def by_m(m: int) -> str:
+    """The plan before the model (and where it has no hot loop for the kind): by M alone."""
+    return "portable_16x16_k8" if m <= 16 else "portable_64x16_k8" if m <= 64 else "portable_128x128"
+
+
+def candidates(arch: str, in_kind: str) -> list[str]:
+    """The configs the model can rank for this arch and kind: they serve the kind and have a hot loop."""
+    return [c for c in CONFIGS if kernels.GEMM_CONFIGS[c].serves(in_kind)
+            and (arch, c, in_kind) in cdna_model.HOT_LOOPS]
+
+
+@functools.lru_cache(maxsize=8192)
+def choose_name(m: int, n: int, k: int, arch: str = DEFAULT_ARCH, in_kind: str = "fp8") -> str:
+    arch = arch if arch in cdna_model.HARDWARE else DEFAULT_ARCH
+    names = candidates(arch, in_kind)
+    if not names or min(m, n, k) <= 0:
+        return by_m(m)
+    return min(names, key=lambda c: (cdna_model.predict(arch, in_kind, c, m, n, k).seconds, CONFIGS.index(c)))
+
+
+def choose(m: int, n: int, k: int, arch: str = DEFAULT_ARCH, in_kind: str = "fp8") -> tuple[kernels.TileConfig, int]:
+    """-> (tile config, split-K factor 1) with the least predicted time on `arch` for input kind `in_kind`."""
+    return kernels.GEMM_CONFIGS[choose_name(m, n, k, arch, in_kind)], 1

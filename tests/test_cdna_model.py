@@ -1,0 +1,226 @@
+"""The paper model of the CDNA kernels (plan/cdna_model.py), the plan it drives (plan/cdna.py) and
+`python -m fusedgemm.bench predict`: PREDICTED numbers, so these tests check consistency, not speed -- the hot-loop
+table against the code objects, the MFMA cycle table against the datasheet peaks, the plan against the model's
+argmin, and the bench's labels."""
+from __future__ import annotations
+
+import math
+import shutil
+import types
+
+import pytest
+
+from fusedgemm.plan import cdna, cdna_model as cm, plans
+from fusedgemm.runtime import kernels, tile_configs
+
+ARCHES = ("gfx942", "gfx950")
+CONFIGS = cdna.CONFIGS
+# (arch, kind) -> MFMAs per 16 x 16 tile per K step: arch/gfx942_mfma.hpp, arch/gfx950_mfma.hpp
+MFMA_PER_TILE_STEP = {("gfx942", k): 2 for k in cm.KINDS} | {("gfx950", k): 1 for k in cm.KINDS} | {
+    ("gfx950", "tf32"): 4}
+CHUNKS_PER_LANE = {("gfx950", "fp8"): 2}
+
+
+def _shapes():
+    grid = [(m, n, k) for m in (1, 16, 64, 256, 1024, 4096, 8192)
+            for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336), (7168, 2048))]
+    odd = [(1, 16, 16), (3, 48, 80), (100, 1000, 208), (65, 4096, 4096), (129, 8192, 1024), (17, 4096, 4096),
+           (2048, 2048, 2048), (16384, 16384, 16384)]
+    return grid + odd
+
+
+def test_hot_loop_table_covers_every_arch_config_kind():
+    assert {(a, c, k) for a in ARCHES for c in CONFIGS for k in cm.KINDS} == set(cm.HOT_LOOPS)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("kind", cm.KINDS)
+def test_hot_loop_counts_are_the_templates(arch, config, kind):
+    """Per iteration: steps x tiles_m x tiles_n tiles, each the atom's MFMAs per K step; one 16-byte load per lane
+    per A tile and per B tile per chunk the lane holds; one vmcnt wait; no LDS inside the loop (register-direct)."""
+    h = cm.HOT_LOOPS[(arch, config, kind)]
+    t = tile_configs.CONFIGS[config]
+    assert h.steps == t.steps_in_flight
+    assert h.mfma_count == t.steps_in_flight * t.tiles_m * t.tiles_n * MFMA_PER_TILE_STEP[(arch, kind)]
+    lane_chunks = CHUNKS_PER_LANE.get((arch, kind), 1)
+    assert h.vmem_loads == t.steps_in_flight * (t.tiles_m + t.tiles_n) * lane_chunks
+    assert h.vmem_load_bytes == 1024 * h.vmem_loads
+    assert (h.lds_ops, h.lds_loads, h.barrier, h.waitcnt) == (0, 0, 0, 1)
+    assert all(m in cm.MFMA_CYCLES[arch] for m, _n in h.mfma)
+    # the loop's MFMA work is exactly the K the iteration covers
+    assert h.mfma_flops() == 2 * 16 * 16 * t.tiles_m * t.tiles_n * t.steps_in_flight * (
+        cm.step_bytes(arch, kind) // cm.IN_BYTES[kind])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("kind", cm.KINDS)
+def test_mfma_cycles_give_the_datasheet_peak(arch, kind):
+    """FLOP per MFMA / cycles x 4 SIMDs x CUs x clock == the datasheet's dense peak (within 1%)."""
+    hw = cm.HARDWARE[arch]
+    (mnem, _n), = cm.HOT_LOOPS[(arch, "portable_128x128", kind)].mfma
+    rate = cm.mfma_flops(mnem) / cm.MFMA_CYCLES[arch][mnem] * hw.simds * hw.cus * hw.clock_hz
+    assert rate == pytest.approx(hw.peak[kind], rel=0.01), (mnem, rate)
+
+
+def _amd_build_available():
+    pytest.importorskip("msgpack")
+    try:
+        from fusedgemm.runtime.compilers import compiler_for
+
+        compiler_for("gfx942")
+    except Exception as exc:  # noqa: BLE001 - no AMD compiler here: the table cannot be re-read
+        pytest.skip(f"no AMD build here ({type(exc).__name__})")
+
+
+FAST = [(a, c, "fp8") for a in ARCHES for c in CONFIGS]
+SLOW = [(a, c, k) for a in ARCHES for c in CONFIGS for k in cm.KINDS if k != "fp8"]
+
+
+def _reread(arch, config, kind):
+    _amd_build_available()
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "probes" / "cdna_hot_loop.py"
+    spec = importlib.util.spec_from_file_location("cdna_hot_loop", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.hot_loop(arch, config, kind) == cm.HOT_LOOPS[(arch, config, kind)], \
+        "the code object's hot loop changed: rerun `python tools/probes/cdna_hot_loop.py --table`"
+
+
+@pytest.mark.parametrize("arch,config,kind", FAST, ids=["-".join(c) for c in FAST])
+def test_hot_loop_table_is_the_code_object(arch, config, kind):
+    _reread(arch, config, kind)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("arch,config,kind", SLOW, ids=["-".join(c) for c in SLOW])
+def test_hot_loop_table_is_the_code_object_every_kind(arch, config, kind):
+    _reread(arch, config, kind)
+
+
+def test_loop_finder_and_classes_on_a_synthetic_listing():
+    def ins(i, mnem, target=None):
+        return types.SimpleNamespace(index=i, mnemonic=mnem, target_index=target, text=mnem)
+
+    code = [ins(0, "s_load_dwordx2"), ins(1, "s_waitcnt"), ins(2, "v_mfma_f32_16x16x32_fp8_fp8"),
+            ins(3, "global_load_dwordx4"), ins(4, "ds_read_b128"), ins(5, "s_add_u32"), ins(6, "v_add_u32_e32"),
+            ins(7, "s_cbranch_scc1", 1), ins(8, "global_store_short"), ins(9, "v_cvt_f32_i32"),
+            ins(10, "s_cbranch_vccnz", 9), ins(11, "s_endpgm")]
+    assert cm.loop_range(code) == (1, 7)  # the loop with MFMAs, not the epilogue's
+    h = cm.analyse(code)
+    assert (h.mfma_count, h.vmem_loads, h.vmem_load_bytes, h.lds_ops, h.lds_bytes) == (1, 1, 1024, 1, 1024)
+    assert (h.waitcnt, h.salu, h.valu, h.branch) == (1, 1, 1, 1)
+    assert cm.classify("global_load_lds_dwordx4") == "lds_load" and cm.classify("buffer_load_dword") == "vmem_load"
+    with pytest.raises(ValueError):
+        cm.loop_range(code[8:])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("kind", ("fp8", "int8", "bf16"))
+def test_plan_is_the_models_argmin_and_a_valid_plan(arch, kind):
+    allowed = set(plans(arch, kind))
+    for m, n, k in _shapes():
+        cfg, splits = cdna.choose(m, n, k, arch, kind)
+        times = {c: cm.predict(arch, kind, c, m, n, k).seconds for c in cdna.candidates(arch, kind)}
+        assert cfg.name == min(times, key=times.get), (m, n, k, times)
+        assert (cfg.name, splits) in allowed and cfg.serves(kind) and splits == 1
+        assert cfg is kernels.GEMM_CONFIGS[cfg.name]
+
+
+def test_plan_is_deterministic_and_cached():
+    cdna.choose_name.cache_clear()
+    first = [cdna.choose(m, n, k, "gfx942", "fp8")[0].name for m, n, k in _shapes()]
+    hits = cdna.choose_name.cache_info().hits
+    assert [cdna.choose(m, n, k, "gfx942", "fp8")[0].name for m, n, k in _shapes()] == first
+    assert cdna.choose_name.cache_info().hits == hits + len(_shapes())
+
+
+def test_plan_on_the_llm_grid():
+    """What the model picks (docs/perf-notes.md, "AMD ... predicted"): split-K decode tiles up to M = 64,
+    128 x 128 from M = 1024; the old M rule where the model has no hot loop (unknown arch -> gfx942's)."""
+    for arch in ARCHES:
+        for kind in ("fp8", "bf16"):
+            for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)):
+                assert cdna.choose(1, n, k, arch, kind)[0].name.endswith("_k8")
+                assert cdna.choose(64, n, k, arch, kind)[0].name.endswith("_k8")
+                assert cdna.choose(4096, n, k, arch, kind)[0].name == "portable_128x128"
+    assert cdna.choose(16, 4096, 4096)[0].name == "portable_16x16_k8"
+    assert cdna.choose(8192, 8192, 8192, "gfx999")[0].name == "portable_128x128"
+    assert cdna.choose(8192, 8192, 8192, "gfx942", "f32x3")[0].name == cdna.by_m(8192)
+
+
+def test_predictions_are_consistent():
+    for arch in ARCHES:
+        for m, n, k in _shapes():
+            p = cm.predict(arch, "fp8", "portable_128x128", m, n, k)
+            terms = dict(p.terms)
+            assert set(terms) == set(cm.TERMS) and p.seconds == max(terms.values()) == terms[p.bound]
+            assert p.seconds >= cm.mfma_floor(arch, "fp8", m, n, k) and p.seconds >= cm.hbm_floor(arch, "fp8", m, n, k)
+            assert 0 < p.fraction_of_peak <= 1
+    # the register-direct 128 x 128 tile is predicted L1-bound at large M; the redesign's counts MFMA-bound
+    assert cm.predict("gfx942", "fp8", "portable_128x128", 8192, 8192, 8192).bound == "L1 (VMEM)"
+    g, h = cm.redesign("gfx942", "fp8", "256x256")
+    r = cm.predict("gfx942", "fp8", g.name, 8192, 8192, 8192, hot=h, geom=g)
+    assert r.bound == "MFMA pipe" and r.fraction_of_peak > 0.8
+
+
+def test_occupancy_from_registers_and_lds():
+    hw = cm.HARDWARE["gfx942"]
+    h = cm.HOT_LOOPS[("gfx942", "portable_128x128", "fp8")]
+    assert h.vgpr_alloc() == 80 and cm.occupancy(hw, cm.geometry("portable_128x128"), h) == 3  # 6 waves / SIMD
+    h64 = cm.HOT_LOOPS[("gfx942", "portable_64x16_k8", "fp8")]
+    assert cm.occupancy(hw, cm.geometry("portable_64x16_k8"), h64) == 2  # 32 KB of LDS each
+    with pytest.raises(ValueError):
+        cm.geometry("tile_128x128")
+
+
+def test_bench_predict_prints_predicted_rows(capsys):
+    from fusedgemm.bench import predict
+
+    assert predict.run(["--arch", "gfx942", "--kind", "fp8", "--redesign"]) == 0
+    out = capsys.readouterr().out
+    assert "PREDICTED, not measured" in out and "pred us" in out and "measured" not in out.replace("not measured", "")
+    rows = predict.grid()
+    assert len(rows) == 5 * 7 + len(predict.SQUARE)
+    body = [ln for ln in out.splitlines() if ln.strip().split(" ")[0] in {s for s, *_ in rows}]
+    assert len(body) == len(rows)
+    summary = next(ln for ln in out.splitlines() if ln.startswith("predicted: geomean"))
+    assert "of dense MFMA peak at M >= 1024" in summary and "HBM floor" in summary and "redesign" in summary
+    s = predict.summary(predict.rows_for("gfx942", "fp8"))
+    assert 0 < s["geomean_frac_peak_m1024"] < 1 and s["geomean_x_hbm_floor_decode"] >= 1 - 1e-9
+    assert math.isfinite(s["geomean_x_hbm_floor_decode"])
+
+
+def test_bench_predict_every_kind_runs(capsys):
+    from fusedgemm.bench import predict
+
+    assert predict.run(["--arch", "gfx950", "--kind", "tf32", "--kind", "int8", "--redesign"]) == 0
+    out = capsys.readouterr().out
+    assert "gfx950 (MI355X) tf32" in out and "gfx950 (MI355X) int8" in out
+
+
+def test_bench_predict_without_a_gpu_takes_both_arches(monkeypatch, capsys):
+    torch = pytest.importorskip("torch")
+    from fusedgemm.bench import __main__ as bench_main
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert bench_main.main(["predict", "--kind", "bf16"]) == 0
+    out = capsys.readouterr().out
+    assert "gfx942 (MI300X) bf16" in out and "gfx950 (MI355X) bf16" in out
+
+
+@pytest.mark.skipif(shutil.which("llvm-mca-19") is None, reason="llvm-mca-19 (Debian llvm-19) not installed")
+def test_llvm_mca_cross_check_runs_on_the_loop():
+    _amd_build_available()
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "probes" / "cdna_hot_loop.py"
+    spec = importlib.util.spec_from_file_location("cdna_hot_loop", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    line = mod.mca_summary(mod.mca("gfx942", "portable_128x128", "fp8"))
+    assert "cycles/iteration" in line and "XDL 64" in line, line  # 16 MFMAs x 4 passes

@@ -1,0 +1,128 @@
+"""The K loop of each CDNA kernel, read from its code object (no GPU): per iteration, one wave's MFMAs, vector
+loads and bytes, LDS ops, SALU / VALU, waits, branches; the kernel descriptor's VGPRs / AGPRs / LDS.
+
+    python tools/probes/cdna_hot_loop.py                 # a readable table, every arch x config x kind
+    python tools/probes/cdna_hot_loop.py --table         # rows for plan/cdna_model.py's _HOT_LOOP_ROWS
+    python tools/probes/cdna_hot_loop.py --listing gfx942 portable_128x128 fp8   # the loop's instructions
+    python tools/probes/cdna_hot_loop.py --mca gfx942 portable_128x128 fp8       # llvm-mca-19 on the loop body
+    python tools/probes/cdna_hot_loop.py --mca-summary                            # one line per gfx942 kernel
+
+The kernels are the package's own AMD builds (clang, FUSEDGEMM_CACHE_DIR), decoded by the emulator's loader (the
+listing re-assembled and proven equal to the object's bytes). The loop is found as the natural loop with the most
+MFMAs (plan/cdna_model.py's loop_range). llvm-mca (Debian's llvm-19 knows gfx940-942, not gfx950) models one
+wave's in-order issue through LLVM's SI scheduling model: per-instruction latency and the resource each
+occupies (HWXDL for MFMAs, HWVMEM, HWLGKM, HWSALU, HWVALU); it knows nothing of other waves, of memory
+latency beyond a fixed figure, of caches or of the vmcnt waits' real cost.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+
+from fusedgemm.plan import cdna_model as cm
+
+CONFIGS = ("portable_16x16_k8", "portable_64x16_k8", "portable_128x128")
+ARCHES = ("gfx942", "gfx950")
+OUT = {"fp8": "bf16", "int8": "bf16", "bf16": "bf16", "fp16": "fp16", "tf32": "fp32"}
+
+
+def kernel(arch: str, config: str, kind: str):
+    """The decoded kernel (emulator loader) of gemm_a8 (8-bit kinds, epilogue none) or matmul_fused (acc)."""
+    from fusedgemm.testing.emulator import codeobjects as co
+    from fusedgemm.testing.emulator.runner import CodeObject
+
+    if kind in ("fp8", "int8"):
+        unit, name, _sig, src = co.gemm_a8_kernel(arch, config, kind, "bf16", "none")
+    else:
+        import fusedgemm.epilogue as E
+        from fusedgemm.epilogue.codegen import EpilogueSpec
+        from fusedgemm.runtime.gemm_spec import GemmKernel
+
+        spec = GemmKernel(arch, config, kind, OUT[kind], EpilogueSpec.of(E.parse("acc"), {}))
+        unit, name, src = spec.unit, spec.kernel_name, spec.source()
+    return CodeObject.build(unit, arch, src).kernel(name)
+
+
+def hot_loop(arch: str, config: str, kind: str) -> cm.HotLoop:
+    k = kernel(arch, config, kind)
+    steps = cm.tile_configs.CONFIGS[config].steps_in_flight
+    meta = k.metadata
+    agprs = int(meta.get(".agpr_count", 0))
+    vgprs = k.descriptor.accum_offset if agprs else int(meta.get(".vgpr_count", 0))
+    return cm.analyse(k.instructions, steps=steps, vgprs=vgprs, agprs=agprs, lds_kernel_bytes=k.lds_bytes)
+
+
+def loop_text(arch: str, config: str, kind: str) -> list[str]:
+    k = kernel(arch, config, kind)
+    a, b = cm.loop_range(k.instructions)
+    return [i.text for i in k.instructions[a:b + 1]]
+
+
+def mca(arch: str, config: str, kind: str) -> str:
+    tool = shutil.which("llvm-mca-19")
+    if tool is None:
+        return "llvm-mca-19 not found (apt-get install llvm-19)"
+    body = [t for t in loop_text(arch, config, kind) if not t.startswith(("s_cbranch", "s_branch"))]
+    p = subprocess.run([tool, "-mtriple=amdgcn", f"-mcpu={arch}", "-iterations=100"], input="\n".join(body) + "\n",
+                       capture_output=True, text=True)
+    return p.stdout if p.returncode == 0 else p.stderr
+
+
+def mca_summary(text: str) -> str:
+    """One line of llvm-mca's report: its cycles per iteration and each resource's busy cycles per iteration."""
+    total = re.search(r"Total Cycles:\s+(\d+)", text)
+    iters = re.search(r"Iterations:\s+(\d+)", text)
+    names = re.findall(r"\[\d+\]\s+- (HW\w+)", text)
+    m = re.search(r"Resource pressure per iteration:\n.*\n(.*)", text)
+    if not (total and iters and m):
+        return text.strip().splitlines()[-1] if text.strip() else "no output"
+    press = [0.0 if x == "-" else float(x) for x in m.group(1).split()]
+    per = int(total.group(1)) / int(iters.group(1))
+    busy = ", ".join(f"{n[2:]} {p:.0f}" for n, p in zip(names, press) if p)
+    return f"{per:.0f} cycles/iteration (llvm-mca units); busy: {busy}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--table", action="store_true")
+    ap.add_argument("--listing", nargs=3, metavar=("ARCH", "CONFIG", "KIND"))
+    ap.add_argument("--mca", nargs=3, metavar=("ARCH", "CONFIG", "KIND"))
+    ap.add_argument("--mca-summary", action="store_true")
+    ap.add_argument("--kinds", default="fp8,int8,bf16,fp16,tf32")
+    args = ap.parse_args(argv)
+    if args.listing:
+        print("\n".join(loop_text(*args.listing)))
+        return 0
+    if args.mca:
+        print(mca(*args.mca))
+        return 0
+    kinds = args.kinds.split(",")
+    if args.mca_summary:
+        for config in CONFIGS:
+            for kind in kinds:
+                print(f"gfx942 {config:18} {kind:5} {mca_summary(mca('gfx942', config, kind))}")
+        return 0
+    if not args.table:
+        print(f"{'arch':7} {'config':18} {'kind':5} {'MFMA':>22} {'cyc':>5} {'vmem':>4} {'KB':>5} {'lds':>3} "
+              f"{'salu':>4} {'valu':>4} {'wait':>4} {'br':>3} {'steps':>5} {'vgpr':>4} {'agpr':>4} {'LDS':>5} "
+              f"{'B/MFMA':>6}")
+    for arch in ARCHES:
+        for config in CONFIGS:
+            for kind in kinds:
+                h = hot_loop(arch, config, kind)
+                if args.table:
+                    print(cm.table_row(arch, config, kind, h))
+                    continue
+                (mn, n), = h.mfma
+                print(f"{arch:7} {config:18} {kind:5} {re.sub('^v_mfma_', '', mn) + ' x' + str(n):>22} "
+                      f"{h.mfma_cycles(arch):5} {h.vmem_loads:4} {h.vmem_load_bytes / 1024:5.1f} {h.lds_ops:3} "
+                      f"{h.salu:4} {h.valu:4} {h.waitcnt:4} {h.branch:3} {h.steps:5} {h.vgprs:4} {h.agprs:4} "
+                      f"{h.lds_kernel_bytes:5} {h.vmem_load_bytes / n:6.0f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -81,17 +81,22 @@ def test_the_tile_config_header_is_generated_from_the_one_table(tmp_path):
                               "kChains": str(t.chains), "kPersistent": str(t.persistent).lower(),
                               "kPairB": str(t.pair_b).lower(), "kEpilogueWarps": str(t.epilogue_warps),
                               "kTileLoop": str(t.tile_loop).lower()}, name
+        elif isinstance(t, tile_configs.CdnaTile):
+            assert fields == {"kWarpsM": str(t.warps_m), "kWarpsN": str(t.warps_n), "kTilesM": str(t.tiles_m),
+                              "kTilesN": str(t.tiles_n), "kBlockKBytes": str(t.block_k_bytes)}, name
         else:
             assert fields == {"kWarpsM": str(t.warps_m), "kWarpsN": str(t.warps_n), "kWarpsK": str(t.warps_k),
                               "kTilesM": str(t.tiles_m), "kTilesN": str(t.tiles_n),
                               "kStepsInFlight": str(t.steps_in_flight)}, name
         assert f"using {tile_configs.cpp_type(name)} = " in header
     # The entry files instantiate the configs with 8-bit kernels through the generated lists, nothing else.
-    for unit in ("portable_gemm", "sm90_gemm"):
+    for unit in ("portable_gemm", "cdna_gemm", "sm90_gemm"):
         listed = re.findall(rf"X\((\w+), fg::\w+\)", header.split(f"#define FG_{unit.upper()}_A8_CONFIGS(X)")[1]
                             .split("#define")[0])
         assert listed == [c for c, cfg in kernels.GEMM_CONFIGS.items() if cfg.unit == unit and cfg.serves("fp8")]
-    assert set(tile_configs.FORMER_NAMES.values()) == set(tile_configs.CONFIGS)
+    # every config named before the rename keeps its former name (configs added since have none)
+    assert set(tile_configs.FORMER_NAMES.values()) <= set(tile_configs.CONFIGS)
+    assert set(tile_configs.CONFIGS) - set(tile_configs.FORMER_NAMES.values()) == {"cdna_lds_128x128"}
 
 
 def test_config_names_say_what_the_config_is():
@@ -340,3 +345,58 @@ def test_sm90_kernels_layout_isa_and_registers(built_sm90):
         assert cfg.smem * cfg.min_blocks_per_sm <= 228 * 1024, name
     spills = re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", log)
     assert len(spills) == len(names) and all(x == ("0", "0", "0") for x in spills), spills
+
+
+# ---- the LDS-staged CDNA template (cdna_gemm.hpp, unit cdna_gemm): gfx942 / gfx950 only ----------------------------
+CDNA_ARCHES = ("gfx942", "gfx950")
+
+
+@pytest.fixture(scope="session", params=CDNA_ARCHES)
+def built_cdna(request):
+    arch = request.param
+    spec = BuildSpec("cdna_gemm", arch)
+    return arch, code_object_dir(spec), spec
+
+
+def test_cdna_unit_is_amd_only():
+    from fusedgemm.runtime.build import units_for
+
+    assert all("cdna_gemm" in units_for(a) for a in CDNA_ARCHES) and "cdna_gemm" not in units_for("sm_90a")
+    names = kernels.gemm_a8_kernel_names("cdna_gemm")
+    assert names and all(_config_of(n).unit == "cdna_gemm" for n in names)
+    assert not set(names) & set(kernels.gemm_a8_kernel_names("portable_gemm"))
+    # the same argument struct as the portable template's kernels (PortableGemmArgs)
+    assert kernels.gemm_signature("cdna_gemm", PRESET_SPEC) == PORTABLE_GEMM_SIG
+
+
+@pytest.mark.slow
+def test_cdna_kernels_layout_isa_and_registers(built_cdna):
+    """Every preset kernel of the unit: in the code object with the packed layout; MFMAs of the kind; no scratch or
+    spills; the pipeline's instructions (16-byte buffer loads with the descriptor's range check, A through LDS by
+    ds_write_b128 / ds_read_b128, barriers); LDS = the two A buffers; registers for two workgroups per CU."""
+    from fusedgemm.runtime import tile_configs
+
+    arch, d, spec = built_cdna
+    data = (d / spec.file_name()).read_bytes()
+    kmeta = hsaco_kernels(data)
+    bodies = _split_amdgcn_asm((d / "cdna_gemm.s").read_text())
+    names = kernels.gemm_a8_kernel_names("cdna_gemm")
+    want = list(zip(PORTABLE_GEMM_SIG.offsets, PORTABLE_GEMM_SIG.sizes))
+    assert set(kmeta) == set(names)
+    for name in names:
+        k = kmeta[name]
+        t = tile_configs.CONFIGS[_config_of(name).name]
+        assert [(p.offset, p.size) for p in hsaco_params(k)] == want, name
+        assert k[".kernarg_segment_size"] >= PORTABLE_GEMM_SIG.struct.size
+        assert (k[".private_segment_fixed_size"], k[".vgpr_spill_count"], k[".sgpr_spill_count"]) == (0, 0, 0), name
+        assert k[".group_segment_fixed_size"] == t.lds_bytes, name
+        assert k[".max_flat_workgroup_size"] == 64 * t.warps, name
+        assert k[".vgpr_count"] + k.get(".agpr_count", 0) <= 256, f"{name}: more than 2 waves per SIMD's registers"
+        kind = name.split("_")[3]
+        body = bodies[name]
+        assert re.search(EXPECTED_MMA[(arch, kind)], body), f"{name}: no {EXPECTED_MMA[(arch, kind)]}"
+        assert "scratch_" not in body and "buffer_store" not in body, name
+        assert re.search(r"buffer_load_dwordx4 v\[\d+:\d+\], v\d+, s\[\d+:\d+\], 0 offen", body), name
+        # the operands' 16-byte loads all go through the range-checked buffers (the epilogue's loads are narrower)
+        assert "global_load_dwordx4" not in body, f"{name}: operand loads outside the range-checked buffers"
+        assert "ds_write_b128" in body and "ds_read_b128" in body and "s_barrier" in body, name

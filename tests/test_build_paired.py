@@ -32,7 +32,8 @@ SM90_CASES = ([(c, "bf16", "bf16", "swiglu") for c in SM90] + [(c, "fp8", "bf16"
 SM90_CASES = [pytest.param(*c, marks=pytest.mark.xfail(strict=True, reason="spills: see _SPILLS"))
               if c[:2] in _SPILLS and c[3] == "swiglu8" else c for c in SM90_CASES]
 AMD_CASES = [(arch, c, kind, epi) for arch in ("gfx942", "gfx950") for c in ("portable_16x16_k8", "portable_64x16_k8", "portable_128x128")
-             for kind, epi in (("bf16", "swiglu"), ("fp8", "swiglu8"), ("int8", "swiglu8"))]
+             for kind, epi in (("bf16", "swiglu"), ("fp8", "swiglu8"), ("int8", "swiglu8"))] + [
+    (arch, "cdna_lds_128x128", kind, "swiglu8") for arch in ("gfx942", "gfx950") for kind in ("fp8", "int8")]
 SPECS = {"swiglu": SWIGLU_16, "swiglu8": SWIGLU_8, "geglu_exact": GEGLU_EXACT}
 
 

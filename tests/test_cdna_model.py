@@ -19,6 +19,10 @@ CONFIGS = cdna.CONFIGS
 MFMA_PER_TILE_STEP = {("gfx942", k): 2 for k in cm.KINDS} | {("gfx950", k): 1 for k in cm.KINDS} | {
     ("gfx950", "tf32"): 4}
 CHUNKS_PER_LANE = {("gfx950", "fp8"): 2}
+# (config, kind) pairs with kernels: the LDS-staged cdna_lds_* configs serve the 8-bit kinds only
+SERVED = [(c, k) for c in CONFIGS for k in cm.KINDS if kernels.GEMM_CONFIGS[c].serves(k)]
+REGISTER_DIRECT = tuple(c for c in CONFIGS if isinstance(tile_configs.CONFIGS[c], tile_configs.PortableTile))
+LDS_STAGED = tuple(c for c in CONFIGS if isinstance(tile_configs.CONFIGS[c], tile_configs.CdnaTile))
 
 
 def _shapes():
@@ -30,11 +34,11 @@ def _shapes():
 
 
 def test_hot_loop_table_covers_every_arch_config_kind():
-    assert {(a, c, k) for a in ARCHES for c in CONFIGS for k in cm.KINDS} == set(cm.HOT_LOOPS)
+    assert {(a, c, k) for a in ARCHES for c, k in SERVED} == set(cm.HOT_LOOPS)
 
 
 @pytest.mark.parametrize("arch", ARCHES)
-@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("config", REGISTER_DIRECT)
 @pytest.mark.parametrize("kind", cm.KINDS)
 def test_hot_loop_counts_are_the_templates(arch, config, kind):
     """Per iteration: steps x tiles_m x tiles_n tiles, each the atom's MFMAs per K step; one 16-byte load per lane
@@ -51,6 +55,28 @@ def test_hot_loop_counts_are_the_templates(arch, config, kind):
     # the loop's MFMA work is exactly the K the iteration covers
     assert h.mfma_flops() == 2 * 16 * 16 * t.tiles_m * t.tiles_n * t.steps_in_flight * (
         cm.step_bytes(arch, kind) // cm.IN_BYTES[kind])
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("config", LDS_STAGED)
+@pytest.mark.parametrize("kind", ("fp8", "int8"))
+def test_hot_loop_counts_of_the_lds_staged_template(arch, config, kind):
+    """cdna_gemm.hpp's loop, unrolled twice: two 128-byte K blocks per iteration, the loads of the next block in
+    flight under this one's MFMAs (prefetch = one block). Per block and wave: the A share of the block's copy
+    (kBlockM x 8 chunks over the block's lanes) and tiles_n B vectors per chunk the lane holds, by buffer loads; the
+    A tile's fragments from LDS (ds_read_b128) and the copy into it (ds_write_b128); one barrier."""
+    h = cm.HOT_LOOPS[(arch, config, kind)]
+    t = tile_configs.CONFIGS[config]
+    per_block = t.block_k_bytes // cm.step_bytes(arch, kind)
+    assert (h.steps, h.prefetch) == (2 * per_block, per_block) == cm.loop_shape(arch, config, kind)
+    assert h.mfma_count == h.steps * t.tiles_m * t.tiles_n * MFMA_PER_TILE_STEP[(arch, kind)]
+    a_copy = t.block_m * (t.block_k_bytes // 16) // (64 * t.warps)
+    lane_chunks = t.block_k_bytes // 16 // 4  # 16-byte chunks of a K block per lane (4 lane groups of 16)
+    assert h.vmem_loads == 2 * (a_copy + t.tiles_n * lane_chunks)
+    assert h.vmem_load_bytes == 1024 * h.vmem_loads
+    assert h.lds_ops == 2 * (t.tiles_m * lane_chunks + a_copy) and h.lds_bytes == 1024 * h.lds_ops
+    assert (h.barrier, h.lds_loads, h.lds_kernel_bytes) == (2, 0, t.lds_bytes)
+    assert h.mfma_flops() == 2 * 16 * 16 * t.tiles_m * t.tiles_n * 2 * t.block_k_bytes
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -74,7 +100,7 @@ def _amd_build_available():
 
 
 FAST = [(a, c, "fp8") for a in ARCHES for c in CONFIGS]
-SLOW = [(a, c, k) for a in ARCHES for c in CONFIGS for k in cm.KINDS if k != "fp8"]
+SLOW = [(a, c, k) for a in ARCHES for c, k in SERVED if k != "fp8"]
 
 
 def _reread(arch, config, kind):
@@ -140,15 +166,19 @@ def test_plan_is_deterministic_and_cached():
 
 def test_plan_on_the_llm_grid():
     """What the model picks (docs/perf-notes.md, "AMD ... predicted"): split-K decode tiles up to M = 64,
-    128 x 128 from M = 1024; the old M rule where the model has no hot loop (unknown arch -> gfx942's)."""
+    128 x 128 from M = 1024 (the LDS-staged one for the 8-bit kinds); the old M rule where the model has no hot loop
+    (unknown arch -> gfx942's)."""
     for arch in ARCHES:
         for kind in ("fp8", "bf16"):
             for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)):
                 assert cdna.choose(1, n, k, arch, kind)[0].name.endswith("_k8")
-                assert cdna.choose(64, n, k, arch, kind)[0].name.endswith("_k8")
-                assert cdna.choose(4096, n, k, arch, kind)[0].name == "portable_128x128"
+                # at M = 64 a 128 x 128 tile wins only where it reaches the HBM floor (gfx950, N = 28672)
+                c64 = cdna.choose(64, n, k, arch, kind)[0].name
+                assert c64.endswith("_k8") or cm.predict(arch, kind, c64, 64, n, k).bound == "HBM", c64
+                want = "cdna_lds_128x128" if kind == "fp8" else "portable_128x128"
+                assert cdna.choose(4096, n, k, arch, kind)[0].name == want
     assert cdna.choose(16, 4096, 4096)[0].name == "portable_16x16_k8"
-    assert cdna.choose(8192, 8192, 8192, "gfx999")[0].name == "portable_128x128"
+    assert cdna.choose(8192, 8192, 8192, "gfx999")[0].name == "cdna_lds_128x128"
     assert cdna.choose(8192, 8192, 8192, "gfx942", "f32x3")[0].name == cdna.by_m(8192)
 
 
@@ -165,6 +195,10 @@ def test_predictions_are_consistent():
     g, h = cm.redesign("gfx942", "fp8", "256x256")
     r = cm.predict("gfx942", "fp8", g.name, 8192, 8192, 8192, hot=h, geom=g)
     assert r.bound == "MFMA pipe" and r.fraction_of_peak > 0.8
+    # the LDS-staged 128 x 128 kernel (A loaded once per block, one K block of loads in flight): MFMA-bound on gfx942
+    lds = cm.predict("gfx942", "fp8", "cdna_lds_128x128", 8192, 8192, 8192)
+    assert lds.bound == "MFMA pipe" and lds.seconds < cm.predict("gfx942", "fp8", "portable_128x128", 8192, 8192,
+                                                                  8192).seconds
 
 
 def test_occupancy_from_registers_and_lds():

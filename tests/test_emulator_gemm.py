@@ -17,14 +17,6 @@ from fusedgemm.testing.emulator.runner import CodeObject, run_gemm_a8  # noqa: E
 
 pytestmark = pytest.mark.slow  # builds code objects (cached between runs)
 
-# The shipped kernels' __syncthreads (hip_src/include/fusedgemm/platform.hpp) is a bare s_barrier: no s_waitcnt
-# lgkmcnt(0) completes a wave's LDS writes before it, which the CDNA3 memory model requires (LDS requests of
-# different waves may be reordered): portable_16x16_k8's split-K reduction and bmm_tiny with several waves.
-# The emulator reports it (tests/test_emulator_hazards.py::test_shipped_barriers_complete_lds_writes, a strict
-# xfail until the kernels are fixed); the other tests check everything else with that one check off. Set True
-# once platform.hpp fences its barrier.
-LDS_FENCE = False
-
 ARCHES = ("gfx942", "gfx950")
 FP8 = {"gfx942": torch.float8_e4m3fnuz, "gfx950": torch.float8_e4m3fn}
 ACTS = ("none", "relu", "silu", "gelu", "gelu_erf")
@@ -49,8 +41,7 @@ def check_case(arch, config, kind, act, out_dtype, m, n, k, bias, scales):
     b = torch.randn(n).to(out_dtype) if bias else None
     sa = torch.rand(m) + 0.5 if scales else None
     sb = torch.rand(n) * (0.01 if kind == "int8" else 0.5) + 0.001 if scales else None
-    stats = run_gemm_a8(arch, config, a, wq.data, out, act=act, bias=b, scale_a=sa, scale_b=sb,
-                        lds_fence_check=LDS_FENCE)
+    stats = run_gemm_a8(arch, config, a, wq.data, out, act=act, bias=b, scale_a=sa, scale_b=sb)
     RATES.append(stats.rate)
     epi = (("bias_" + act if act != "none" else "bias") if bias else act)
     ref = gemm_a8_reference(a, w, b, scale_a=sa, scale_b=sb, epilogue=epi, out_dtype=out_dtype, unrounded=True)

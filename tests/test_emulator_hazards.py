@@ -19,14 +19,6 @@ from fusedgemm.testing.emulator.runner import CodeObject, run_gemm_a8  # noqa: E
 
 pytestmark = pytest.mark.slow  # builds code objects (cached between runs)
 
-# The shipped kernels' __syncthreads (hip_src/include/fusedgemm/platform.hpp) is a bare s_barrier: no s_waitcnt
-# lgkmcnt(0) completes a wave's LDS writes before it, which the CDNA3 memory model requires (LDS requests of
-# different waves may be reordered): portable_16x16_k8's split-K reduction and bmm_tiny with several waves.
-# The emulator reports it (tests/test_emulator_hazards.py::test_shipped_barriers_complete_lds_writes, a strict
-# xfail until the kernels are fixed); the other tests check everything else with that one check off. Set True
-# once platform.hpp fences its barrier.
-LDS_FENCE = False
-
 ARCH = "gfx942"
 M, N, K = 19, 32, 96
 
@@ -49,7 +41,6 @@ def _run(setup, code=None, **kw):
     config, _name, obj = setup
     a, w, wq = _data()
     out = torch.full((M, N), float("nan"), dtype=torch.bfloat16)
-    kw.setdefault("lds_fence_check", LDS_FENCE)
     run_gemm_a8(ARCH, config, a, wq.data, out, code=code or obj, **kw)
     ref = gemm_a8_reference(a, w, epilogue="none", out_dtype=torch.float64, unrounded=True)
     return out, ref
@@ -151,21 +142,20 @@ def test_lds_write_not_waited_before_barrier_is_caught():
         Machine(Memory()).launch(kernel(False), (1, 1, 1), 128, b"")
 
 
-@pytest.mark.xfail(strict=True, raises=HazardError,
-                   reason="FINDING: platform.hpp's __syncthreads() is a bare __builtin_amdgcn_s_barrier(): no "
-                          "s_waitcnt lgkmcnt(0) (workgroup release fence) completes the split-K partial sums' "
-                          "ds_write before the barrier, so wave 0 may read another wave's partial sum before it "
-                          "lands (CDNA3 memory model: LDS requests of different waves may be reordered). Fix: "
-                          "fence(release, workgroup); s_barrier; fence(acquire, workgroup) -- then this passes "
-                          "and LDS_FENCE can become True.")
 def test_shipped_barriers_complete_lds_writes(setup):
+    """The finding the emulator made (issue 40): platform.hpp's __syncthreads() was a bare s_barrier, so no
+    s_waitcnt lgkmcnt(0) completed the split-K partial sums' ds_write before it and wave 0 could read another
+    wave's partial sum before it landed (LDS requests of different waves may be reordered). It now fences as HIP's
+    own does (release fence, s_barrier, acquire fence): the shipped kernel passes with the check on."""
     out, ref = _run(setup, lds_fence_check=True)
     assert _correct(out, ref)
+    _config, name, obj = setup
+    assert "\ts_waitcnt lgkmcnt(0)\n\ts_barrier\n" in loader.function_text(obj.listing, name)
 
 
-def test_listing_with_the_wait_added_passes(setup):
-    """The diagnosis of the finding above: the same kernel with s_waitcnt lgkmcnt(0) inserted before each
-    s_barrier passes the check and is correct."""
-    code = _mutated(setup, lambda b: b.replace("\ts_barrier\n", "\ts_waitcnt lgkmcnt(0)\n\ts_barrier\n"))
-    out, ref = _run(setup, code, lds_fence_check=True)
-    assert _correct(out, ref)
+def test_wait_before_barrier_deleted_fails(setup):
+    """A planted bug: the shipped kernel with the s_waitcnt lgkmcnt(0) before each s_barrier deleted (the code
+    the bare s_barrier gave) is reported: another wave reads LDS bytes whose ds_write has not completed."""
+    code = _mutated(setup, lambda b: b.replace("\ts_waitcnt lgkmcnt(0)\n\ts_barrier\n", "\ts_barrier\n"))
+    with pytest.raises(HazardError, match="has not completed: no s_waitcnt lgkmcnt"):
+        _run(setup, code, lds_fence_check=True)

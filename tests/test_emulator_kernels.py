@@ -21,14 +21,6 @@ from fusedgemm.testing.emulator.runner import CodeObject, run_quantize_rows  # n
 
 pytestmark = pytest.mark.slow  # builds code objects (cached between runs)
 
-# The shipped kernels' __syncthreads (hip_src/include/fusedgemm/platform.hpp) is a bare s_barrier: no s_waitcnt
-# lgkmcnt(0) completes a wave's LDS writes before it, which the CDNA3 memory model requires (LDS requests of
-# different waves may be reordered): portable_16x16_k8's split-K reduction and bmm_tiny with several waves.
-# The emulator reports it (tests/test_emulator_hazards.py::test_shipped_barriers_complete_lds_writes, a strict
-# xfail until the kernels are fixed); the other tests check everything else with that one check off. Set True
-# once platform.hpp fences its barrier.
-LDS_FENCE = False
-
 ARCHES = ("gfx942", "gfx950")
 FP8 = {"gfx942": torch.float8_e4m3fnuz, "gfx950": torch.float8_e4m3fn}
 
@@ -67,7 +59,7 @@ def test_bmm_tiny(arch, seed):
         for batch, m, n, k in ((3, 5, 6, 7), (1, 64, 64, 64)):
             a, b = torch.randn(batch, m, k).to(dtype), torch.randn(batch, k, n).to(dtype)
             out = torch.full((batch, m, n), float("nan"), dtype=dtype)
-            with emulate(arch, lds_fence_check=LDS_FENCE) as dev:
+            with emulate(arch) as dev:
                 tiny_bmm.launch_bmm_tiny(a, b, out)
             _record(dev)
             assert len(dev.launches) == 1 and dev.launches[0][0].startswith("fg_bmm_tiny")
@@ -84,7 +76,7 @@ def _problem(arch, m, n, k, g):
 def _check_expression(arch, expr, ops, out_dtype, m, n, k, seed, allowed=0.02):
     g = torch.Generator().manual_seed(seed)
     a, w, acc = _problem(arch, m, n, k, g)
-    with emulate(arch, lds_fence_check=LDS_FENCE) as dev:
+    with emulate(arch) as dev:
         res = fg.gemm_a8(a, fg.preshuffle(w), epilogue=expr, operands=ops, out_dtype=out_dtype)
     _record(dev)
     assert len(dev.launches) == 1
@@ -130,7 +122,7 @@ def test_random_epilogue_trees(i):
 def test_matmul_fused_fp16(seed):
     m, n, k = 21, 32, 48
     x, w = torch.randn(m, k).half(), torch.randn(n, k).half()
-    with emulate("gfx950", lds_fence_check=LDS_FENCE) as dev:
+    with emulate("gfx950") as dev:
         y = fg.matmul_fused(x, w, activation="relu")
     assert len(dev.launches) == 1
     assert rel(y, torch.relu(x.double() @ w.double().T)) < 1e-3
@@ -166,7 +158,7 @@ def test_matmul_fused_xf32_alpha_beta_c(seed):
     """fp32 inputs at precision='tf32' run gfx942's xf32 MFMA kernel; alpha * A.B^T + beta * C."""
     m, n, k = 21, 48, 64
     x, w, c = torch.randn(m, k), torch.randn(n, k), torch.randn(m, n)
-    with emulate("gfx942", lds_fence_check=LDS_FENCE) as dev:
+    with emulate("gfx942") as dev:
         y = fg.matmul_fused(x, w, precision="tf32", alpha=0.5, beta=2.0, c=c)
     assert len(dev.launches) == 1 and dev.launches[0][0].startswith("fg_matmul_tf32")
     assert rel(y, 0.5 * (x.double() @ w.double().T) + 2 * c.double()) < 3e-3

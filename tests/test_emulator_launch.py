@@ -18,14 +18,6 @@ from fusedgemm.testing.emulator.errors import LoadError  # noqa: E402
 
 pytestmark = pytest.mark.slow  # builds code objects (cached between runs)
 
-# The shipped kernels' __syncthreads (hip_src/include/fusedgemm/platform.hpp) is a bare s_barrier: no s_waitcnt
-# lgkmcnt(0) completes a wave's LDS writes before it, which the CDNA3 memory model requires (LDS requests of
-# different waves may be reordered): portable_16x16_k8's split-K reduction and bmm_tiny with several waves.
-# The emulator reports it (tests/test_emulator_hazards.py::test_shipped_barriers_complete_lds_writes, a strict
-# xfail until the kernels are fixed); the other tests check everything else with that one check off. Set True
-# once platform.hpp fences its barrier.
-LDS_FENCE = False
-
 FP8 = {"gfx942": torch.float8_e4m3fnuz, "gfx950": torch.float8_e4m3fn}
 
 
@@ -46,7 +38,7 @@ def test_launcher_hip_path(arch, seed):
     bias = torch.randn(n).to(torch.bfloat16)
     values = codeobjects.preset_values(bias.data_ptr(), 2, 0, 1, 0, 1, 1.0)
     values.update(a=a.data_ptr(), b=wq.data.data_ptr(), M=m, N=n, K=k, out=out.data_ptr(), ld_out=n)
-    with emulate(arch, api=False, lds_fence_check=LDS_FENCE) as dev:
+    with emulate(arch, api=False) as dev:
         kern = launch.module_for(unit, 0, source).kernel(name, sig)
         kern((-(-n // cfg.block_n), -(-m // cfg.block_m), 1), cfg.warps * 64, 0, 0, *sig.values_in_order(values))
     assert [x[0] for x in dev.launches] == [name]
@@ -60,7 +52,7 @@ def test_gemm_a8_api(arch, seed):
     a, w = (torch.randn(m, k) * 2).to(FP8[arch]), (torch.randn(n, k) * 2).to(FP8[arch])
     wq = fg.preshuffle(w)
     bias, sa, sb = torch.randn(n).to(torch.bfloat16), torch.rand(m) + 0.5, torch.rand(n) + 0.5
-    with emulate(arch, lds_fence_check=LDS_FENCE) as dev:
+    with emulate(arch) as dev:
         y = fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu")
     assert len(dev.launches) == 1 and dev.launches[0][0].startswith("fg_gemm_a8_fp8_bf16_silu")
     assert dev.launches[0][2][0] % 64 == 0  # whole 64-lane waves
@@ -72,7 +64,7 @@ def test_gemm_a8_api(arch, seed):
 def test_matmul_fused_bf16_api(seed):
     m, n, k = 21, 48, 64
     x, w, b = torch.randn(m, k).to(torch.bfloat16), torch.randn(n, k).to(torch.bfloat16), torch.randn(n)
-    with emulate("gfx942", lds_fence_check=LDS_FENCE) as dev:
+    with emulate("gfx942") as dev:
         y = fg.matmul_fused(x, w, bias=b.to(torch.bfloat16), activation="gelu")
     assert len(dev.launches) == 1 and dev.launches[0][0].startswith("fg_matmul_bf16")
     ref = torch.nn.functional.gelu(x.double() @ w.double().T + b.to(torch.bfloat16).double(), approximate="tanh")

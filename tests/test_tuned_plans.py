@@ -163,3 +163,19 @@ def test_merge_tuned_cli_writes_the_agreed_entries(tmp_path):
     assert tuned.read(table) == [_entry("persistent_128x128_epi7_1chain:1", [12.9, 13.4], heuristic_us=[14.5, 14.5])]
     bad = subprocess.run([sys.executable, str(script), str(runs[0])], capture_output=True, text=True)
     assert bad.returncode != 0 and "pairs" in bad.stderr
+
+
+def test_a_forced_config_of_another_arch_family_is_refused_by_name():
+    """cdna_lds_128x128 exists only for gfx942 / gfx950: pinning it on sm_90a is a clear error, not a compile error."""
+    import pytest as _pytest
+
+    from fusedgemm.plan import choose_config, forced_config
+
+    with forced_config("cdna_lds_128x128"):
+        with _pytest.raises(ValueError, match="built only for gfx942, gfx950, not sm_90a"):
+            choose_config(256, 256, 256, arch="sm_90a")
+        cfg, _ = choose_config(256, 256, 256, arch="gfx942")
+        assert cfg.name == "cdna_lds_128x128"
+    with forced_config("persistent_128x128"):
+        with _pytest.raises(ValueError, match="not gfx950"):
+            choose_config(256, 256, 256, arch="gfx950")

@@ -107,12 +107,16 @@ def test_b_must_be_preshuffled_and_match():
 
 
 def test_shape_rules():
-    with pytest.raises(ValueError, match="K must be a positive multiple of 16, got K=40"):
+    # any N, K >= 1 through preshuffle (it pads; tests/test_unaligned_cpu.py); a tensor wrapped as B by hand
+    # must still be a (16, 16) layout
+    with pytest.raises(ValueError, match=r"B's stored data \[32, 40\] is not a \(16,16\) preshuffled weight"):
         a = torch.randn(M, 40).to(FP8)
         check(a, fg.PreshuffledWeight(torch.randn(N, 40).to(FP8)))
     a = torch.randn(M, K).to(FP8)
-    with pytest.raises(ValueError, match="N must be a multiple of 16, got N=24"):
+    with pytest.raises(ValueError, match=r"B's stored data \[24, 64\] is not a \(16,16\)"):
         check(a, fg.PreshuffledWeight(torch.randn(24, K).to(FP8)))
+    with pytest.raises(ValueError, match="K must be positive, got K=0"):
+        check(torch.randn(M, 0).to(FP8), fg.PreshuffledWeight(torch.randn(N, 0).to(FP8)))
 
 
 def test_fp8_variant_must_match_the_arch():

@@ -9,6 +9,7 @@ import numbers
 
 import torch
 
+from . import blockscale as _blockscale
 from . import epilogue as _epi
 from .epilogue.bind import VEC_TORCH, bind as _bind_epilogue
 from .epilogue.codegen import DYN_KINDS
@@ -16,6 +17,7 @@ from .epilogue.presets import (activation_name, preset_for_activation, preset_na
                                spec_for_activation)
 from .preshuffle import LAYOUT_16x16, PreshuffledWeight
 from .runtime.arch import device_arch
+from .runtime.device import emulated_arch
 from .util import is_fake as _is_fake
 
 _FP8_DTYPES = (torch.float8_e4m3fn, torch.float8_e4m3fnuz)
@@ -39,11 +41,12 @@ def _dtype_list(dtypes) -> str:
 
 def arch_of(op: str, device: torch.device, arch: str | None) -> str:
     """The arch a call is checked for: `arch` when given (tests check GPU rules on CPU tensors), 'cpu' for CPU
-    tensors (the torch reference path: no kernel), else read off the GPU."""
+    tensors (the torch reference path: no kernel) -- inside fusedgemm.testing.emulate(arch) the emulated arch
+    (runtime.device.emulated_arch) --, else read off the GPU."""
     if arch is not None:
         return arch
     if device.type == "cpu":
-        return "cpu"
+        return emulated_arch() or "cpu"
     if device.type != "cuda":
         raise ValueError(f"{op}: tensors must be on a GPU (cuda/ROCm device) or the CPU, A is on {device}")
     return device_arch(device.index if device.index is not None else torch.cuda.current_device())
@@ -97,7 +100,7 @@ def _check_tensor_placement(t: torch.Tensor, name: str, device: torch.device, al
     check_placement("gemm_a8", t, name, device, align, check_ptr)
 
 
-def _scale_args(scale, name: str, length: int, device, check_ptr: bool):
+def _scale_args(scale, name: str, length: int, device, check_ptr: bool, blocks_text: str = ""):
     """-> (tensor or None, stride, python factor). Tensor scales: fp32, one value (shape [], [1], [1, 1]) or
     `length` values: scale_a [M] or [M, 1], scale_b [N] or [1, N] (the layouts torch._scaled_mm takes)."""
     if scale is None:
@@ -116,7 +119,8 @@ def _scale_args(scale, name: str, length: int, device, check_ptr: bool):
     vector_shapes = ((length,), (length, 1)) if name == "scale_a" else ((length,), (1, length))
     if shape not in vector_shapes:
         raise ValueError(f"gemm_a8: {name} must hold 1 or {length} values as "
-                         f"{' or '.join(str(list(s)) for s in vector_shapes)} (or one value), got shape {list(shape)}")
+                         f"{' or '.join(str(list(s)) for s in vector_shapes)} (or one value){blocks_text}, got shape "
+                         f"{list(shape)}")
     _check_tensor_placement(scale, name, device, 4, check_ptr)
     return scale, 1, 1.0
 
@@ -146,7 +150,7 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
     epilogue = resolve_epilogue("gemm_a8", epilogue)
     if isinstance(epilogue, _epi.Node):
         uses_bias, act = None, None
-        check_no_preset_operands(bias, scale_a, scale_b)
+        # (bias / scales by name in operands: checked below, once block scales -- main-loop scales -- are apart)
     else:
         uses_bias, act = epilogue
         epilogue = preset_name(uses_bias, act)  # its canonical (lower-case) name
@@ -164,23 +168,33 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
     n, kb = b.shape
     if kb != k:
         raise ValueError(f"gemm_a8: A is [M={m}, K={k}] but B is [N={n}, K={kb}]; K must agree")
-    if k == 0 or k % 16:
-        raise ValueError(f"gemm_a8: K must be a positive multiple of 16, got K={k}")
-    if n % 16:
-        raise ValueError(f"gemm_a8: N must be a multiple of 16, got N={n}")
+    if k == 0:
+        raise ValueError(f"gemm_a8: K must be positive, got K={k}")
+    # Block scales (blockscale.py: 1x128 / 128x128, selected by shape) run in the main loop; the rest as before.
+    blocks, scale_a, scale_b = _blockscale.split_block_scales(scale_a, scale_b, m, n, k, a.dtype)
+    if uses_bias is None:
+        check_no_preset_operands(bias, scale_a, scale_b)
+    if b.data.dim() != 2 or b.data.shape[0] % 16 or b.data.shape[1] % 16:
+        raise ValueError(f"gemm_a8: B's stored data {list(b.data.shape)} is not a (16,16) preshuffled weight (its "
+                         "extents are multiples of 16); make B with fusedgemm.preshuffle")
     device = a.device
     arch = arch_of("gemm_a8", device, arch)
     check_ptr = not _is_fake(a)
     n_out = paired_width("gemm_a8", epilogue, n)
     if in_kind == "fp8" and arch != "cpu" and a.dtype != FP8_DTYPE_FOR_ARCH[arch]:
         raise TypeError(f"gemm_a8: {arch} needs fp8 as {FP8_DTYPE_FOR_ARCH[arch]}, got {a.dtype}")
-    _check_tensor_placement(a, "A", device, 16, check_ptr)
+    # A whose K is not a multiple of 16 is copied into a zero-padded buffer (gemm_a8.py): any strides then
+    _check_tensor_placement(a, "A", device, 16, check_ptr) if k % 16 == 0 else check_placement("gemm_a8", a, "A",
+                                                                                                device, contiguous=False)
     _check_tensor_placement(b.data, "B", device, 16, check_ptr)
     if out_dtype in _FP8_DTYPES and arch != "cpu" and out_dtype != FP8_DTYPE_FOR_ARCH[arch]:
         raise TypeError(f"gemm_a8: {arch} writes fp8 as {FP8_DTYPE_FOR_ARCH[arch]}, got out_dtype {out_dtype}")
     if out is not None:
         check_out("gemm_a8", out, ((m, n_out),), n_out, n, device, 2 * out.element_size(), check_ptr)
-    common = dict(in_kind=in_kind, m=m, n=n, n_out=n_out, k=k, arch=arch, out_dtype=out_dtype)
+    if blocks is not None:
+        _blockscale.check_block_placement(blocks, device, check_ptr)
+        _blockscale.check_block_arch(blocks, arch)
+    common = dict(in_kind=in_kind, m=m, n=n, n_out=n_out, k=k, arch=arch, out_dtype=out_dtype, blocks=blocks)
     if uses_bias is None:  # an epilogue expression
         binding = _bind_epilogue(epilogue, operands, m, n_out, device)
         return dict(common, epi=binding.spec, values=binding.values, saved_dtype=binding.saved_dtype, expr=epilogue,
@@ -200,8 +214,10 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
         if tuple(bias.shape) != (n,):
             raise ValueError(f"gemm_a8: bias must have shape [N={n}], got {tuple(bias.shape)}")
         _check_tensor_placement(bias, "bias", device, bias.element_size(), check_ptr)
-    sa, sa_stride, alpha_a = _scale_args(scale_a, "scale_a", m, device, check_ptr)
-    sb, sb_stride, alpha_b = _scale_args(scale_b, "scale_b", n, device, check_ptr)
+    sa, sa_stride, alpha_a = _scale_args(scale_a, "scale_a", m, device, check_ptr,
+                                         _blockscale.blocks_text("scale_a", scale_a, m, n, k))
+    sb, sb_stride, alpha_b = _scale_args(scale_b, "scale_b", n, device, check_ptr,
+                                         _blockscale.blocks_text("scale_b", scale_b, m, n, k))
     bias_kind = 0 if bias is None else DYN_KINDS[VEC_TORCH[bias.dtype]]
     named = {"alpha": alpha_a * alpha_b, "scale_a": sa, "scale_b": sb, "bias": bias}
     return dict(common, epi=spec_for_activation(act), saved_dtype=None, preset=epilogue,
@@ -221,10 +237,12 @@ def preset_values(bias_ptr: int, bias_kind: int, sa_ptr: int, sa_stride: int, sb
 
 
 def check_no_preset_operands(bias, scale_a, scale_b) -> None:
-    """An epilogue expression takes every operand by name: the preset arguments must be None."""
+    """An epilogue expression takes every operand by name: the preset arguments must be None (block scales, which
+    the main loop applies, are taken apart before this check)."""
     if bias is not None or scale_a is not None or scale_b is not None:
         raise ValueError("gemm_a8: with an epilogue expression, pass every operand (bias, scales) by name in "
-                         "operands={...}; bias, scale_a and scale_b must be None")
+                         "operands={...}; bias, scale_a and scale_b must be None (scale_a / scale_b may be block "
+                         "scales: [M, ceil(K/128)] / [ceil(N/128), ceil(K/128)])")
 
 
 def _ptr(t) -> int:
@@ -352,12 +370,8 @@ def check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, op
     prec = prec if in_kind == "tf32" else None
     if prec == "ieee" and arch in ("sm_90a", "cpu"):  # the CPU reference is exact fp32 (float64 inside) too
         in_kind = "f32x3"  # exact fp32 from three TF32 products of split operands (elsewhere: the unfused path)
-    nbytes = a.element_size()
-    if k == 0 or (k * nbytes) % 16:
-        raise ValueError(f"{op}: K must be a positive multiple of {16 // nbytes} for {a.dtype} (rows of 16-byte "
-                         f"vectors), got K={k}")
-    if n % 8:
-        raise ValueError(f"{op}: N must be a multiple of 8, got N={n}")
+    if k == 0:  # any other K and N: matmul.py pads what the kernels cannot read in place
+        raise ValueError(f"{op}: K must be positive, got K={k}")
     out_dtype = out_dtype_of(op, out, out_dtype, MATMUL_OUT_DTYPES, a.dtype)
     m = 1
     for d in lead:

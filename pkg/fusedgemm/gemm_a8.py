@@ -15,15 +15,17 @@ from typing import Optional
 
 import torch
 
+from . import blockscale as _blockscale
 from . import epilogue as _epi
 from .checks import (FP8_DTYPE_FOR_ARCH, OUT_DTYPES, check_gemm_a8_args, check_no_preset_operands,  # noqa: F401
                      preset_values)
 from .epilogue.presets import ACTIVATIONS, EPILOGUES, activation_name, preset_name, resolve as _resolve
-from .preshuffle import PreshuffledWeight, unshuffle
+from .preshuffle import LAYOUT_16x16, PreshuffledWeight, unshuffle
 from . import plan as _plan
 from .plan import choose_config as _choose_config, forced_config, plan_for, plans, sm_count as _sm_count  # noqa: F401
 from .plan.call import (expression_pointers, _TMAP_L2_256B, _TMAP_L2_DECODE, CallPlan as _CallPlan,  # noqa: F401
                         _tensor_map_a, _tensor_map_b, signature as _sig)
+from . import unaligned as _ua
 from .reference import gemm_reference, write_outputs
 from .runtime.device import current_device_index, device_guard
 from .util import join_operands, split_operands
@@ -37,8 +39,10 @@ def launch_gemm_a8(a: torch.Tensor, b_data: torch.Tensor, p: dict, out: torch.Te
     """Launch on the current stream with the pieces check_gemm_a8_args returned. Returns the plan."""
     m, k = a.shape
     pointers = ("out",) if saved is None else ("out", "saved")
+    blocks = p.get("blocks")
     plan = _CallPlan(a.device.index, p["arch"], p["in_kind"], m, b_data.shape[0], k, out.dtype, p["epi"],
-                     p["values"], pointers)
+                     p["values"] if blocks is None else _blockscale.block_values(p["values"], blocks), pointers,
+                     block_scaled=blocks is not None)
     plan.run(a.data_ptr(), b_data.data_ptr(), out.data_ptr(), *(() if saved is None else (saved.data_ptr(),)))
     return plan
 
@@ -49,8 +53,12 @@ def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = N
     """y = epilogue(a @ w.T), one kernel, rounded once. With a preset epilogue name:
     y = act(a @ w.T * scale_a[:, None] * scale_b[None, :] + bias).
 
-    a: [M, K] fp8 (e4m3fn on sm_90/gfx950, e4m3fnuz on gfx942) or int8, contiguous, on the GPU.
-    b: fusedgemm.preshuffle(w) for w [N, K] of a's dtype. N % 16 == 0, K % 16 == 0.
+    a: [M, K] fp8 (e4m3fn on sm_90/gfx950, e4m3fnuz on gfx942) or int8, contiguous (any strides when K % 16:
+       it is copied), on the GPU.
+    b: fusedgemm.preshuffle(w) for w [N, K] of a's dtype; any N, K >= 1 (preshuffle pads the weight once).
+       An N not a multiple of 16: the output (out=None) is a view [M, :N] of an [M, ceil16(N)] buffer, [N]
+       operands are copied into padded vectors per call, a given out is written through a buffer (a copy, warned
+       once). A K not a multiple of 16: a is copied into a zero-padded [M, ceil16(K)] buffer (warned once).
     bias: [N] in out_dtype (bf16/fp16) or float32, or None (epilogue names say whether a bias is added).
     scale_a: float32 [M] (per token) or one value (tensor or Python number) or None (1.0).
     scale_b: float32 [N] (per channel) or one value or None.
@@ -97,6 +105,11 @@ def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = N
             plan = b.call_plans.get(key)
         except (AttributeError, TypeError):
             key = plan = None
+    if plan.__class__ is _UnalignedPlan and _plan.forced() is None:  # a weight stored padded (any N, K)
+        y = plan.launch(a, b, bias, scale_a, scale_b)
+        if y is not None:
+            return y
+        plan = None
     if plan is not None and _plan.forced() is None:
         call_plan, dtype, out_align, _saved_dtype, _aligns = plan  # a preset saves nothing
         a_ptr, b_ptr = a.data_ptr(), b.data.data_ptr()
@@ -116,6 +129,10 @@ def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = N
 
 def _gemm_a8_checked(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, operands, key):
     """Every check, then the launch; records the plan under `key` for the fast path when given one."""
+    if isinstance(b, PreshuffledWeight) and tuple(b.padded_shape) != tuple(b.shape):
+        operands = _fit_operands(a, b, epilogue, operands)
+        p = check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, operands=operands)
+        return _run_unaligned(a, b, p, out, key, bias)
     p = check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, operands=operands)
     out_dtype = p["out_dtype"]
     if out is None:
@@ -124,8 +141,26 @@ def _gemm_a8_checked(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, ope
     if p["saved_dtype"] is not None:
         saved = torch.empty((p["m"], p["n_out"]), dtype=p["saved_dtype"], device=a.device)
     if p["arch"] == "cpu":  # no kernel: the torch reference, float64 inside, rounded once
-        write_outputs(gemm_reference(a, unshuffle(b), p["expr"], p["operands"]), p["n_out"], out, saved)
+        write_outputs(gemm_reference(a, unshuffle(b), p["expr"], p["operands"], blocks=p["blocks"]), p["n_out"],
+                      out, saved)
         return out if saved is None else (out, saved)
+    if p["blocks"] is not None:  # block-scaled fp8 (blockscale.py)
+        if p["preset"] is None:  # an expression: a plan per call (none kept for the fast path)
+            with device_guard(a.device):
+                launch_gemm_a8(a, b.data, p, out, saved)
+            return out if saved is None else (out, saved)
+        # A preset: the fast path's plan, whose scale slots are the block-scale fields on a block side
+        pointers = ("out", "op_bias", "bs_a" if p["blocks"].a is not None else "op_scale_a",
+                    "bs_b" if p["blocks"].b is not None else "op_scale_b")
+        with device_guard(a.device):
+            plan = _CallPlan(a.device.index, p["arch"], p["in_kind"], p["m"], p["n"], p["k"], out_dtype, p["epi"],
+                             _blockscale.block_values(p["values"], p["blocks"]), pointers,
+                             1 if bias is None else bias.element_size(), block_scaled=True)
+            plan.run(a.data_ptr(), b.data.data_ptr(), out.data_ptr(), *(
+                0 if t is None or not isinstance(t, torch.Tensor) else t.data_ptr() for t in (bias, scale_a, scale_b)))
+        if key is not None:
+            _remember(b, key, (plan, out_dtype, 2 * out.element_size(), None, ()))
+        return out
     outputs = [out] if saved is None else [out, saved]
     # The Params fields each call fills (the fast paths pass them in this order) and their alignments.
     if isinstance(epilogue, _epi.Node):
@@ -139,6 +174,101 @@ def _gemm_a8_checked(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, ope
                  *(p["values"][f] for f in pointers[len(outputs):]))
     if key is not None:
         _remember(b, key, (plan, out_dtype, 2 * out.element_size(), p["saved_dtype"], aligns))
+    return out if saved is None else (out, saved)
+
+
+def _fit_operands(a, b: PreshuffledWeight, epilogue, operands):
+    """An expression's [M, N] operands, for a weight of an N not a multiple of 16: rows reaching ceil16(N)
+    (copied when they do not, with a one-time warning: unaligned.fit_rows)."""
+    if not isinstance(operands, dict):
+        return operands
+    if isinstance(epilogue, str) and epilogue not in _PRESET_NAMES:
+        try:
+            epilogue = _epilogue_text("gemm_a8", epilogue)
+        except (ValueError, TypeError):
+            return operands  # the checks name what is wrong
+    if not isinstance(epilogue, _epi.Node):
+        return operands
+    paired = _epi.is_paired(epilogue)
+    n, n_pad = b.shape[0], b.padded_shape[0]
+    return _ua.fit_aux_operands("gemm_a8", epilogue, operands, n // 2 if paired else n,
+                                n_pad // 2 if paired else n_pad)
+
+
+class _UnalignedPlan:
+    """The fast path's entry for a preset call on a weight stored padded: the launch plan of the padded problem
+    and what each call pads (A's K, the [N] operands) before it launches, as _run_unaligned does."""
+
+    __slots__ = ("plan", "dtype", "n", "width", "k", "k_pad", "bias_align")
+
+    def __init__(self, plan, dtype, n, width, k, k_pad, bias_align):
+        self.plan, self.dtype, self.n, self.width = plan, dtype, n, width
+        self.k, self.k_pad, self.bias_align = k, k_pad, bias_align
+
+    def launch(self, a, b, bias, scale_a, scale_b):
+        """-> out, or None where an address or the device does not suit the plan (the checked path then)."""
+        plan = self.plan
+        a_k = a if self.k_pad == self.k else _ua.pad_k("gemm_a8", a, self.k_pad)
+        a_ptr, b_ptr = a_k.data_ptr(), b.data.data_ptr()
+        if a_ptr & 15 or b_ptr & 15 or current_device_index() != plan.dev:
+            return None
+        n, width = self.n, self.width
+        if bias is not None:
+            bias = _ua.pad_vec(bias, n, width)
+        if scale_b is not None and scale_b.__class__ is not float:
+            scale_b = _ua.pad_vec(scale_b, n, width)
+        bias_ptr = 0 if bias is None else bias.data_ptr()
+        sa_ptr = 0 if scale_a is None or scale_a.__class__ is float else scale_a.data_ptr()
+        sb_ptr = 0 if scale_b is None or scale_b.__class__ is float else scale_b.data_ptr()
+        if bias_ptr % self.bias_align or sa_ptr & 3 or sb_ptr & 3:
+            return None
+        out = _ua.padded_empty((plan.m,), n, width, self.dtype, a.device)
+        plan.run(a_ptr, b_ptr, out.data_ptr(), bias_ptr, sa_ptr, sb_ptr)
+        return out
+
+
+def _run_unaligned(a, b: PreshuffledWeight, p: dict, out, key=None, bias=None):
+    """gemm_a8 on a weight stored padded (N or K not a multiple of 16), after the checks (p: for the true N, K).
+    The kernel runs on the padded problem [M, Np] x [Np, Kp]: A of K % 16 != 0 copied into a zero-padded [M, Kp]
+    buffer, [N] operands padded to Np, outputs written as [M, Np] rows (a view [M, :N] is returned; a given out
+    of such an N is filled by a copy). Returns out, or (out, saved). A preset call given a fast-path `key` (and
+    no out) leaves an _UnalignedPlan on the weight: the repeat calls skip the checks and the planning."""
+    m, n, k, n_out = p["m"], p["n"], p["k"], p["n_out"]
+    n_pad, k_pad = b.padded_shape
+    width = n_pad // 2 if n_out != n else n_pad  # the kernel's output columns (N / 2 for a paired epilogue)
+    if k_pad != k:
+        _ua.warn_pad_k("gemm_a8", "A", k, k_pad, a.dtype)
+    if out is not None and width != n_out:
+        _ua.warn_out_copy("gemm_a8", n_out, width)
+    target = out
+    if out is None or width != n_out:
+        out = _ua.padded_empty((m,), n_out, width, p["out_dtype"], a.device)
+    saved = None
+    if p["saved_dtype"] is not None:
+        saved = _ua.padded_empty((m,), n_out, width, p["saved_dtype"], a.device)
+    if p["arch"] == "cpu":  # no kernel: the torch reference on the true shapes
+        write_outputs(gemm_reference(a, unshuffle(b), p["expr"], p["operands"], blocks=p["blocks"]), n_out, out,
+                      saved)
+    else:
+        a_k = _ua.pad_k("gemm_a8", a, k_pad)
+        keep = _ua.pad_col_values(p["expr"], p["operands"], p["values"], n_out, width)  # noqa: F841 (alive)
+        outputs = [out] if saved is None else [out, saved]
+        blocks = p["blocks"]  # block scales: ceil(K_pad / 128) == ceil(K / 128) blocks, N_pad < 128 ceil(N / 128)
+        # a preset (not block-scaled): the operands' addresses are passed per call, so the plan can be kept
+        keep_plan = p["preset"] is not None and saved is None and blocks is None
+        pointers = PRESET_POINTERS if keep_plan else ("out", "saved")[:len(outputs)]
+        bias_align = bias.element_size() if keep_plan and bias is not None else 1
+        with device_guard(a.device):
+            plan = _CallPlan(a.device.index, p["arch"], p["in_kind"], m, n_pad, k_pad, out.dtype, p["epi"],
+                             p["values"] if blocks is None else _blockscale.block_values(p["values"], blocks),
+                             pointers, bias_align, block_scaled=blocks is not None)
+            plan.run(a_k.data_ptr(), b.data.data_ptr(), *(o.data_ptr() for o in outputs),
+                     *(p["values"][f] for f in pointers[len(outputs):]))
+        if keep_plan and key is not None and target is None:
+            _remember(b, key, _UnalignedPlan(plan, out.dtype, n, width, k, k_pad, bias_align))
+    if target is not None and target is not out:
+        target.copy_(out)
+        out = target
     return out if saved is None else (out, saved)
 
 
@@ -211,10 +341,15 @@ def _gemm_a8_traced(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, oper
     if out_dtype is None:
         out_dtype = out.dtype if isinstance(out, torch.Tensor) else torch.bfloat16
     if isinstance(epilogue, _epi.Node):  # operands go by name: tensors and Python scalars apart
+        if any(isinstance(s, torch.Tensor) and s.dim() == 2 and s.numel() > 1 for s in (scale_a, scale_b)):
+            raise ValueError("gemm_a8: block scales with an epilogue expression are not traced by torch.compile yet; "
+                             "use a preset epilogue (bias / activation names) there, or call it eagerly")
         check_no_preset_operands(bias, scale_a, scale_b)  # the op takes none: say so here, not never
         tensors, scalars = split_operands(operands)
+        if not isinstance(b, PreshuffledWeight):
+            raise TypeError(f"gemm_a8: B must be a PreshuffledWeight from fusedgemm.preshuffle, got {type(b).__name__}")
         ys = torch.ops.fusedgemm.gemm_a8_expr(a, b.data, str(epilogue), ",".join(tensors), list(tensors.values()),
-                                              ",".join(scalars), list(scalars.values()), out_dtype)
+                                              ",".join(scalars), list(scalars.values()), out_dtype, *_true_nk(b))
         if out is not None:
             out.copy_(ys[0])
             ys = [out, *ys[1:]]
@@ -226,42 +361,75 @@ def _gemm_a8_traced(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, oper
         alpha, scale_a = alpha * float(scale_a), None
     if isinstance(scale_b, (int, float)) and not isinstance(scale_b, bool):
         alpha, scale_b = alpha * float(scale_b), None
-    y = torch.ops.fusedgemm.gemm_a8(a, b.data, bias, scale_a, scale_b, alpha, epilogue, out_dtype)
+    y = torch.ops.fusedgemm.gemm_a8(a, b.data, bias, scale_a, scale_b, alpha, epilogue, out_dtype, *_true_nk(b))
     if out is not None:
         out.copy_(y)
         return out
     return y
 
 
+def _true_nk(b: PreshuffledWeight) -> tuple[int, int]:
+    """The ops' n, k arguments: the weight's true [N, K] when it is stored padded, else -1, -1 (data's shape)."""
+    return (-1, -1) if tuple(b.shape) == tuple(b.data.shape) else tuple(b.shape)
+
+
+def _wrap(b: torch.Tensor, n: int, k: int) -> PreshuffledWeight:
+    """The ops' b (a PreshuffledWeight's `.data`) with its true N, K (n, k < 0: data's shape)."""
+    return PreshuffledWeight(b, LAYOUT_16x16, None if n < 0 else n, None if k < 0 else k)
+
+
+def _fake_out(a, b, n: int, k: int, n_out_of, dtype):
+    """The fake output of the ops: [M, n_out], a view of [M, width] rows when the weight is stored padded (as
+    _run_unaligned returns it)."""
+    n = b.shape[0] if n < 0 else n
+    k = b.shape[1] if k < 0 else k
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != k:
+        raise ValueError(f"gemm_a8: A [M, K] and B [N, K] must agree in K, got {tuple(a.shape)} and [{n}, {k}]")
+    n_out, width = n_out_of(n), n_out_of(b.shape[0])
+    if b.shape[0] == n:
+        return a.new_empty((a.shape[0], n_out), dtype=dtype)
+    return a.new_empty((a.shape[0], width), dtype=dtype)[:, :n_out]
+
+
 # ---- torch.library ops: what torch.compile records of gemm_a8 ------------------------------------------------
 @torch.library.custom_op("fusedgemm::gemm_a8", mutates_args=())
 def gemm_a8_op(a: torch.Tensor, b: torch.Tensor, bias: Optional[torch.Tensor], scale_a: Optional[torch.Tensor],
-               scale_b: Optional[torch.Tensor], alpha: float, epilogue: str, out_dtype: torch.dtype) -> torch.Tensor:
-    """b is the `.data` of a PreshuffledWeight (fusedgemm.gemm_a8 unwraps it); everything is checked here."""
-    p = check_gemm_a8_args(a, PreshuffledWeight(b), bias, scale_a, scale_b, epilogue, out_dtype, None)
-    out = torch.empty((p["m"], p["n"]), dtype=out_dtype, device=a.device)
+               scale_b: Optional[torch.Tensor], alpha: float, epilogue: str, out_dtype: torch.dtype, n: int = -1,
+               k: int = -1) -> torch.Tensor:
+    """b is the `.data` of a PreshuffledWeight (fusedgemm.gemm_a8 unwraps it), n, k its true N, K when it is
+    stored padded (-1: data's shape); everything is checked here."""
+    wb = _wrap(b, n, k)
+    p = check_gemm_a8_args(a, wb, bias, scale_a, scale_b, epilogue, out_dtype, None)
     p["values"]["op_alpha"] *= alpha
     p["operands"]["alpha"] *= alpha
+    if tuple(wb.shape) != tuple(b.shape):
+        return _run_unaligned(a, wb, p, None)
+    out = torch.empty((p["m"], p["n"]), dtype=out_dtype, device=a.device)
     _op_launch(a, b, p, out)
     return out
 
 
 @gemm_a8_op.register_fake
-def _gemm_a8_fake(a, b, bias, scale_a, scale_b, alpha, epilogue, out_dtype):
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1]:
-        raise ValueError(f"gemm_a8: A [M, K] and B [N, K] must agree in K, got {tuple(a.shape)} and {tuple(b.shape)}")
-    return a.new_empty((a.shape[0], b.shape[0]), dtype=out_dtype)
+def _gemm_a8_fake(a, b, bias, scale_a, scale_b, alpha, epilogue, out_dtype, n=-1, k=-1):
+    return _fake_out(a, b, n, k, lambda x: x, out_dtype)
 
 
 @torch.library.custom_op("fusedgemm::gemm_a8_expr", mutates_args=())
 def gemm_a8_expr_op(a: torch.Tensor, b: torch.Tensor, epilogue: str, tensor_names: str,
                     tensors: list[torch.Tensor], scalar_names: str, scalar_values: list[float],
-                    out_dtype: torch.dtype) -> list[torch.Tensor]:
+                    out_dtype: torch.dtype, n: int = -1, k: int = -1) -> list[torch.Tensor]:
     """gemm_a8 with an epilogue expression (its canonical text); operands split into tensors and Python
     scalars, their names comma-separated (operand names are identifiers; a schema has no list of strings).
-    Returns [out] or [out, saved] (an expression with save(...))."""
+    n, k: as gemm_a8's op. Returns [out] or [out, saved] (an expression with save(...))."""
     operands = join_operands(tensor_names, tensors, scalar_names, scalar_values)
-    p = check_gemm_a8_args(a, PreshuffledWeight(b), None, None, None, _epi.parse(epilogue), out_dtype, None,
+    wb = _wrap(b, n, k)
+    expr = _epi.parse(epilogue)
+    if tuple(wb.shape) != tuple(b.shape):
+        operands = _fit_operands(a, wb, expr, operands)
+        p = check_gemm_a8_args(a, wb, None, None, None, expr, out_dtype, None, operands=operands)
+        ys = _run_unaligned(a, wb, p, None)
+        return list(ys) if isinstance(ys, tuple) else [ys]
+    p = check_gemm_a8_args(a, wb, None, None, None, expr, out_dtype, None,
                            operands=operands)
     out = torch.empty((p["m"], p["n_out"]), dtype=p["out_dtype"], device=a.device)
     saved = None if p["saved_dtype"] is None else torch.empty((p["m"], p["n_out"]), dtype=p["saved_dtype"],
@@ -273,7 +441,8 @@ def gemm_a8_expr_op(a: torch.Tensor, b: torch.Tensor, epilogue: str, tensor_name
 def _op_launch(a, b_data, p, out, saved=None) -> None:
     """The ops' launch: the kernel, or on the CPU the torch reference (as the eager call)."""
     if p["arch"] == "cpu":
-        write_outputs(gemm_reference(a, unshuffle(PreshuffledWeight(b_data)), p["expr"], p["operands"]), p["n_out"],
+        write_outputs(gemm_reference(a, unshuffle(PreshuffledWeight(b_data)), p["expr"], p["operands"],
+                                     blocks=p["blocks"]), p["n_out"],
                       out, saved)
         return
     with torch.cuda.device(a.device):
@@ -281,10 +450,12 @@ def _op_launch(a, b_data, p, out, saved=None) -> None:
 
 
 @gemm_a8_expr_op.register_fake
-def _gemm_a8_expr_fake(a, b, epilogue, tensor_names, tensors, scalar_names, scalar_values, out_dtype):
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[1]:
-        raise ValueError(f"gemm_a8: A [M, K] and B [N, K] must agree in K, got {tuple(a.shape)} and {tuple(b.shape)}")
+def _gemm_a8_expr_fake(a, b, epilogue, tensor_names, tensors, scalar_names, scalar_values, out_dtype, n=-1, k=-1):
     expr = _epi.parse(epilogue)
     save = _epi.saved_node(expr)
-    out = a.new_empty((a.shape[0], b.shape[0] // 2 if _epi.is_paired(expr) else b.shape[0]), dtype=out_dtype)
-    return [out] if save is None else [out, a.new_empty(out.shape, dtype=_epi.TORCH_DTYPES[save.attrs[0]])]
+    paired = _epi.is_paired(expr)
+    width = (lambda x: x // 2) if paired else (lambda x: x)
+    out = _fake_out(a, b, n, k, width, out_dtype)
+    if save is None:
+        return [out]
+    return [out, _fake_out(a, b, n, k, width, _epi.TORCH_DTYPES[save.attrs[0]])]

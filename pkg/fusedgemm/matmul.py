@@ -23,6 +23,7 @@ from .checks import check_matmul_fused_args, keyword_form, number_or_scalar_tens
 from .plan.call import CallPlan, expression_pointers, signature as _sig
 from .reference import gemm_reference, write_outputs
 from .runtime.device import current_device_index, device_guard
+from . import unaligned as _ua
 from .util import _WARNED, PlanCache, join_operands, split_operands, warn_once  # noqa: F401  (_WARNED: tests reset it)
 
 _PLANS = PlanCache(256)  # call signature -> (CallPlan, out dtype, out shape, operand names, aligns, device)
@@ -42,8 +43,10 @@ def matmul_fused(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = N
     a: [..., K] bf16 / fp16 / fp32 on the GPU (leading dims flattened like F.linear; any strides a TMA
        descriptor can express: unit stride along K, 16-byte aligned rows -- others are copied once, with a
        warning).
-    b: [N, K] (layout="nk", an nn.Linear weight) or [K, N] (layout="kn"), a's dtype. N % 8 == 0; K * element
-       size % 16 == 0.
+    b: [N, K] (layout="nk", an nn.Linear weight) or [K, N] (layout="kn"), a's dtype; any N, K >= 1. N % 8 != 0:
+       the output is a view [..., :N] of rows ceil16(N) long, [N] operands are copied per call, a given out and
+       [M, N] operands whose rows are shorter are copied (warned once). K * element size % 16 != 0: a and b are
+       copied into zero-padded buffers per call (warned once). docs/usage.md, "Shapes"; unaligned.py.
     bias: [N] (bf16 / fp16 / fp32). c: [M, N] (or a's leading dims + [N]), [N] / [1, N] or [M, 1], may be `out`
        itself (in place: y = act(alpha AB + beta y)). alpha, beta: numbers or 1-element float32 device tensors
        (graph replays may change them). beta defaults to 1 when c is given and to 0 otherwise (torch.addmm's
@@ -81,6 +84,11 @@ def matmul_fused(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = N
         hit = _PLANS.get(key)
     except (AttributeError, TypeError):  # not tensors, unhashable options: the checked path says what is wrong
         key = hit = None
+    if hit.__class__ is _UnalignedPlan and _plan.forced() is None:  # N % 8 != 0 (unaligned.py)
+        y = hit.launch(a, b, _call_tensors(alpha, c, beta, bias, operands))
+        if y is not None:
+            return y
+        hit = None
     if hit is not None and _plan.forced() is None:
         plan, dtype, shape, sources, aligns, device = hit
         a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
@@ -115,14 +123,111 @@ def matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogu
                          precision, save_pre: bool = False, key=None):
     """Every check, then the launch. Returns out, or (out, saved) when the epilogue saves (save_pre: the
     pre-activation, for the backward). Records the plan under `key` for the fast path."""
+    c0, operands0 = c, operands
+    c, operands = _fit_aux(a, b, c, layout, epilogue, operands)
+    if c is not c0 or (operands0 and any(v is not operands0[name] for name, v in operands.items())):
+        key = None  # an operand copied (fit_rows): the fast path would pass the call's own
     p = check_matmul_fused_args(a, b, bias, c, alpha, beta, activation, epilogue, operands, layout, out_dtype, out,
                                 precision, save_pre=save_pre)
     m, n, k, lead = p["m"], p["n"], p["k"], p["lead"]
-    shape = (*lead, p["n_out"])  # n_out: N / 2 for a paired epilogue (gate, up)
+    n_out = p["n_out"]
+    shape = (*lead, n_out)  # n_out: N / 2 for a paired epilogue (gate, up)
     out_dtype = p["out_dtype"]
+    # N % 8 != 0: outputs are written as rows of `width` columns (a view [..., :N] is returned; see unaligned.py)
+    width = _out_width(n, n_out)
+    target = None
+    if out is not None and width != n_out:
+        _ua.warn_out_copy("matmul_fused", n_out, width)
+        target, out = out, None
     if out is None:
-        out = torch.empty(shape, dtype=out_dtype, device=a.device)
-    saved = None if p["saved_dtype"] is None else torch.empty(shape, dtype=p["saved_dtype"], device=a.device)
+        out = _ua.padded_empty(lead, n_out, width, out_dtype, a.device)
+    saved = None if p["saved_dtype"] is None else _ua.padded_empty(lead, n_out, width, p["saved_dtype"], a.device)
+    if target is not None:
+        key = None  # no fast-path plan: out is filled by a copy
+    ys = _forward_outputs(a, b, layout, p, out, saved, width, key, (alpha, c, beta, bias, operands))
+    if target is not None:
+        target.copy_(out)
+        ys = target if saved is None else (target, saved)
+    return ys
+
+
+class _UnalignedPlan:
+    """The fast path's entry for an N % 8 != 0 call: the plan, and what each call does as the checked path did --
+    the [N] operands padded to `width`, the output allocated as rows of `width` (unaligned.py)."""
+
+    __slots__ = ("plan", "dtype", "lead", "n_out", "width", "sources", "aligns", "pads")
+
+    def __init__(self, plan, dtype, lead, n_out, width, sources, aligns, pads):
+        self.plan, self.dtype, self.lead, self.n_out, self.width = plan, dtype, tuple(lead), n_out, width
+        self.sources, self.aligns, self.pads = sources, aligns, pads
+
+    def launch(self, a, b, named):
+        """-> out, or None where an address or the device does not suit the plan (the checked path then)."""
+        plan = self.plan
+        a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
+        if a_ptr & 15 or b_ptr & 15 or current_device_index() != plan.dev:
+            return None
+        keep, ptrs = [], []
+        for name, al, pad in zip(self.sources, self.aligns, self.pads):
+            t = named[name]
+            if pad:
+                t = _ua.pad_vec(t, self.n_out, self.width)
+                keep.append(t)
+            p = t.data_ptr()
+            if p % al:
+                return None
+            ptrs.append(p)
+        out = _ua.padded_empty(self.lead, self.n_out, self.width, self.dtype, a.device)
+        plan.run(a_ptr, b_ptr, out.data_ptr(), *ptrs)
+        return out
+
+
+def _out_width(n: int, n_out: int) -> int:
+    """The outputs' row stride: n_out, or for an N the kernels do not mask exactly (N % 8 != 0) n_out rounded up
+    to 16 (unaligned.py)."""
+    return n_out if n % 8 == 0 else _ua.round_up(n_out)
+
+
+def _fit_aux(a, b, c, layout, epilogue, operands):
+    """For an N % 8 != 0: c and an expression's aux operands ([M, N]) with rows reaching the output width (copied
+    into a padded-stride buffer when they do not, with a one-time warning; unaligned.fit_rows)."""
+    try:
+        n = b.shape[0] if layout == "nk" else b.shape[1]
+        k = a.shape[-1]
+        m = a.numel() // k if k else 0
+    except (AttributeError, IndexError, TypeError):
+        return c, operands
+    if not isinstance(n, int) or n % 8 == 0:
+        return c, operands
+    expr = epilogue
+    if isinstance(epilogue, str):
+        try:
+            _act, expr = keyword_form("matmul_fused", None, epilogue, None)
+        except (ValueError, TypeError):
+            expr = None
+    if isinstance(expr, _epi.Node):
+        paired = _epi.is_paired(expr)
+        n_out = n // 2 if paired else n
+        return c, _ua.fit_aux_operands("matmul_fused", expr, operands, n_out, _out_width(n, n_out))
+    if isinstance(c, torch.Tensor) and c.dim() >= 2 and c.shape[-1] == n and m and c.numel() == m * n and \
+            not (c.dim() == 2 and c.shape[0] == 1 and m != 1):  # [1, N] is the [N] vector form
+        c2 = c.reshape(m, n)
+        if not _ua.rows_reach(c2, _out_width(n, n)):
+            c = _ua.fit_rows("matmul_fused", c2, n, _out_width(n, n))
+    return c, operands
+
+
+def _forward_outputs(a, b, layout, p, out, saved, width, key, call_args):
+    """matmul_fused_forward after the checks, with its outputs allocated (rows of `width` columns); call_args:
+    the call's (alpha, c, beta, bias, operands), for the fast-path record."""
+    alpha, c, beta, bias, operands = call_args
+    m, n, k = p["m"], p["n"], p["k"]
+    out_dtype = p["out_dtype"]
+    shape = tuple(out.shape)
+    es = p["a2"].element_size()
+    kp = _ua.round_up(k, 16 // es)
+    if kp != k and not (p["precision"] == "ieee" and p["in_kind"] != "f32x3"):  # (said on the CPU too)
+        _ua.warn_pad_k("matmul_fused", "A and B", k, kp, p["a2"].dtype)
     if p["arch"] == "cpu":  # no kernel: the torch reference, float64 inside, rounded once
         b_nk = b if layout == "nk" else b.t()
         write_outputs(gemm_reference(p["a2"], b_nk, p["expr"], p["operands"]), p["n_out"], out, saved)
@@ -136,8 +241,17 @@ def matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogu
         write_outputs(gemm_reference(p["a2"], b_nk, p["expr"], p["operands"], compute_dtype=torch.float32), p["n_out"],
                       out, saved)
         return out if saved is None else (out, saved)
-    a2 = _operand_2d(p["a2"], "A", p["arch"])
-    b_nk, b_layout = p["b_nk"], "nk"
+    if kp != k:  # rows of K are not 16-byte vectors: A and B copied into zero-padded [.., kp] buffers
+        a2 = _ua.pad_k("matmul_fused", p["a2"], kp)
+        b_nk, b_layout, k = _ua.pad_k("matmul_fused", b if layout == "nk" else b.t(), kp), "nk", kp
+        key = None
+    else:
+        a2 = _operand_2d(p["a2"], "A", p["arch"])
+        b_nk, b_layout = p["b_nk"], "nk"
+    if b_nk is None and (n * es) % 16:  # layout 'kn' with rows of N not 16-byte vectors: transposed
+        warn_once("kn-n", f"matmul_fused: layout='kn' with N={n} ([K, N] rows not a multiple of 16 bytes) copies B "
+                          "to [N, K] on every call; pass the weight as [N, K] (layout='nk') to avoid the copy")
+        b_nk = b.t().contiguous()
     if b_nk is None:  # layout 'kn': read in place where a kernel takes it (sm_90a, 16-bit), else transposed
         if p["arch"] == "sm_90a" and p["in_kind"] in ("bf16", "fp16"):
             b_nk, b_layout = _operand_2d(b.t(), "B", p["arch"], n_major=True), "kn"
@@ -150,10 +264,12 @@ def matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogu
         b_nk = _operand_2d(b_nk, "B", p["arch"])
     outputs = [out] if saved is None else [out, saved]
     pointers, aligns = expression_pointers(p["expr"], p["operands"], saved is not None)
+    keep = _ua.pad_col_values(p["expr"], p["operands"], p["values"], p["n_out"], width)  # noqa: F841 (alive)
     with device_guard(a.device):
         ldb = (b_nk.stride(1) if k > 1 else n) if b_layout == "kn" else (b_nk.stride(0) if n > 1 else k)
         plan = CallPlan(a.device.index, p["arch"], p["in_kind"], m, n, k, out_dtype, p["epi"], p["values"], pointers,
-                        lda=a2.stride(0) if m > 1 else k, ldb=ldb, op="matmul_fused", b_layout=b_layout)
+                        lda=a2.stride(0) if m > 1 else k, ldb=ldb, op="matmul_fused", b_layout=b_layout,
+                        ld_out=width)
         plan.run(a2.data_ptr(), b_nk.data_ptr(), *(o.data_ptr() for o in outputs),
                  *(p["values"][f] for f in pointers[len(outputs):]))
     if (key is not None and saved is None and a2.data_ptr() == a.data_ptr() and b_nk.data_ptr() == b.data_ptr()
@@ -164,7 +280,13 @@ def matmul_fused_forward(a, b, bias, layout, alpha, beta, c, activation, epilogu
         named = _call_tensors(alpha, c, beta, bias, operands)
         if all(isinstance(named.get(name), torch.Tensor) and named[name].data_ptr() == p["operands"][name].data_ptr()
                for name in sources):
-            _PLANS.remember(key, (plan, out_dtype, shape, sources, aligns, a.device))
+            if width == p["n_out"]:
+                _PLANS.remember(key, (plan, out_dtype, shape, sources, aligns, a.device))
+            else:
+                kinds = {name: o.kind for name, o in _epi.operands(p["expr"]).items()}
+                pads = tuple(kinds.get(name) == "n_vec" and p["operands"][name].numel() > 1 for name in sources)
+                _PLANS.remember(key, _UnalignedPlan(plan, out_dtype, p["lead"], p["n_out"], width, sources, aligns,
+                                                    pads))
     return out if saved is None else (out, saved)
 
 
@@ -221,8 +343,11 @@ def _matmul_fused_fake(a, b, bias, c, alpha, beta, alpha_t, beta_t, activation, 
     if b.dim() != 2 or a.shape[-1] != kb:
         raise ValueError(f"matmul_fused: A [..., K] and B ({layout}) must agree in K, got {tuple(a.shape)} and "
                          f"{tuple(b.shape)}")
-    y = a.new_empty((*a.shape[:-1], n), dtype=out_dtype)
-    return [y, a.new_empty(y.shape, dtype=a.dtype)] if save_pre and activation != "none" else [y]
+    width = _out_width(n, n)
+    y = _ua.padded_empty(tuple(a.shape[:-1]), n, width, out_dtype, a.device)
+    if save_pre and activation != "none":
+        return [y, _ua.padded_empty(tuple(a.shape[:-1]), n, width, a.dtype, a.device)]
+    return [y]
 
 
 def _matmul_fused_setup(ctx, inputs, output):
@@ -268,10 +393,13 @@ def _matmul_fused_expr_fake(a, b, epilogue, tensor_names, tensors, scalar_names,
                             precision):
     n = b.shape[0] if layout == "nk" else b.shape[1]
     expr = _epi.parse(epilogue)
-    n = n // 2 if _epi.is_paired(expr) else n  # a paired epilogue (gate, up) writes N / 2 columns
+    n_out = n // 2 if _epi.is_paired(expr) else n  # a paired epilogue (gate, up) writes N / 2 columns
     save = _epi.saved_node(expr)
-    out = a.new_empty((*a.shape[:-1], n), dtype=out_dtype)
-    return [out] if save is None else [out, a.new_empty(out.shape, dtype=_epi.TORCH_DTYPES[save.attrs[0]])]
+    lead, width = tuple(a.shape[:-1]), _out_width(n, n_out)
+    out = _ua.padded_empty(lead, n_out, width, out_dtype, a.device)
+    if save is None:
+        return [out]
+    return [out, _ua.padded_empty(lead, n_out, width, _epi.TORCH_DTYPES[save.attrs[0]], a.device)]
 
 
 def matmul_fused_via_op(a, b, bias, layout, alpha, beta, c, activation, epilogue, operands, out_dtype, out,

@@ -9,9 +9,11 @@ with Kp = 16 / element_bytes (16 for the 8-bit weights preshuffle accepts),
 lane's 16-byte load is one MMA operand pack (two on CDNA3 and sm_90).
 
 A preshuffled weight is a `PreshuffledWeight`: the shuffled tensor plus its layout tag. Kernels accept
-only that, so an unshuffled tensor can never be read as a shuffled one. preshuffle takes only dtypes and
-shapes gemm_a8 can read (float8_e4m3fn, float8_e4m3fnuz, int8; N and K positive multiples of 16); which fp8
-variant an arch reads is checked at the gemm_a8 call.
+only that, so an unshuffled tensor can never be read as a shuffled one. preshuffle takes only dtypes gemm_a8
+can read (float8_e4m3fn, float8_e4m3fnuz, int8) and any N, K >= 1: a weight whose N or K is not a multiple
+of 16 is zero-padded once, here, to Np = ceil16(N) rows and Kp = ceil16(K) columns (zero rows and columns add
+nothing to any dot product); `data` is the padded [Np, Kp] tensor the kernels read, `shape` the true [N, K], and
+unshuffle returns the original [N, K] bits. Which fp8 variant an arch reads is checked at the gemm_a8 call.
 """
 from __future__ import annotations
 
@@ -35,23 +37,26 @@ CALL_PLANS_PER_WEIGHT = 64  # distinct (M, dtypes, ...) signatures gemm_a8 remem
 
 
 class PreshuffledWeight:
-    """A weight [N, K] stored in a tagged preshuffled layout. `data` has shape [N, K] but its bytes are
-    permuted; use `unshuffle` to get the nn.Linear layout back."""
+    """A weight [N, K] stored in a tagged preshuffled layout. `data` is the stored tensor the kernels read:
+    [Np, Kp] = [N, K] rounded up to multiples of 16 (zero padding; the same shape when N and K are multiples
+    of 16), its bytes permuted; `shape` is the true [N, K]; use `unshuffle` to get the nn.Linear layout back.
+    n, k: the true N and K (default: data's shape, i.e. no padding)."""
 
-    __slots__ = ("_data", "_layout", "call_plans")
+    __slots__ = ("_data", "_layout", "_n", "_k", "call_plans")
 
-    def __init__(self, data: torch.Tensor, layout: str = LAYOUT_16x16):
+    def __init__(self, data: torch.Tensor, layout: str = LAYOUT_16x16, n: int | None = None, k: int | None = None):
         if layout != LAYOUT_16x16:
             raise ValueError(f"unknown preshuffle layout {layout!r}; expected {LAYOUT_16x16!r}")
         self._data = data
         self._layout = layout
+        self._n, self._k = _true_shape(data, n, k)
         # gemm_a8's checked launch plans for this weight, keyed by the other arguments' metadata (the eager
         # fast path, gemm_a8.py). Lives and dies with the weight; replacing `data` or `layout` clears it.
         self.call_plans = PlanCache(CALL_PLANS_PER_WEIGHT)
 
     def __reduce__(self):
-        # pickle / copy / deepcopy carry the weight and its tag, not the launch plans (device handles)
-        return PreshuffledWeight, (self._data, self._layout)
+        # pickle / copy / deepcopy carry the weight, its tag and true shape, not the launch plans (device handles)
+        return PreshuffledWeight, (self._data, self._layout, self._n, self._k)
 
     @property
     def data(self) -> torch.Tensor:
@@ -59,6 +64,9 @@ class PreshuffledWeight:
 
     @data.setter
     def data(self, value: torch.Tensor) -> None:
+        # the same stored shape keeps the true [N, K]; another shape is unpadded
+        n, k = (self._n, self._k) if tuple(value.shape) == tuple(self._data.shape) else (None, None)
+        self._n, self._k = _true_shape(value, n, k)
         self._data = value
         self.call_plans = PlanCache(CALL_PLANS_PER_WEIGHT)
 
@@ -71,7 +79,9 @@ class PreshuffledWeight:
         self._layout = value
         self.call_plans = PlanCache(CALL_PLANS_PER_WEIGHT)
 
-    shape = property(lambda self: self.data.shape)
+    # the true [N, K]
+    shape = property(lambda self: self.data.shape if self._n is None else torch.Size((self._n, self._k)))
+    padded_shape = property(lambda self: self.data.shape)  # the stored [Np, Kp] the kernels read
     dtype = property(lambda self: self.data.dtype)
     device = property(lambda self: self.data.device)
 
@@ -80,7 +90,7 @@ class PreshuffledWeight:
         if moved.dtype != self.data.dtype:
             raise TypeError(f"a preshuffled weight keeps its dtype ({self.data.dtype}); converting to {moved.dtype} "
                             "would reinterpret the layout: unshuffle, convert, preshuffle again")
-        return PreshuffledWeight(moved.contiguous(), self.layout)
+        return PreshuffledWeight(moved.contiguous(), self.layout, self._n, self._k)
 
     def cuda(self, device=None) -> "PreshuffledWeight":
         return self.to(torch.device("cuda") if device is None else device)
@@ -89,14 +99,38 @@ class PreshuffledWeight:
         return self.to("cpu")
 
     def __repr__(self) -> str:
-        n, k = self.data.shape
-        return f"PreshuffledWeight(N={n}, K={k}, dtype={self.data.dtype}, device={self.data.device}, layout={self.layout!r})"
+        n, k = self.shape
+        pad = "" if tuple(self.data.shape) == (n, k) else f", stored as {list(self.data.shape)} (zero-padded)"
+        return f"PreshuffledWeight(N={n}, K={k}{pad}, dtype={self.data.dtype}, device={self.data.device}, layout={self.layout!r})"
+
+
+def _true_shape(data, n, k) -> tuple[int, int]:
+    """The true [N, K] of a stored [Np, Kp] weight: n, k (given) or data's shape; padding is what preshuffle
+    makes: each of N, K at most 15 short of a stored extent that is a multiple of 16."""
+    if not isinstance(data, torch.Tensor) or data.dim() != 2:
+        if n is None and k is None:
+            return None, None  # not a weight: the checks of the op it is passed to say what is wrong
+        shape = tuple(data.shape) if isinstance(data, torch.Tensor) else type(data).__name__
+        raise ValueError(f"PreshuffledWeight: data must be a 2-D tensor [N, K], got {shape}")
+    np_, kp = data.shape
+    n = np_ if n is None else int(n)
+    k = kp if k is None else int(k)
+    for true, stored, what in ((n, np_, "N"), (k, kp, "K")):
+        if (true, stored) != (stored, stored) and not (0 < true <= stored and stored % 16 == 0 and stored - true < 16):
+            raise ValueError(f"PreshuffledWeight: true {what}={true} does not fit the stored {what}={stored} (padding "
+                             "rounds up to the next multiple of 16)")
+    return n, k
+
+
+def _round16(x: int) -> int:
+    return -(-x // 16) * 16
 
 
 def preshuffle(w: torch.Tensor) -> PreshuffledWeight:
     """[N, K] weight (nn.Linear layout) -> PreshuffledWeight in the (16,16) layout. Bit-exact, any device.
 
-    w: float8_e4m3fn, float8_e4m3fnuz or int8, N and K positive multiples of 16 (gemm_a8's shape rule)."""
+    w: float8_e4m3fn, float8_e4m3fnuz or int8, any N, K >= 1. N and K not multiples of 16 are zero-padded
+    here, once, to the next multiples of 16 (`data` is [Np, Kp]; `shape` stays [N, K]; unshuffle undoes it)."""
     if isinstance(w, PreshuffledWeight):
         raise TypeError("preshuffle: the weight is already preshuffled")
     if not isinstance(w, torch.Tensor):
@@ -107,17 +141,21 @@ def preshuffle(w: torch.Tensor) -> PreshuffledWeight:
     if w.dim() != 2:
         raise ValueError(f"preshuffle: expected a 2-D weight [N, K], got shape {tuple(w.shape)}")
     n, k = w.shape
-    if n == 0 or k == 0 or n % _BLOCK_N or k % _CHUNK_BYTES:
-        raise ValueError(f"preshuffle: the weight [N, K] needs N and K positive multiples of 16 (N % 16 == 0 and "
-                         f"K % 16 == 0, as gemm_a8 reads them), got N={n}, K={k}")
+    if n == 0 or k == 0:
+        raise ValueError(f"preshuffle: the weight [N, K] must have N >= 1 and K >= 1, got N={n}, K={k}")
+    np_, kpad = _round16(n), _round16(k)
     kp = _CHUNK_BYTES  # 16 one-byte elements per chunk
     raw = w.contiguous().view(torch.uint8)
-    shuffled = raw.reshape(n // _BLOCK_N, _BLOCK_N, k // kp, kp).permute(0, 2, 1, 3).contiguous().reshape(n, k)
-    return PreshuffledWeight(shuffled.view(w.dtype))
+    if (np_, kpad) != (n, k):  # zero rows / columns: the bytes 0 are +0 in every 8-bit format read here
+        padded = torch.zeros((np_, kpad), dtype=torch.uint8, device=w.device)
+        padded[:n, :k] = raw
+        raw = padded
+    shuffled = raw.reshape(np_ // _BLOCK_N, _BLOCK_N, kpad // kp, kp).permute(0, 2, 1, 3).contiguous()
+    return PreshuffledWeight(shuffled.reshape(np_, kpad).view(w.dtype), LAYOUT_16x16, n, k)
 
 
 def unshuffle(wq: PreshuffledWeight) -> torch.Tensor:
-    """Inverse of preshuffle: back to the [N, K] nn.Linear layout, bit for bit."""
+    """Inverse of preshuffle: back to the true [N, K] nn.Linear layout (padding dropped), bit for bit."""
     if not isinstance(wq, PreshuffledWeight):
         raise TypeError(f"unshuffle: expected a PreshuffledWeight, got {type(wq).__name__}")
     d = wq.data
@@ -125,4 +163,7 @@ def unshuffle(wq: PreshuffledWeight) -> torch.Tensor:
     kp = _chunk_elems(d.dtype)
     raw = d.view(torch.uint8) if d.element_size() == 1 else d
     out = raw.reshape(n // _BLOCK_N, k // kp, _BLOCK_N, kp).permute(0, 2, 1, 3).contiguous().reshape(n, k)
+    tn, tk = wq.shape
+    if (tn, tk) != (n, k):
+        out = out[:tn, :tk].contiguous()
     return out.view(d.dtype) if d.element_size() == 1 else out

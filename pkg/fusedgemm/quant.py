@@ -34,7 +34,7 @@ import torch
 from .checks import FP8_DTYPE_FOR_ARCH
 from .epilogue.presets import did_you_mean
 from .runtime import kernels
-from .runtime.device import current_device_index, current_raw_stream, device_guard
+from .runtime.device import current_device_index, current_raw_stream, device_guard, emulated_arch
 
 QMAX = {torch.float8_e4m3fn: 448.0, torch.float8_e4m3fnuz: 240.0, torch.int8: 127.0}
 MIN_SCALE = 2.0 ** -126  # kQuantMinScale: the smallest normal fp32
@@ -58,7 +58,8 @@ def resolve_dtype(dtype, device: torch.device | None = None, op: str = "quantize
     if name == "fp8":
         if device is not None and device.type == "cuda":
             return _fp8_of_device(device.index if device.index is not None else torch.cuda.current_device())
-        return torch.float8_e4m3fn
+        emulated = emulated_arch() if device is None or device.type == "cpu" else None  # (CPU: inside emulate())
+        return torch.float8_e4m3fn if emulated is None else FP8_DTYPE_FOR_ARCH[emulated]
     hint = did_you_mean(dtype, ("fp8", "int8")) if isinstance(dtype, str) else ""
     raise ValueError(f"{op}: dtype must be 'fp8', 'int8' or a torch 8-bit dtype, got {dtype!r}{hint}")
 
@@ -193,12 +194,15 @@ def _quantize_rows_gpu(x2: torch.Tensor, qdtype: torch.dtype) -> tuple[torch.Ten
 
 
 def quantize_rows_forward(x: torch.Tensor, qdtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """The op's implementation: the kernel for GPU tensors, the torch path for CPU ones."""
+    """The op's implementation: the kernel for GPU tensors, the torch path for CPU ones (the emulated kernel inside
+    fusedgemm.testing.emulate)."""
     x2 = _rows(x, "quantize_rows")
     if x2.device.type == "cuda":
         return _quantize_rows_gpu(x2, qdtype)
     if x2.device.type != "cpu":
         raise ValueError(f"quantize_rows: x must be on a GPU or the CPU, got {x2.device}")
+    if emulated_arch() is not None:
+        return _quantize_rows_gpu(x2, qdtype)
     return quantize_rows_torch(x2, qdtype)
 
 

@@ -16,10 +16,14 @@ from .epilogue.presets import parse_name as parse_epilogue
 
 
 def gemm_reference(a2: torch.Tensor, b_nk: torch.Tensor, expr, operands: dict | None = None, *,
-                   compute_dtype: torch.dtype = torch.float64):
+                   compute_dtype: torch.dtype = torch.float64, blocks=None):
     """-> (expr over acc = a2 [M, K] @ b_nk [N, K].T, its save(...) output or None), float64 values on a2's
     device. compute_dtype float64: exact products of 8- and 16-bit inputs (fp8 / int8 upcast), fp32 inputs to
-    float64 precision; float32: torch's exact-fp32 matmul ('highest') and the epilogue in fp32."""
+    float64 precision; float32: torch's exact-fp32 matmul ('highest') and the epilogue in fp32.
+    blocks: gemm_a8's block scales (blockscale.BlockScales): acc is then the block-scaled sum (block_scaled_acc)."""
+    if blocks is not None:
+        acc = block_scaled_acc(a2, b_nk, blocks.a, blocks.b, compute_dtype=compute_dtype)
+        return evaluate_outputs(expr, acc, operands, compute_dtype=compute_dtype, device=acc.device)
     prev = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
     try:
@@ -74,6 +78,72 @@ def gemm_a8_reference(a: torch.Tensor, b: torch.Tensor, bias=None, *, scale_a=No
     if bias is not None:
         y = y + bias.detach().cpu().to(torch.float64)[None, :]
     y = activation_f64(y, act)
+    return y if unrounded else y.to(out_dtype)
+
+
+# ---- block-scaled FP8 (blockscale.py states the modes) ---------------------------------------------------------
+_BLOCK = 128
+
+
+def block_scaled_acc(a2: torch.Tensor, b_nk: torch.Tensor, sa_block, sb_block, *,
+                     compute_dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    """acc[m, n] = sum_kb sa[m, kb] * sb[n // 128, kb] * sum_{k in block kb} a[m, k] * b[n, k] (K blocks of 128,
+    the last one ragged), on a2's device; sa_block [M, KB] / sb_block [NB, KB] float32, or None (1)."""
+    a = a2.to(torch.float32).to(compute_dtype)
+    b = b_nk.to(torch.float32).to(compute_dtype)
+    m, k = a.shape
+    n = b.shape[0]
+    acc = torch.zeros((m, n), dtype=compute_dtype, device=a.device)
+    for kb in range(-(-k // _BLOCK)):
+        lo, hi = kb * _BLOCK, min(k, (kb + 1) * _BLOCK)
+        part = a[:, lo:hi] @ b[:, lo:hi].T
+        if sa_block is not None:
+            part = part * sa_block[:, kb].to(device=a.device, dtype=compute_dtype)[:, None]
+        if sb_block is not None:
+            sb = sb_block[:, kb].to(device=a.device, dtype=compute_dtype).repeat_interleave(_BLOCK)[:n]
+            part = part * sb[None, :]
+        acc += part
+    return acc
+
+
+def _expand_scale(scale, rows: int, kb: int, block_rows: int, row_block: int) -> torch.Tensor:
+    """Any scale argument as a float64 [rows, kb] table: None / a number / one value (constant), a vector [rows]
+    ([rows, 1] / [1, rows]; constant along K), or a block table [block_rows, kb] (row r reads block r // row_block)."""
+    if scale is None:
+        return torch.ones(rows, kb, dtype=torch.float64)
+    if isinstance(scale, (int, float)):
+        return torch.full((rows, kb), float(scale), dtype=torch.float64)
+    s = scale.detach().cpu().to(torch.float64)
+    if s.numel() == 1:
+        return s.reshape(1, 1).expand(rows, kb)
+    if s.dim() == 1 or (s.dim() == 2 and (s.shape[0] == 1 or s.shape[1] == 1) and s.numel() == rows):
+        return s.reshape(rows, 1).expand(rows, kb)
+    assert tuple(s.shape) == (block_rows, kb), (tuple(s.shape), block_rows, kb)
+    return s.repeat_interleave(row_block, dim=0)[:rows]
+
+
+def gemm_a8_block_reference(a: torch.Tensor, b: torch.Tensor, bias=None, *, scale_a=None, scale_b=None,
+                            epilogue: str = "none", out_dtype=torch.bfloat16, unrounded: bool = False):
+    """The tests' oracle of block-scaled gemm_a8 (any mix of scale modes), float64, written from the formula
+    independently of the CPU path: y = act(sum_kb SA[m, kb] SB[n, kb] (a_kb . b_kb) + bias), SA / SB each scale
+    expanded to [M, KB] / [N, KB]. a [M, K], b [N, K] (NOT preshuffled). Returns [M, N] out_dtype on the CPU (float64
+    if unrounded)."""
+    _uses_bias, act = parse_epilogue(epilogue)
+    dev = a.device  # float64 on a's device (a GPU's float64 is fast enough for the large test shapes)
+    a64 = a.detach().to(torch.float32).to(torch.float64)
+    b64 = b.detach().to(dev).to(torch.float32).to(torch.float64)
+    m, k = a64.shape
+    n = b64.shape[0]
+    kb = -(-k // _BLOCK)
+    sa = _expand_scale(scale_a, m, kb, m, 1).to(dev)
+    sb = _expand_scale(scale_b, n, kb, -(-n // _BLOCK), _BLOCK).to(dev)
+    y = torch.zeros((m, n), dtype=torch.float64, device=dev)
+    for j in range(kb):  # block j: K values 128 j .. min(K, 128 (j + 1)) - 1
+        cols = slice(j * _BLOCK, min(k, (j + 1) * _BLOCK))
+        y += (a64[:, cols] @ b64[:, cols].T) * sa[:, j, None] * sb[None, :, j]
+    if bias is not None:
+        y = y + bias.detach().to(dev).to(torch.float64)[None, :]
+    y = activation_f64(y, act).cpu()
     return y if unrounded else y.to(out_dtype)
 
 

@@ -27,6 +27,7 @@ from .epilogue.presets import did_you_mean
 from .gemm_a8 import gemm_a8
 from .matmul import matmul_fused
 from .preshuffle import PreshuffledWeight, preshuffle as _preshuffle, unshuffle as _unshuffle
+from .runtime.device import emulated_arch
 from .util import cached_on
 
 ACTIVATIONS = ("silu", "gelu", "gelu_erf", "relu")  # gelu: tanh approximation; gelu_erf: exact (torch's default)
@@ -155,7 +156,7 @@ def swiglu(x: torch.Tensor, w_gate_up, bias: torch.Tensor | None = None, *, acti
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"swiglu: x must be a tensor, got {type(x).__name__}")
     activation = activation.lower() if isinstance(activation, str) else activation  # "SiLU" is silu
-    if x.device.type == "cpu":
+    if x.device.type == "cpu" and emulated_arch() is None:  # (inside fusedgemm.testing.emulate: the kernels)
         merged = deinterleave_gate_up(w_gate_up) if isinstance(w_gate_up, InterleavedGateUp) else w_gate_up
         _check_merged(merged)
         return swiglu_reference(x, merged, bias, activation=activation, exact=exact, out_dtype=out_dtype,

@@ -13,8 +13,9 @@ import warnings
 
 import torch
 
-from .runtime.device import current_device_index, current_raw_stream, device_guard
+from .runtime.device import current_device_index, current_raw_stream, device_guard, emulated_arch
 from .runtime import kernels
+from .runtime.arch import device_arch, vendor_of
 
 _DTYPE_NAME = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 _SMEM_CAP = 48 * 1024  # portable without opting in: the default on NVIDIA, within the 64 KB LDS of gfx942
@@ -186,12 +187,12 @@ def _plan_async(batch: int, m: int, n: int, k: int, broadcast_b: bool, limits: t
                 grid=(grid, 1, 1), k4=k, stages=stages, kc=kc)
 
 
-def _async_ok(dtype_name: str, a_mode: int, b_mode: int, broadcast_b: bool) -> bool:
+def _async_ok(dtype_name: str, a_mode: int, b_mode: int, broadcast_b: bool, arch: str) -> bool:
     """Whether the cp.async kernels can stage these operands: f32, A (and B unless broadcast) in 16-byte quads
-    along their rows. NVIDIA only: on AMD the kernels compile (plain copies) but the register-staged ones are
-    what was designed for CDNA's LDS and not yet compared on a GPU."""
+    along their rows. NVIDIA arches only: on AMD the kernels compile (plain copies) but the register-staged ones
+    are what was designed for CDNA's LDS and not yet compared on a GPU."""
     rows = kernels.BMM_TINY_ALONG_J | kernels.BMM_TINY_VECTOR
-    return (dtype_name == "float32" and torch.version.hip is None and a_mode & rows == rows
+    return (dtype_name == "float32" and vendor_of(arch) == "nvidia" and a_mode & rows == rows
             and (broadcast_b or b_mode & rows == rows))
 
 
@@ -273,7 +274,7 @@ def plan_for(a: torch.Tensor, b3: torch.Tensor, **knobs) -> tuple[dict, int, int
     a_mode = _operand_mode(a.data_ptr(), es, sab, a.stride(1), a.stride(2), m, k)
     b_mode = _operand_mode(b3.data_ptr(), es, sbb, b3.stride(1), b3.stride(2), k, n, sbb == 0)
     dtype_name = _DTYPE_NAME[a.dtype]
-    async_ok = _async_ok(dtype_name, a_mode, b_mode, sbb == 0)
+    async_ok = _async_ok(dtype_name, a_mode, b_mode, sbb == 0, device_arch(a.device.index))
     if knobs.get("async_copy") and not async_ok:
         raise ValueError(f"bmm_tiny: async_copy needs float32 operands in 16-byte rows (modes a={a_mode}, b={b_mode})")
     if "r" not in knobs:  # r picks a register-staged kernel
@@ -360,7 +361,8 @@ def _bmm_tiny_forward(a, b, out=None):
     batch, m, n, k, b3 = _check(a, b, out)  # bad inputs raise here and are never cached
     if out is None:
         out = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
-    if a.device.type == "cpu":  # no kernel: the torch reference, float64 inside, rounded once
+    if a.device.type == "cpu" and emulated_arch() is None:  # no kernel: the torch reference, float64 inside,
+        # rounded once (inside fusedgemm.testing.emulate: the emulated kernel)
         return out.copy_(torch.matmul(a.double(), b3.double()))
     with device_guard(a.device):
         launch_bmm_tiny(a, b3, out)
@@ -457,7 +459,8 @@ def bmm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     global _warned_fallback
     eligible = (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 3 and b.dim() in (2, 3)
                 and a.shape[0] > 1 and max(a.shape[1], a.shape[2], b.shape[-1]) <= kernels.BMM_TINY_MAX_DIM
-                and a.dtype == b.dtype and a.is_cuda and b.device == a.device and not _tiny_gemm_disabled())
+                and a.dtype == b.dtype and (a.is_cuda or emulated_arch() is not None) and b.device == a.device
+                and not _tiny_gemm_disabled())
     if not eligible:
         _check_tensors(a, b, "fusedgemm.bmm")
         return _torch_bmm(a, b)

@@ -24,7 +24,7 @@ import sys
 
 from fusedgemm.plan import cdna_model as cm
 
-CONFIGS = ("portable_16x16_k8", "portable_64x16_k8", "portable_128x128")
+CONFIGS = ("portable_16x16_k8", "portable_64x16_k8", "portable_128x128", "cdna_lds_128x128")
 ARCHES = ("gfx942", "gfx950")
 OUT = {"fp8": "bf16", "int8": "bf16", "bf16": "bf16", "fp16": "fp16", "tf32": "fp32"}
 
@@ -48,11 +48,16 @@ def kernel(arch: str, config: str, kind: str):
 
 def hot_loop(arch: str, config: str, kind: str) -> cm.HotLoop:
     k = kernel(arch, config, kind)
-    steps = cm.tile_configs.CONFIGS[config].steps_in_flight
+    steps, prefetch = cm.loop_shape(arch, config, kind)
     meta = k.metadata
     agprs = int(meta.get(".agpr_count", 0))
     vgprs = k.descriptor.accum_offset if agprs else int(meta.get(".vgpr_count", 0))
-    return cm.analyse(k.instructions, steps=steps, vgprs=vgprs, agprs=agprs, lds_kernel_bytes=k.lds_bytes)
+    return cm.analyse(k.instructions, steps=steps, prefetch=prefetch, vgprs=vgprs, agprs=agprs,
+                      lds_kernel_bytes=k.lds_bytes)
+
+
+def serves(config: str, kind: str) -> bool:
+    return kind in cm.tile_configs.CONFIGS[config].in_kinds
 
 
 def loop_text(arch: str, config: str, kind: str) -> list[str]:
@@ -102,7 +107,7 @@ def main(argv=None) -> int:
     kinds = args.kinds.split(",")
     if args.mca_summary:
         for config in CONFIGS:
-            for kind in kinds:
+            for kind in (k for k in kinds if serves(config, k)):
                 print(f"gfx942 {config:18} {kind:5} {mca_summary(mca('gfx942', config, kind))}")
         return 0
     if not args.table:
@@ -111,7 +116,7 @@ def main(argv=None) -> int:
               f"{'B/MFMA':>6}")
     for arch in ARCHES:
         for config in CONFIGS:
-            for kind in kinds:
+            for kind in (k for k in kinds if serves(config, k)):
                 h = hot_loop(arch, config, kind)
                 if args.table:
                     print(cm.table_row(arch, config, kind, h))

@@ -51,7 +51,15 @@ struct BlockDim {
 static constexpr fg_hip_builtin::ThreadIdx threadIdx{};
 static constexpr fg_hip_builtin::BlockIdx blockIdx{};
 static constexpr fg_hip_builtin::BlockDim blockDim{};
-static __device__ inline void __syncthreads() { __builtin_amdgcn_s_barrier(); }
+// As HIP's own (amd_device_functions.h, __work_group_barrier with __CLK_LOCAL_MEM_FENCE): a workgroup release
+// fence, the barrier, a workgroup acquire fence. The release makes the compiler complete this wave's LDS (and
+// global) writes -- s_waitcnt lgkmcnt(0) -- before s_barrier; a bare s_barrier does not, and the CDNA memory
+// model lets LDS requests of different waves be reordered, so another wave could read the bytes before they land.
+static __device__ inline __attribute__((convergent)) void __syncthreads() {
+  __builtin_amdgcn_fence(__ATOMIC_RELEASE, "workgroup");
+  __builtin_amdgcn_s_barrier();
+  __builtin_amdgcn_fence(__ATOMIC_ACQUIRE, "workgroup");
+}
 #endif
 
 #if defined(FG_HOST)

@@ -137,10 +137,12 @@ FG_DEVICE void store_handed_chunk(const typename Epi::Params& ep, int M, int N, 
   }
 }
 
+// bs: the block scales (Cfg::kBlockScaled only; BlockScaled<Config> in sm90_gemm_common.hpp).
 template <class In, class Epi, class Cfg>
 FG_DEVICE void sm90_gemm_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-major, box 128 B x BM, swizzle 128
                                const sm90::TmaDesc& b_map,  // B (16,16) preshuffled, see above
-                               int M, int N, int K, const typename Epi::Params& ep) {
+                               int M, int N, int K, const typename Epi::Params& ep,
+                               const BlockScaleArgs& bs = BlockScaleArgs{}) {
   using Mma = MmaOf<In, Cfg>;
   using Acc = typename Mma::Acc;
   constexpr int kAcc = Cfg::kAccPerThread;
@@ -280,8 +282,12 @@ FG_DEVICE void sm90_gemm_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-majo
   // struct is never loaded or read, and the compiler drops it: their SASS is unchanged by it).
   SwappedOperands<Epi, Cfg::kSwapAB ? kAcc : 4, Cfg::kSwapAB ? kAccPerMma : 4> swapped_ops;
   if constexpr (Cfg::kSwapAB) swapped_ops.load(ep, M, N, m0, n0, ct);
-  consumer_mainloop<In, Cfg>(acc, 0, kb_count, stage_a, stage_b, full, empty,
-                             sm90::warp_uniform(warp >> 2), lane);
+  if constexpr (Cfg::kBlockScaled)
+    consumer_mainloop<In, Cfg>(acc, 0, kb_count, stage_a, stage_b, full, empty, sm90::warp_uniform(warp >> 2), lane,
+                               block_scale_rows(bs, M, m0 + 64 * (warp >> 2), n0, ct, kb_begin));
+  else
+    consumer_mainloop<In, Cfg>(acc, 0, kb_count, stage_a, stage_b, full, empty,
+                               sm90::warp_uniform(warp >> 2), lane);
   // A pair: done with the peer (its last remote arrive is behind); its wait is at the end, after the stores.
   if constexpr (Cfg::kPairB) sm90::cluster_arrive();
   // ---- epilogue -------------------------------------------------------------------------------------------
@@ -347,6 +353,27 @@ struct Sm90GemmArgs {
   int M, N, K;
   typename Epi::Params ep;
 };
+
+// The argument of a block-scaled entry point (generated units only): Sm90GemmArgs's fields, then the block scales.
+template <class Epi>
+struct Sm90GemmBlockArgs {
+  sm90::TmaDesc a_map;
+  sm90::TmaDesc b_map;
+  int M, N, K;
+  typename Epi::Params ep;
+  BlockScaleArgs bs;
+};
+
+// The kernel body of a block-scaled fp8 entry point: the CTA-per-tile or persistent kernel on BlockScaled<Config>.
+template <class In, class Epi, class Cfg>
+FG_DEVICE void sm90_gemm_block_scaled(const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map, int M, int N, int K,
+                                      const typename Epi::Params& ep, const BlockScaleArgs& bs) {
+  static_assert(Cfg::kBlockScaled && !MmaOf<In, Cfg>::kExactAccumulator, "block scales: fp8 on BlockScaled<Config>");
+  if constexpr (Cfg::kPersistent)
+    sm90_gemm_persistent<In, Epi, Cfg>(a_map, b_map, M, N, K, ep, bs);
+  else
+    sm90_gemm_tiles<In, Epi, Cfg>(a_map, b_map, M, N, K, ep, bs);
+}
 
 // The kernel body of every sm_90a GEMM entry point: a CTA per tile, or persistent CTAs (Cfg::kPersistent).
 template <class In, class Epi, class Cfg>

@@ -64,6 +64,7 @@ struct WgmmaConfig {
   static constexpr int kPair = kPairB ? 2 : 1;  // CTAs whose consumers release each stage
   static constexpr bool kBMnMajor = false;  // B [K, N] (N contiguous): MnMajorB<Config>
   static constexpr bool kSplitTf32 = false;  // two buffers of a stage's small TF32 parts: SplitTf32<Config>
+  static constexpr bool kBlockScaled = false;  // fp8 K blocks promoted times per-block scales: BlockScaled<Config>
   static constexpr int kConsumerWarpgroups = kSwapAB ? 1 : kBlockM / 64;
   static constexpr int kMmaN = kSwapAB ? kBlockM : kBlockN;        // the wgmma's N
   static constexpr int kMmasPerStep = kSwapAB ? kBlockN / 64 : 1;  // per warpgroup and K step of 32
@@ -159,6 +160,41 @@ struct SplitTf32 : Cfg {
                 "F32x3 runs on the CTA-per-tile, one-chain, K-major-B main loop");
 };
 
+// Block-scaled fp8 (gemm_a8's DeepSeek-style scales; pkg/fusedgemm/blockscale.py): each K block's fp32 partial tile
+// (one K block = 128 fp8 values = one scale block) is promoted into the accumulator times sa[m, kb] * sb[n / 128, kb]
+// (consumer_mainloop): scale_a [M, k_blocks] (1 x 128 blocks), scale_b [ceil(N / 128), k_blocks] (128 x 128 blocks),
+// row-major fp32; a null pointer is a scale of 1 (that side's scale, if any, is the epilogue's). Unswapped tiles of
+// N 128 (CTA per tile or persistent): a tile's columns are one block of scale_b, its rows a thread's two
+// accumulator rows.
+template <class Cfg>
+struct BlockScaled : Cfg {
+  static constexpr bool kBlockScaled = true;
+  static_assert(!Cfg::kSwapAB && !Cfg::kTileLoop && !Cfg::kPairB && !Cfg::kBMnMajor && !Cfg::kSplitTf32 &&
+                    Cfg::kBlockN == 128 && Cfg::kBlockK == 128,
+                "block scales: the unswapped CTA-per-tile or persistent kernels, tiles of N 128 (one scale_b block "
+                "per K block), no B-multicast pairs");
+};
+
+// The block scales of a call (kernel argument; Sm90GemmBlockArgs).
+struct BlockScaleArgs {
+  const float* a;  // [M, k_blocks] or null
+  const float* b;  // [ceil(N / 128), k_blocks] or null
+  int k_blocks;    // the row stride of both (ceil(K / 128))
+};
+
+// One consumer thread's block scales: its two accumulator rows' scale_a rows and the tile's scale_b row, each
+// advanced to the CTA's first K block (split-K). scale(i, s): s[h] = sa[row h, kb] * sb[kb] for the CTA's K block i.
+struct BlockScaleRows {
+  const float* a0 = nullptr;  // rows acc_row(t, 0) and + 8; null: outside M or no scale_a
+  const float* a1 = nullptr;
+  const float* b = nullptr;
+  FG_DEVICE void scale(int i, float (&s)[2]) const {
+    const float sb = b != nullptr ? __ldg(b + i) : 1.0f;
+    s[0] = (a0 != nullptr ? __ldg(a0 + i) : 1.0f) * sb;
+    s[1] = (a1 != nullptr ? __ldg(a1 + i) : 1.0f) * sb;
+  }
+};
+
 // The wgmma a config runs for input kind In: its N, and the transpose an MN-major B needs.
 template <class In, class Cfg>
 using MmaOf = sm90::Wgmma<In, Cfg::kMmaN,
@@ -224,6 +260,18 @@ FG_DEVICE int a_box_rows(int M) {
 // warpgroup's 64 x kBlockN tile (the wgmma D fragment layout).
 FG_DEVICE int acc_row(int t, int j) { return 16 * (t >> 5) + ((t & 31) >> 2) + 8 * ((j >> 1) & 1); }
 FG_DEVICE int acc_col(int t, int j) { return 8 * (j >> 2) + 2 * (t & 3) + (j & 1); }
+
+// The scales of consumer thread t of warpgroup rows wg_row0 .. + 63 in the tile at column n0, from K block kb0 on.
+FG_DEVICE BlockScaleRows block_scale_rows(const BlockScaleArgs& bs, int M, int wg_row0, int n0, int t, int kb0) {
+  BlockScaleRows r;
+  const int row0 = wg_row0 + acc_row(t, 0);
+  if (bs.a != nullptr) {
+    if (row0 < M) r.a0 = bs.a + static_cast<i64>(row0) * bs.k_blocks + kb0;
+    if (row0 + 8 < M) r.a1 = bs.a + static_cast<i64>(row0 + 8) * bs.k_blocks + kb0;
+  }
+  if (bs.b != nullptr) r.b = bs.b + static_cast<i64>(n0 / 128) * bs.k_blocks + kb0;
+  return r;
+}
 
 // Element (row, col) of a shared-memory fp32 tile of kWidth-word rows that the consumers write in the fragment layout
 // and other threads read back by rows (the persistent kernel's parked tile, 128 wide; the tile loop's store

@@ -95,10 +95,12 @@ FG_DEVICE void split_tf32_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* s
 
 // The consumer warpgroups' main loop: K blocks i = 0 .. kb_count - 1 of the tile into acc (zeroed by the
 // caller). Block i is the CTA's g0 + i-th: the ring's stage and phase follow that count, so a persistent CTA's
-// tiles continue one sequence.
+// tiles continue one sequence. Cfg::kBlockScaled (fp8): block i's partial tile is promoted times its block scales,
+// scales.scale(i, ...), loaded while its MMAs run.
 template <class In, class Cfg, class Acc, int kAcc>
 FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* stage_a, u8* stage_b,
-                                 sm90::u64* full, sm90::u64* empty, int wg, int lane) {
+                                 sm90::u64* full, sm90::u64* empty, int wg, int lane,
+                                 const BlockScaleRows& scales = BlockScaleRows{}) {
   if constexpr (InTraits<In>::kSplitTf32) {
     split_tf32_mainloop<In, Cfg>(acc, g0, kb_count, stage_a, stage_b, full, empty, wg, lane);
     return;
@@ -155,6 +157,7 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
       if constexpr (Cfg::kPairB) sm90::mbar_arrive_cluster(bar, sm90::cluster_rank() ^ 1u);
     }
   };
+  static_assert(!Cfg::kBlockScaled || !Mma::kExactAccumulator, "block scales: fp8 (a partial tile per K block)");
   if constexpr (Mma::kExactAccumulator) {
     // int8 (int32 sums are exact) and the 16/32-bit kinds (the tensor core keeps fp32 sums): every K block
     // accumulates straight into the result tile and the MMAs of consecutive blocks queue back to back; only
@@ -198,6 +201,13 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
 #pragma unroll
       for (int j = 0; j < kAcc; ++j) acc[j] += p[j];
     };
+    // Block-scaled: the scales of the blocks in part0 / part1, and the promotion times them.
+    float scale0[2], scale1[2];
+    auto promote_scaled = [&](Acc(&p)[kAcc], const float(&sc)[2]) {
+      sm90::fence_regs(p);
+#pragma unroll
+      for (int j = 0; j < kAcc; ++j) acc[j] = fmaf(p[j], sc[(j >> 1) & 1], acc[j]);  // rows acc_row(t, j)
+    };
     // Blocks i .. i + count - 1 (count: an integral_constant), unrolled; nothing is in flight after it.
     auto run_blocks = [&](auto count, int i) {
       constexpr int kCount = decltype(count)::value;
@@ -206,25 +216,41 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
         if (u & 1) {
           sm90::fence_regs(part1);
           issue(i + u, part1, false);
+          if constexpr (Cfg::kBlockScaled) scales.scale(i + u, scale1);
         } else {
           sm90::fence_regs(part0);
           issue(i + u, part0, false);
+          if constexpr (Cfg::kBlockScaled) scales.scale(i + u, scale0);
         }
         if (u > 0) {
           sm90::wgmma_wait<1>();  // block i + u - 1 is complete
           release(i + u - 1);
-          if (u & 1)
-            promote(part0);
-          else
-            promote(part1);
+          if constexpr (Cfg::kBlockScaled) {
+            if (u & 1)
+              promote_scaled(part0, scale0);
+            else
+              promote_scaled(part1, scale1);
+          } else {
+            if (u & 1)
+              promote(part0);
+            else
+              promote(part1);
+          }
         }
       }
       sm90::wgmma_wait<0>();
       release(i + kCount - 1);
-      if ((kCount - 1) & 1)
-        promote(part1);
-      else
-        promote(part0);
+      if constexpr (Cfg::kBlockScaled) {
+        if ((kCount - 1) & 1)
+          promote_scaled(part1, scale1);
+        else
+          promote_scaled(part0, scale0);
+      } else {
+        if ((kCount - 1) & 1)
+          promote(part1);
+        else
+          promote(part0);
+      }
     };
     int i = 0;
     for (; i + kUnroll <= kb_count; i += kUnroll) run_blocks(IntConstant<kUnroll>{}, i);
@@ -253,11 +279,18 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
     for (int i = 0; i < kb_count; ++i) {
       sm90::fence_regs(part);
       issue(i, part, false);
+      float sc[2];  // block-scaled: block i's scales, loaded under its MMAs
+      if constexpr (Cfg::kBlockScaled) scales.scale(i, sc);
       sm90::wgmma_wait<0>();
       sm90::fence_regs(part);
       release(i);
+      if constexpr (Cfg::kBlockScaled) {
 #pragma unroll
-      for (int j = 0; j < kAcc; ++j) acc[j] += part[j];
+        for (int j = 0; j < kAcc; ++j) acc[j] = fmaf(part[j], sc[(j >> 1) & 1], acc[j]);  // rows acc_row(t, j)
+      } else {
+#pragma unroll
+        for (int j = 0; j < kAcc; ++j) acc[j] += part[j];
+      }
     }
   }
 }

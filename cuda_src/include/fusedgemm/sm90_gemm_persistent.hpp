@@ -116,9 +116,10 @@ FG_DEVICE void persistent_tile(int t, int num_n, int num_m, int N, int K, int& m
   }
 }
 
+// bs: the block scales (Cfg::kBlockScaled only; BlockScaled<Config> in sm90_gemm_common.hpp).
 template <class In, class Epi, class Cfg>
 FG_DEVICE void sm90_gemm_persistent(const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map, int M, int N, int K,
-                                    const typename Epi::Params& ep) {
+                                    const typename Epi::Params& ep, const BlockScaleArgs& bs = BlockScaleArgs{}) {
   static_assert(Epi::kRowValues * Cfg::kBlockM + Epi::kColValues * Cfg::kBlockN <= Cfg::kStagedFloats,
                 "the epilogue hoists more row/column values than the persistent config stages");
   using Mma = MmaOf<In, Cfg>;
@@ -281,8 +282,17 @@ FG_DEVICE void sm90_gemm_persistent(const sm90::TmaDesc& a_map, const sm90::TmaD
     Acc acc[kAcc];
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
-    consumer_mainloop<In, Cfg>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty,
-                               sm90::warp_uniform(warp >> 2), lane);
+    if constexpr (Cfg::kBlockScaled) {  // the tile's block scales (recomputed per tile: nothing else stays live)
+      int m_block, n_block;
+      persistent_tile<In, Cfg>(persistent_first<Cfg>() + it * step, num_n, num_m, N, K, m_block, n_block);
+      consumer_mainloop<In, Cfg>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty,
+                                 sm90::warp_uniform(warp >> 2), lane,
+                                 block_scale_rows(bs, M, m_block * Cfg::kBlockM + 64 * (warp >> 2),
+                                                  n_block * Cfg::kBlockN, tid & 127, 0));
+    } else {
+      consumer_mainloop<In, Cfg>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty,
+                                 sm90::warp_uniform(warp >> 2), lane);
+    }
     sm90::mbar_wait(parked_empty, (it & 1) ^ 1);  // the epilogue warps are done with the previous tile
     const int ct = tid & 127;  // thread within its consumer warpgroup
 #pragma unroll

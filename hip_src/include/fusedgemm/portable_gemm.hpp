@@ -24,6 +24,7 @@
 // operands.
 #pragma once
 #include "arch/select.hpp"
+#include "cdna_gemm.hpp"
 #include "epilogue.hpp"
 #include "gemm_configs.hpp"
 
@@ -68,7 +69,7 @@ struct PortableGemmArgs {
 };
 
 template <class In, class Epi, class Cfg>
-FG_DEVICE void portable_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
+FG_DEVICE void portable_gemm_direct_tile(const u8* __restrict__ a,  // [M, K] row-major
                                   const u8* __restrict__ b,  // [N, K] preshuffled (16,16) or row-major (kPreshuffledB)
                                   int M, int N, int K,       // K in elements of In
                                   const typename Epi::Params& ep) {  // the epilogue's operands and outputs
@@ -240,6 +241,22 @@ FG_DEVICE void portable_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
         for (int w = 1; w < Cfg::kWarpsK; ++w) Atom::add(sum, partial[w][tm][tn][lane]);
         store_tile(sum, tm, tn);
       }
+  }
+}
+
+// The entry of every kernel of this family (the ahead-of-time units and the generated ones call it): a
+// CdnaLdsGemmConfig runs the LDS-staged, pipelined CDNA template (cdna_gemm.hpp, gfx942 / gfx950 only), every
+// other config the register-direct one above.
+template <class In, class Epi, class Cfg>
+FG_DEVICE void portable_gemm_tile(const u8* __restrict__ a, const u8* __restrict__ b, int M, int N, int K,
+                                  const typename Epi::Params& ep) {
+#if defined(__gfx942__) || defined(__gfx950__)
+  if constexpr (IsCdnaLdsGemmConfig<Cfg>::value) {
+    cdna_gemm_tile<In, Epi, Cfg>(a, b, M, N, K, ep);
+  } else
+#endif
+  {
+    portable_gemm_direct_tile<In, Epi, Cfg>(a, b, M, N, K, ep);
   }
 }
 

@@ -92,7 +92,7 @@ def bind(expr: ir.Node, operands: dict | None, m: int, n: int, device, op: str =
             if tuple(v.shape) != (m, n):
                 raise ValueError(f"{op}: {what} must be [M={m}, N={n}], got {tuple(v.shape)}")
             _check_on(v, what, device, op)
-            ld = v.stride(0) if m > 1 else n
+            ld = v.stride(0) if m > 1 else n + n % 2  # one row: its stride is never used (kept even)
             if n > 1 and v.stride(1) != 1:
                 raise ValueError(f"{op}: {what} must have unit column stride, got strides {tuple(v.stride())}")
             if ld % 2 or (not _is_fake(v) and v.data_ptr() % (2 * v.element_size())):

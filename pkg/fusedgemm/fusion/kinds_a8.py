@@ -22,6 +22,7 @@ from ..epilogue import evaluate, parse
 from ..nn.linear8 import linear8_forward
 from ..preshuffle import PreshuffledWeight, unshuffle
 from ..reference import gemm_a8_reference
+from ..runtime.device import emulated_arch
 from ..util import cached_on, is_fake
 
 OUT_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32,
@@ -67,7 +68,8 @@ def execute_a8(g, a: list):
         if _is_fake(x):
             return x.new_empty((*x.shape[:-1], a[1].shape[0]))
 
-        return linear8_forward(x, a[1], a[2], a[3], f[0], _wrapper(a[1]) if x.is_cuda else None)
+        kernels = x.is_cuda or emulated_arch() is not None  # (CPU tensors inside fusedgemm.testing.emulate)
+        return linear8_forward(x, a[1], a[2], a[3], f[0], _wrapper(a[1]) if kernels else None)
     w = a[1]
     if family == "gemm_a8":
         epilogue, out = f[0], OUT_DTYPES[f[1]]
@@ -76,14 +78,14 @@ def execute_a8(g, a: list):
             sa, alpha = None, alpha * float(sa)
         if not isinstance(sb, torch.Tensor) and sb is not None:
             sb, alpha = None, alpha * float(sb)
-        if x.device.type == "cpu":  # the float64 reference of the kernel's formula (as Linear8 on the CPU)
+        if x.device.type == "cpu" and emulated_arch() is None:  # the float64 reference of the kernel's formula
 
             sa = alpha if sa is None else sa.double() * alpha
             return gemm_a8_reference(x, _unshuffled(w), a[2], scale_a=sa, scale_b=sb, epilogue=epilogue,
                                      out_dtype=out)
         return torch.ops.fusedgemm.gemm_a8(x, w, a[2], sa, sb, alpha, epilogue, out)
     out, names, text = OUT_DTYPES[f[0]], [n for n in f[1].split(",") if n], f[2]
-    if x.device.type == "cpu":
+    if x.device.type == "cpu" and emulated_arch() is None:
 
         acc = x.double() @ _unshuffled(w).double().t()
         return evaluate(parse(text), acc, dict(zip(names, a[2:])), out_dtype=out).to(out)

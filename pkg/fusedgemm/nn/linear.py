@@ -12,6 +12,7 @@ from ..checks import MATMUL_ACTIVATIONS
 from ..epilogue.evaluate import _UNARY
 from ..epilogue.presets import activation_name
 from ..matmul import matmul_fused
+from ..runtime.device import emulated_arch
 
 
 class FusedLinear(torch.nn.Linear):
@@ -40,7 +41,7 @@ class FusedLinear(torch.nn.Linear):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None, beta: float = 1.0) -> torch.Tensor:
         """act(alpha * x @ W.T + bias + beta * residual); residual: [..., out] like the output, or None."""
-        if x.is_cuda and x.dtype in (torch.bfloat16, torch.float16, torch.float32):
+        if (x.is_cuda or emulated_arch() is not None) and x.dtype in (torch.bfloat16, torch.float16, torch.float32):
             return matmul_fused(x, self.weight, self.bias, alpha=self.alpha, c=residual,
                                 beta=beta if residual is not None else 0.0, activation=self.activation)
         return self._forward_torch(x, residual, beta)

@@ -17,6 +17,7 @@ from ..gemm_a8 import gemm_a8
 from ..preshuffle import PreshuffledWeight, preshuffle, unshuffle
 from ..quant import quantize_rows, quantize_weight, resolve_dtype
 from ..reference import gemm_a8_reference
+from ..runtime.device import emulated_arch
 
 
 def _epilogue_name(activation: str, has_bias: bool) -> str:
@@ -149,7 +150,7 @@ def linear8_forward(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.T
     lead = x.shape[:-1]
     xq, sx = quantize_rows(x, weight.dtype)
     epilogue = _epilogue_name(activation, bias is not None)
-    if x.is_cuda:
+    if x.is_cuda or emulated_arch() is not None:  # (CPU tensors inside fusedgemm.testing.emulate: the kernels)
         if bias is not None and bias.dtype not in (torch.float32, x.dtype):
             bias = bias.float()  # a module cast to another 16-bit type than x's: gemm_a8 takes fp32 too
         y = gemm_a8(xq, PreshuffledWeight(weight) if wq is None else wq, bias, scale_a=sx, scale_b=weight_scale,

@@ -8,6 +8,7 @@ import os
 
 from ..runtime import kernels
 from ..runtime.arch import device_arch
+from ..runtime.build import UNIT_ARCHES
 from . import cdna, sm90, tuned
 
 SPLITS = (1, 2, 4, 8)  # split-K factors = cluster sizes (8 is the portable cluster limit)
@@ -72,7 +73,12 @@ def choose_config(m: int, n: int, k: int, arch: str = "sm_90a", sms: int = 132,
     persistent_ok: the epilogue fits the persistent config's staged values."""
     if _FORCED is not None:
         name, splits = _FORCED
-        return kernels.GEMM_CONFIGS[name], splits
+        cfg = kernels.GEMM_CONFIGS[name]
+        built_for = UNIT_ARCHES.get(cfg.unit)
+        if built_for is not None and arch not in built_for:  # else a compile error deep in the build
+            raise ValueError(f"forced_config({name!r}): that config is built only for {', '.join(built_for)}, "
+                             f"not {arch}")
+        return cfg, splits
     if arch == "sm_90a":
         cfg, splits = sm90.choose(m, n, k, sms, persistent_ok, in_kind)
     else:

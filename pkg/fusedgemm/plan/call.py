@@ -8,6 +8,7 @@ import torch
 
 from ..epilogue.ir import operands as _epi_operands
 from . import plan_for, sm_count
+from ..runtime.arch import vendor_of
 from ..runtime.device import current_raw_stream
 from ..runtime.gemm_spec import MATMUL_IN, OUT_CODEGEN, GemmKernel, config_fits
 from ..runtime.kernels import GEMM_CONFIGS, IN_BYTES
@@ -102,7 +103,8 @@ class CallPlan:
 
     def __init__(self, dev: int, arch: str, in_kind: str, m: int, n: int, k: int, out_dtype: torch.dtype, epi,
                  values: dict, pointers: tuple[str, ...], bias_align: int = 1, lda: int | None = None,
-                 ldb: int | None = None, op: str = "gemm_a8", b_layout: str = "nk"):
+                 ldb: int | None = None, op: str = "gemm_a8", b_layout: str = "nk", ld_out: int | None = None,
+                 block_scaled: bool = False):
         self.dev, self.m, self.n, self.k, self.kind, self.b_layout = dev, m, n, k, in_kind, b_layout
         # Output columns: N / 2 for a paired epilogue (gate, up), whose outputs are [M, N / 2].
         self.n_out = n // 2 if getattr(epi, "pairs", False) else n
@@ -113,7 +115,12 @@ class CallPlan:
         self.a_map = self.b_map = (None, None)  # (address, encoded tensor map): the last one used
         if m == 0 or n == 0:
             return
-        cfg, splits = plan_for(m, n, k, dev, persistent_ok=config_fits(_PERSISTENT, epi), in_kind=in_kind)
+        if block_scaled:  # gemm_a8's block-scaled fp8: its configs (blockscale.py); values carry bs_a, bs_b, ...
+            from ..blockscale import block_plan
+
+            cfg, splits = block_plan(m, n, k, dev, persistent_ok=config_fits(_PERSISTENT, epi))
+        else:
+            cfg, splits = plan_for(m, n, k, dev, persistent_ok=config_fits(_PERSISTENT, epi), in_kind=in_kind)
         if not cfg.serves(in_kind):  # only a forced config gets here
             raise ValueError(f"{op}: config {cfg.name} has no {in_kind} kernels; it serves {', '.join(cfg.in_kinds)}")
         if in_kind in MATMUL_IN and arch == "sm_90a" and not cfg.sm90:  # only a forced config
@@ -130,13 +137,15 @@ class CallPlan:
             grid = (min(grid[0] * grid[1], sm_count(dev) * cfg.min_blocks_per_sm) // cluster[0] * cluster[0], 1, 1)
         if grid[1] > _MAX_GRID_Y:
             raise ValueError(f"{op}: M={m} is too large for one launch (at most {_MAX_GRID_Y * cfg.block_m} rows)")
-        spec = GemmKernel(arch, cfg.name, in_kind, OUT_CODEGEN[str(out_dtype).split(".")[-1]], epi, b_layout)
+        spec = GemmKernel(arch, cfg.name, in_kind, OUT_CODEGEN[str(out_dtype).split(".")[-1]], epi, b_layout,
+                          block_scaled)
         kernel = kernel_for(dev, spec)
         # The packed values after A and B: M, N, K, then the Params fields; `slots` says where each per-call
         # address goes.
         names = [f.split(".", 1)[-1] for f in kernel.signature.flat_names[2:]]  # after A and B
         self.template = kernel.signature.values_in_order(
-            dict(values, M=m, N=n, K=k, ld_out=self.n_out, ld_saved=self.n_out, **{p: 0 for p in pointers}), skip=2)
+            dict(values, M=m, N=n, K=k, ld_out=ld_out or self.n_out, ld_saved=ld_out or self.n_out,
+                 **{p: 0 for p in pointers}), skip=2)  # ld_out: the outputs' row stride (matmul.py, any N)
         self.slots = tuple(names.index(p) for p in pointers)
         self.tma = cfg.sm90
         # B's box: a B-multicast pair's CTAs each copy half of the tile: half of a plain K-major B's rows, half of
@@ -146,8 +155,9 @@ class CallPlan:
         self.b_box_rows = cfg.block_n // (2 if cfg.pair_b and plain else 1)
         self.b_chunks = 4 if cfg.pair_b and not plain else 8
         self.l2 = _TMAP_L2_DECODE if cfg.swap_ab else _TMAP_L2_256B
-        warp = 32 if torch.version.hip is None else 64
-        self.launch = kernel.bind(grid, cluster, cfg.warps * (32 if self.tma else warp), cfg.smem)
+        # threads per warp / wave: the target arch's, not the torch build's (an AMD kernel is 64-lane waves)
+        warp = 64 if vendor_of(arch) == "amd" else 32
+        self.launch = kernel.bind(grid, cluster, cfg.warps * warp, cfg.smem)
 
     def run(self, a_ptr: int, b_ptr: int, *pointers: int) -> None:
         """Launch on the current stream of the plan's device (the caller made it current). 0: no tensor."""

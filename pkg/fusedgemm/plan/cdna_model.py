@@ -228,7 +228,8 @@ def analyse(instrs, *, steps: int = 1, prefetch: int = 0, vgprs: int = 0, agprs:
                    steps, prefetch, vgprs, agprs, lds_kernel_bytes)
 
 
-# The hot loops of today's register-direct template (portable_gemm.hpp), one wave, one iteration, read from the
+# The hot loops of the register-direct template (portable_gemm.hpp) and of the LDS-staged one (cdna_gemm.hpp; the
+# 8-bit kinds only), one wave, one iteration, read from the
 # code objects by `python tools/probes/cdna_hot_loop.py --table` (clang 22.1.8, the package's AMD build; epilogue
 # `none` / `acc`: the loop does not depend on it). tests/test_cdna_model.py re-reads them where the build runs.
 # fmt: (arch, config, kind) -> HotLoop
@@ -268,6 +269,10 @@ gfx950 portable_128x128 int8 v_mfma_i32_16x16x64_i8 8 6 6144 0 0 20 39 0 1 0 8 0
 gfx950 portable_128x128 bf16 v_mfma_f32_16x16x32_bf16 8 6 6144 0 0 20 35 0 1 0 8 0 1 78 0 0
 gfx950 portable_128x128 fp16 v_mfma_f32_16x16x32_f16 8 6 6144 0 0 20 35 0 1 0 8 0 1 78 0 0
 gfx950 portable_128x128 tf32 v_mfma_f32_16x16x4_f32 32 6 6144 0 0 20 35 0 1 0 8 0 1 76 0 0
+gfx942 cdna_lds_128x128 fp8 v_mfma_f32_16x16x32_fp8_fp8 128 16 16384 40 40960 8 60 0 41 2 2 9 4 214 0 32768
+gfx942 cdna_lds_128x128 int8 v_mfma_i32_16x16x32_i8 128 16 16384 40 40960 8 60 0 41 2 2 9 4 214 0 32768
+gfx950 cdna_lds_128x128 fp8 v_mfma_f32_16x16x128_f8f6f4 32 16 16384 40 40960 8 65 0 23 2 2 8 2 218 0 32768
+gfx950 cdna_lds_128x128 int8 v_mfma_i32_16x16x64_i8 64 16 16384 40 40960 8 60 0 35 2 2 7 4 220 0 32768
 """
 
 
@@ -277,8 +282,9 @@ def _load_rows(text: str) -> None:
         arch, config, kind, mnem = f[:4]
         (n_mfma, loads, lbytes, lds_ops, lds_b, salu, valu, smem, wait, bar, br, nop, steps, vg, ag,
          lds_k) = map(int, f[4:])
+        prefetch = loop_shape(arch, config, kind)[1]
         HOT_LOOPS[(arch, config, kind)] = HotLoop(((mnem, n_mfma),), loads, lbytes, 0, 0, lds_ops, lds_b, salu,
-                                                  valu, smem, wait, bar, br, nop, steps, 0, vg, ag, lds_k)
+                                                  valu, smem, wait, bar, br, nop, steps, prefetch, vg, ag, lds_k)
 
 
 def table_row(arch: str, config: str, kind: str, h: HotLoop) -> str:
@@ -313,14 +319,28 @@ class Geometry:
 
 def geometry(config: str) -> Geometry:
     t = tile_configs.CONFIGS[config]
+    if isinstance(t, tile_configs.CdnaTile):
+        return Geometry(config, t.warps_m, t.warps_n, 1, t.tiles_m, t.tiles_n)
     if not isinstance(t, tile_configs.PortableTile):
-        raise ValueError(f"{config} is not a CDNA (portable) config")
+        raise ValueError(f"{config} is not a CDNA (portable or cdna_lds) config")
     return Geometry(config, t.warps_m, t.warps_n, t.warps_k, t.tiles_m, t.tiles_n)
 
 
 def step_bytes(arch: str, kind: str) -> int:
     """Bytes of K one wave's K step covers (the MFMA atom's kChunksPerStep x 16): arch/gfx9*_mfma.hpp."""
     return 128 if (arch, kind) == ("gfx950", "fp8") else 64
+
+
+def loop_shape(arch: str, config: str, kind: str) -> tuple[int, int]:
+    """(K steps one iteration of the config's K loop covers, K steps whose loads are in flight under its MFMAs).
+    The register-direct template: kStepsInFlight steps, each iteration waiting on its own loads (prefetch 0). The
+    LDS-staged one (cdna_gemm.hpp): its loop is unrolled twice (two B register sets), so an iteration is two K blocks
+    of block_k_bytes, and the loads of K block k + 1 run under block k's MFMAs: one K block of prefetch."""
+    t = tile_configs.CONFIGS[config]
+    if isinstance(t, tile_configs.CdnaTile):
+        per_block = t.block_k_bytes // step_bytes(arch, kind)
+        return 2 * per_block, per_block
+    return t.steps_in_flight, 0
 
 
 # ---- the model ---------------------------------------------------------------------------------------------------

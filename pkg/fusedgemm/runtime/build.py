@@ -43,9 +43,10 @@ from .compilers import (CXX_STD, HIP_FLAGS, NVCC_FLAGS, NVRTC_FLAGS, BuildError,
 from .hipify import convert as hip_to_cuda
 
 # Source units: each is one translation unit (hip_src/<unit>.hip, cuda_src/<unit>.cu) = one code object.
-UNITS = ("portable_gemm", "sm90_gemm", "bmm_tiny", "quantize_rows")
-# Units written for one vendor's hardware only (the Hopper wgmma/TMA kernels); the rest build everywhere.
-UNIT_ARCHES = {"sm90_gemm": ("sm_90a",)}
+UNITS = ("portable_gemm", "cdna_gemm", "sm90_gemm", "bmm_tiny", "quantize_rows")
+# Units written for one vendor's hardware only (the Hopper wgmma/TMA kernels, the CDNA LDS-staged kernels); the
+# rest build everywhere.
+UNIT_ARCHES = {"sm90_gemm": ("sm_90a",), "cdna_gemm": ("gfx942", "gfx950")}
 # Names of generated units: they become file and directory names.
 UNIT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]{0,99}\Z")
 KEY_VERSION = b"fusedgemm-build-key-2"

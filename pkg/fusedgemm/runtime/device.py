@@ -24,6 +24,18 @@ current_raw_stream = _raw_stream if _raw_stream is not None else _public_raw_str
 current_device_index = _get_device if _get_device is not None else torch.cuda.current_device
 
 
+# The AMD arch fusedgemm.testing.emulate(arch) emulates while its context is open, else None. Every place that
+# decides "a CPU tensor -> the torch reference, no kernel" asks emulated_arch() first: inside emulate() CPU tensors
+# are the emulated device's (they run the real kernels in the emulator); outside it nothing changes.
+_EMULATED_ARCH: str | None = None
+
+
+def emulated_arch() -> str | None:
+    """The arch CPU tensors run on inside fusedgemm.testing.emulate(arch) (gfx942 / gfx950); None outside it (CPU
+    tensors take the torch reference)."""
+    return _EMULATED_ARCH
+
+
 def device_guard(device: torch.device):
     """Make `device` current for a launch (kernels load per device); free when it already is."""
     return contextlib.nullcontext() if device.index == current_device_index() else torch.cuda.device(device)

@@ -33,6 +33,8 @@ class GemmKernel:
     out: str  # codegen output type: bf16 fp16 fp32 fp8e4m3fn fp8e4m3fnuz
     epilogue: codegen.EpilogueSpec
     b_layout: str = "nk"  # "kn": B [K, N], N contiguous (matmul_fused, 16-bit kinds on sm_90a: MnMajorB<Config>)
+    # gemm_a8's block-scaled fp8 (blockscale.py): BlockScaled<Config>, Sm90GemmBlockArgs; always a generated unit
+    block_scaled: bool = False
 
     @property
     def cfg(self) -> kernels.TileConfig:
@@ -41,7 +43,7 @@ class GemmKernel:
     @property
     def preset(self) -> str | None:
         """The activation of the preset kernel that serves this spec ahead of time, or None (generated)."""
-        if self.in_kind in MATMUL_IN or self.out not in ("bf16", "fp16"):
+        if self.in_kind in MATMUL_IN or self.out not in ("bf16", "fp16") or self.block_scaled:
             return None
         return _preset_of(self.epilogue)
 
@@ -53,7 +55,7 @@ class GemmKernel:
         if self.in_kind in MATMUL_IN:  # matmul_fused's: "matmul_" ("matmul_sm90_" on the sm_90a template)
             return (f"matmul{'_sm90' if self.cfg.sm90 else ''}_{self.in_kind}{self._kn}_{_OUT_SHORT[self.out]}_"
                     f"{self.config}_e{self.epilogue.key}")
-        return f"{self.cfg.unit}_{self.in_kind}_{_OUT_SHORT[self.out]}_{self.config}_e{self.epilogue.key}"
+        return f"{self.cfg.unit}_{self.in_kind}_{_OUT_SHORT[self.out]}_{self.config}{self._bs}_e{self.epilogue.key}"
 
     @property
     def kernel_name(self) -> str:
@@ -62,15 +64,20 @@ class GemmKernel:
                                                self.preset, self.config)
         if self.in_kind in MATMUL_IN:
             return f"fg_matmul_{self.in_kind}{self._kn}_{_OUT_SHORT[self.out]}_e{self.epilogue.key}_{self.config}"
-        return f"fg_gemm_a8_{kernels.GEMM_A8_IN[self.in_kind]}_{_OUT_SHORT[self.out]}_e{self.epilogue.key}_{self.config}"
+        return (f"fg_gemm_a8_{kernels.GEMM_A8_IN[self.in_kind]}_{_OUT_SHORT[self.out]}{self._bs}_e{self.epilogue.key}_"
+                f"{self.config}")
 
     @property
     def _kn(self) -> str:
         return "_kn" if self.b_layout == "kn" else ""
 
     @property
+    def _bs(self) -> str:
+        return "_bs" if self.block_scaled else ""
+
+    @property
     def signature(self) -> kernels.Signature:
-        return kernels.gemm_signature(self.cfg.unit, self.epilogue)
+        return kernels.gemm_signature(self.cfg.unit, self.epilogue, self.block_scaled)
 
     def source(self) -> str | None:
         """The generated translation unit (HIP flavoured, like hip_src), or None for a preset kernel."""
@@ -87,15 +94,26 @@ class GemmKernel:
             cfg = f"fg::MnMajorB<{cfg}>"
         args = f"fg::{'Sm90GemmArgs' if sm90 else 'PortableGemmArgs'}<{epi}>"
         m_off, ep_off = kernels.gemm_arg_offsets(self.cfg.unit, self.epilogue)
+        bs_check = ""
+        if self.block_scaled:
+            if not (sm90 and self.in_kind == "fp8" and self.b_layout == "nk"):
+                raise ValueError(f"block-scaled kernels are fp8 on the sm_90a wgmma configs, not {self.arch} "
+                                 f"{self.config} {self.in_kind}")
+            cfg = f"fg::BlockScaled<{cfg}>"
+            args = f"fg::Sm90GemmBlockArgs<{epi}>"
+            bs_type = kernels.gemm_args_type(self.cfg.unit, self.epilogue, True)
+            bs_off = bs_type.offsets[[f for f, _c in bs_type.fields].index("bs_a")]
+            bs_check = f" && __builtin_offsetof({args}, bs) == {bs_off} && sizeof({args}) == {bs_type.size}"
         # NVRTC's front end has no __builtin_offsetof: there the metadata check alone holds the layout.
         layout = (f"#if !defined(__CUDACC_RTC__)\n  static_assert(__builtin_offsetof({args}, M) == {m_off} && "
-                  f"__builtin_offsetof({args}, ep) == {ep_off}, \"argument packing layout\");\n#endif\n")
+                  f"__builtin_offsetof({args}, ep) == {ep_off}{bs_check}, \"argument packing layout\");\n#endif\n")
         if sm90:
             header = "sm90_gemm.hpp"
             entry = (f'extern "C" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocksPerSm)\n'
                      f"{self.kernel_name}(const __grid_constant__ {args} args) {{\n{layout}"
-                     f"  fg::sm90_gemm<{_IN_TYPE[self.in_kind]}, {epi}, {cfg}>(args.a_map, args.b_map, args.M, "
-                     f"args.N, args.K, args.ep);\n}}\n")
+                     f"  fg::{'sm90_gemm_block_scaled' if self.block_scaled else 'sm90_gemm'}<"
+                     f"{_IN_TYPE[self.in_kind]}, {epi}, {cfg}>(args.a_map, args.b_map, args.M, "
+                     f"args.N, args.K, args.ep{', args.bs' if self.block_scaled else ''});\n}}\n")
             guard = ("#if defined(FG_NVIDIA)\n", "#endif\n")
         else:
             header = "portable_gemm.hpp"

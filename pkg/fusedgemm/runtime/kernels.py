@@ -111,10 +111,10 @@ def epilogue_params_type(epi_spec) -> StructType:
     return StructType(tuple(fields), tuple(offsets), size)
 
 
-def gemm_args_type(unit: str, epi_spec) -> StructType:
+def gemm_args_type(unit: str, epi_spec, block_scaled: bool = False) -> StructType:
     """The one argument of a GEMM kernel, gemm_a8's or matmul_fused's (PortableGemmArgs / Sm90GemmArgs): A, B
     (pointers; the sm_90a template: TMA tensor maps), M, N, K, then the epilogue's Params fields, each at its natural
-    alignment."""
+    alignment. block_scaled (Sm90GemmBlockArgs): then the block scales, bs_a, bs_b (pointers) and bs_k_blocks."""
     ab = (("a_map", "tmap"), ("b_map", "tmap")) if unit == "sm90_gemm" else (("a", "ptr"), ("b", "ptr"))
     fields, offsets, pos = [], [], 0
     for name, ctype in (*ab, ("M", "i32"), ("N", "i32"), ("K", "i32")):
@@ -127,8 +127,14 @@ def gemm_args_type(unit: str, epi_spec) -> StructType:
     base = -(-pos // ep.align) * ep.align
     fields += ep.fields
     offsets += [base + o for o in ep.offsets]
+    end = base + ep.size
+    if block_scaled:  # BlockScaleArgs {const float* a, * b; int k_blocks;} (8-aligned, 24 bytes)
+        pos = -(-end // 8) * 8
+        fields += [("bs_a", "ptr"), ("bs_b", "ptr"), ("bs_k_blocks", "i32")]
+        offsets += [pos, pos + 8, pos + 16]
+        end = pos + 24
     align = max(ep.align, 64 if unit == "sm90_gemm" else 8)
-    return StructType(tuple(fields), tuple(offsets), -(-(base + ep.size) // align) * align, align)
+    return StructType(tuple(fields), tuple(offsets), -(-end // align) * align, align)
 
 
 def gemm_arg_offsets(unit: str, epi_spec) -> tuple[int, int]:
@@ -138,8 +144,8 @@ def gemm_arg_offsets(unit: str, epi_spec) -> tuple[int, int]:
     return args.offsets[names.index("M")], args.offsets[names.index("out")]
 
 
-def gemm_signature(unit: str, epi_spec) -> Signature:
-    return Signature((("args", gemm_args_type(unit, epi_spec)),))
+def gemm_signature(unit: str, epi_spec, block_scaled: bool = False) -> Signature:
+    return Signature((("args", gemm_args_type(unit, epi_spec, block_scaled)),))
 
 
 GEMM_A8_IN = {"fp8": "fp8", "int8": "i8"}  # gemm_a8's kinds -> their kernel-name part
@@ -223,14 +229,13 @@ def _sm90_config(name: str, t: tile_configs.Sm90Tile) -> TileConfig:
 
 
 def _config(name: str, t) -> TileConfig:
-    if isinstance(t, tile_configs.PortableTile):
+    if isinstance(t, (tile_configs.PortableTile, tile_configs.CdnaTile)):  # CDNA: static LDS, no dynamic shared memory
         return TileConfig(name, t.block_m, t.block_n, t.warps, t.unit, in_kinds=t.in_kinds)
     return _sm90_config(name, t)
 
 
 # Every tile config of both templates, by name (the table: runtime/tile_configs.py).
 GEMM_CONFIGS = {name: _config(name, t) for name, t in tile_configs.CONFIGS.items()}
-GEMM_A8_CONFIGS = GEMM_CONFIGS  # former name, kept while callers outside runtime/ and plan/ move to GEMM_CONFIGS
 
 
 def gemm_a8_kernel_name(in_kind: str, out_dtype: str, act: str, config: str) -> str:

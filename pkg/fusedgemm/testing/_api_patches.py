@@ -17,22 +17,11 @@ def _mod(name):
 
 
 def patches(arch: str) -> list[tuple[object, str, object]]:
-    import torch
-
     out = []
-    if torch.version.hip is None:
-        # the launch plans read the wave size off the torch build (plan/call.py: 32 unless ROCm): an AMD device
-        # runs 64-lane waves, and a GEMM launched with half its waves computes half of K
-        out.append((torch.version, "hip", "emulated"))
-    checks = _mod("fusedgemm.checks")
-    if checks is not None and hasattr(checks, "arch_of"):
-        real = checks.arch_of
-
-        def arch_of(op, device, arch_=None):
-            if arch_ is None and getattr(device, "type", None) == "cpu":
-                return arch
-            return real(op, device, arch_)
-        out.append((checks, "arch_of", arch_of))
+    # the one hook the package consults wherever it decides "CPU tensor -> the torch reference" (checks.arch_of,
+    # quantize_rows, swiglu, bmm_tiny, the fusion pass): inside the context CPU tensors are the emulated device's
+    device = _mod("fusedgemm.runtime.device")
+    out.append((device, "_EMULATED_ARCH", arch))
     for name in ("fusedgemm.plan", "fusedgemm.runtime.launch", "fusedgemm.quant", "fusedgemm.tiny_bmm"):
         m = _mod(name)
         if m is not None:
@@ -56,12 +45,15 @@ def patches(arch: str) -> list[tuple[object, str, object]]:
         out.append((m, "device_guard", lambda _d: contextlib.nullcontext()))
     # launch caches: fresh inside the context (a kernel loaded there is bound to the emulated device), the old
     # ones back on exit; plans a call would leave on a weight are not left (gemm_a8._remember)
+    # (matmul_fused's fast-path plans are keyed by device index, -1 for every CPU tensor: without a fresh cache a
+    # plan made for one emulated arch would serve another context, or a CPU call after the context)
     for name, attrs in (("fusedgemm.plan.call", ("_KERNELS",)), ("fusedgemm.tiny_bmm", ("_FAST", "_LAUNCHES")),
-                        ("fusedgemm.quant", ("_LAUNCHES",))):
+                        ("fusedgemm.quant", ("_LAUNCHES",)), ("fusedgemm.matmul", ("_PLANS",))):
         m = _mod(name)
         for attr in attrs:
-            if m is not None and isinstance(getattr(m, attr, None), dict):
-                out.append((m, attr, {}))
+            old = getattr(m, attr, None) if m is not None else None
+            if isinstance(old, dict):
+                out.append((m, attr, type(old)(old.limit) if hasattr(old, "limit") else {}))
     for name in ("fusedgemm.gemm_a8", "fusedgemm.matmul"):
         m = _mod(name)
         if m is not None and hasattr(m, "_remember"):

@@ -3,7 +3,8 @@ real code objects the package builds, on CPU tensors, with waitcnt / LDS-race ha
 
     codeobjects   the one place code objects and kernel specs come from (the package's build API)
     loader        ELF, kernel descriptor, metadata; the listing decoded and proven to be the object
-    isa, isa_scalar, isa_mem   instruction semantics compiled to closures (VALU; SALU / SOPP; memory, MFMA dispatch)
+    isa_regs, isa_valu, isa_valu_ops, isa_valu_special, isa_scalar, isa_mem
+                               instruction semantics compiled to closures (operands; VALU; SALU / SOPP; memory, MFMA)
     mfma, numerics             v_mfma_* semantics and the fp8 / bf16 / f16 conversions
     machine       launches: workgroups, waves, barriers, LDS, hazards;  memory: registered buffers
     hip           an emulated hip-python backend for runtime/launch.py (fusedgemm.testing.emulate)

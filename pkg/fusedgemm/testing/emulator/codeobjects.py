@@ -1,5 +1,5 @@
 """The one place the emulator asks the package for code objects (runtime/build.py, runtime/kernels.py,
-runtime/gemm_a8_spec.py). A rename of a unit, a spec module or a kernel name is fixed here and nowhere else."""
+runtime/gemm_spec.py). A rename of a unit, a spec module or a kernel name is fixed here and nowhere else."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -34,21 +34,16 @@ def cache_root() -> Path:
 
 
 def _spec_module():
-    """The module of the GEMM kernel specs (runtime/gemm_spec.py; runtime/gemm_a8_spec.py before the rename)."""
-    import importlib
+    """The module of the GEMM kernel specs."""
+    from ...runtime import gemm_spec
 
-    for name in ("gemm_spec", "gemm_a8_spec"):
-        try:
-            return importlib.import_module(f"fusedgemm.runtime.{name}")
-        except ModuleNotFoundError:
-            continue
-    raise ImportError("fusedgemm.runtime has neither gemm_spec nor gemm_a8_spec")
+    return gemm_spec
 
 
 def _configs() -> dict:
     from ...runtime import kernels
 
-    return getattr(kernels, "GEMM_CONFIGS", None) or kernels.GEMM_A8_CONFIGS
+    return kernels.GEMM_CONFIGS
 
 
 def gemm_a8_kernel(arch: str, config: str, in_kind: str, out: str, act: str):
@@ -61,8 +56,7 @@ def gemm_a8_kernel(arch: str, config: str, in_kind: str, out: str, act: str):
 def gemm_a8_expression_kernel(arch: str, config: str, in_kind: str, out: str, epi_spec):
     """A generated gemm_a8 / matmul_fused kernel of an EpilogueSpec: (unit, kernel name, Signature, source)."""
     mod = _spec_module()
-    cls = getattr(mod, "GemmKernel", None) or mod.GemmA8Kernel
-    k = cls(arch, config, in_kind, out, epi_spec)
+    k = mod.GemmKernel(arch, config, in_kind, out, epi_spec)
     return k.unit, k.kernel_name, k.signature, k.source()
 
 

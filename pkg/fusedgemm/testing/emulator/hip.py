@@ -151,6 +151,14 @@ def _read_extra(extra: int) -> bytes:
     return ctypes.string_at(buf, size)
 
 
+def _is_tensor(o, tensor_type) -> bool:
+    """isinstance that survives gc's dead weakref proxies (left by torch.compile), which raise on any access."""
+    try:
+        return isinstance(o, tensor_type)
+    except ReferenceError:
+        return False
+
+
 def _live_cpu_storages():
     import torch
 
@@ -159,7 +167,7 @@ def _live_cpu_storages():
     seen = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        objs = [o for o in gc.get_objects() if isinstance(o, torch.Tensor)]
+        objs = [o for o in gc.get_objects() if _is_tensor(o, torch.Tensor)]
     for o in objs:
         try:
             if o.device.type != "cpu":

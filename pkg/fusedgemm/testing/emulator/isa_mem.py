@@ -12,7 +12,7 @@ import re
 import numpy as np
 
 from .errors import EmulatorError, MemoryFault, UnknownInstruction
-from .isa import parse_mods, scalar_reader, vreg
+from .isa_regs import parse_mods, scalar_reader, vreg
 from .operands import Reg, const_bits, need, parse_reg
 from .wave import POISON, SPOISON, Pending
 

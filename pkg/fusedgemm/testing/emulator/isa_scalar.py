@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from .errors import UnknownInstruction
-from .isa import scalar_reader, scalar_writer
+from .isa_regs import scalar_reader, scalar_writer
 from .operands import need
 
 M32 = 0xFFFFFFFF

@@ -16,9 +16,10 @@ import time
 import numpy as np
 
 from .errors import EmulatorError, HazardError, LaunchError, UnknownInstruction
-from .isa import Ctx, compile_valu
 from .isa_mem import compile_memory_or_mfma
+from .isa_regs import Ctx
 from .isa_scalar import compile_misc_scalar, compile_salu, compile_sopp
+from .isa_valu import compile_valu
 from .loader import Kernel
 from .memory import Memory
 from .wave import Wave

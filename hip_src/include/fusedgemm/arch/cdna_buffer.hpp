@@ -1,0 +1,37 @@
+// AMD CDNA3 / CDNA4 (gfx942, gfx950) buffer loads: a 128-bit V# resource descriptor over [base, base + bytes) and
+// 16-byte loads through it (buffer_load_dwordx4 ... offen). The hardware's range check does the masking: a load
+// whose offset is at or past `bytes` returns zeros and touches no memory, so a kernel masks ragged rows by the
+// descriptor's size and a ragged K chunk by an offset past it (kBufferOob), with a v_cndmask rather than a branch.
+// The descriptor must be uniform over the wave (SGPRs): built from kernel arguments and block ids only.
+#pragma once
+#include "../platform.hpp"
+
+namespace fg {
+namespace arch {
+
+typedef unsigned int u32x4 __attribute__((ext_vector_type(4)));
+
+// Word 3 of the V#: DATA_FORMAT = 32 bits (what hipBLASLt / CK use on gfx90a-gfx950 for untyped buffer loads).
+constexpr int kBufferWord3 = 0x00020000;
+// An offset past every descriptor of ours (callers keep `bytes` <= kBufferOob): its loads return zeros. Not
+// 2^31, which the compiler materialises as v_bfrev_b32 (not modelled by the emulator); offset + 16 stays < 2^32.
+constexpr u32 kBufferOob = 0x7ffffff0u;
+
+struct BufferRsrc {
+  __amdgpu_buffer_rsrc_t r;
+};
+
+// bytes: the size of the window; <= kBufferOob.
+FG_DEVICE BufferRsrc make_buffer(const void* base, u32 bytes) {
+  return BufferRsrc{__builtin_amdgcn_make_buffer_rsrc(const_cast<void*>(base), static_cast<short>(0),
+                                                      static_cast<int>(bytes), kBufferWord3)};
+}
+
+// The 16 bytes at byte offset `offset` of the window; zeros where offset >= its size.
+FG_DEVICE Vec16 buffer_load_vec16(const BufferRsrc& rsrc, u32 offset) {
+  const u32x4 v = __builtin_amdgcn_raw_buffer_load_b128(rsrc.r, static_cast<int>(offset), 0, 0);
+  return Vec16{{v[0], v[1], v[2], v[3]}};
+}
+
+}  // namespace arch
+}  // namespace fg

@@ -1,0 +1,267 @@
+// cdna_gemm_tile: C[M, N] = epilogue(A[M, K] . B[N, K]^T) on AMD CDNA3 / CDNA4 (gfx942, gfx950) for gemm_a8's
+// 8-bit kinds (fp8, int8; B PRESHUFFLED in the (16,16) layout of portable_gemm.hpp). The kernel structure of the
+// fast public AMD GEMMs (FlyDSL's preshuffle GEMM, hipBLASLt / CK): A is staged through LDS, B goes from global
+// memory straight to registers, and the K loop is software-pipelined.
+//
+// Block: kWarpsM x kWarpsN waves, each owning kTilesM x kTilesN 16x16 MFMA tiles (cdna_lds_128x128: 1 x 4 waves of
+// 128 x 32, so every wave reads all of A's K block from LDS and B's columns are split between the waves: each byte
+// of A and of B leaves global memory once per block). K advances in blocks of kBlockKBytes = 128 bytes (8 chunks of
+// 16 bytes; 2 MFMA K steps of the gfx942 atoms and of gfx950's int8, 1 of gfx950's fp8 16x16x128).
+//
+//   A  [kBlockM rows x 128 B] per K block, double-buffered in LDS (2 x 16 KB for 128 rows). The block's 256 lanes
+//      load it with coalesced 16-byte buffer loads (8 lanes cover a 128-byte row segment), hold it in registers
+//      across the MFMAs of the current K block, then write it to the other LDS buffer. Each wave then reads its
+//      A fragments from LDS (ds_read_b128): every A byte leaves global memory once per block instead of once per
+//      wave. LDS layout: row r's chunk c sits in slot r * 8 + (c ^ (r % 8)) (an XOR swizzle): the 16
+//      lanes that read one chunk column of 16 consecutive rows hit 8 distinct 16-byte bank groups per 8 lanes,
+//      so the ds_read_b128s are free of bank conflicts.
+//   B  each wave loads its own kTilesN 16-row blocks of the preshuffled B straight into MFMA operand registers:
+//      the (16,16) layout makes lane l's operand one contiguous 16-byte vector (n % 16 = l % 16, chunk by l / 16).
+//      Two register sets alternate (the loop is unrolled by two), so K block k + 1's B is in flight while K
+//      block k's MFMAs run.
+//   Pipeline (one s_barrier per K block):
+//      prologue: load A(0), B(0); write A(0) to LDS[0]; barrier
+//      block k:  issue loads of A(k+1) (registers) and B(k+1) (the other B set);
+//                read A(k) fragments from LDS[k % 2], MFMAs with B(k);
+//                write A(k+1) to LDS[(k+1) % 2]; barrier
+//      The barrier of block k both publishes A(k+1) and tells every wave that LDS[k % 2] is read (block k+1
+//      writes it). The loads of block k+1 run under block k's LDS reads and MFMAs.
+//   Ragged edges: two buffer descriptors per block (arch/cdna_buffer.hpp) sized to the block's rows of A and of
+//      B: rows >= M and 16-row blocks >= N load zeros by the hardware's range check; a K chunk >= K / 16 gets an
+//      out-of-range offset (a select, no branch). K % 16 == 0 (as every gemm_a8 config); any such K runs.
+//   Epilogue: the generated epilogue functor (epilogue.hpp) through the same slot calls as portable_gemm_tile.
+//
+// Requirements (checked on the host, as for every gemm_a8 config): A / B 16-byte aligned, N % 16 == 0,
+// K % 16 == 0; and 128 * K < 2^31 - 16 bytes (the descriptors' windows: K < 16M).
+#pragma once
+#include "arch/select.hpp"
+#include "epilogue.hpp"
+#include "gemm_configs.hpp"
+#if defined(__gfx942__) || defined(__gfx950__)
+#include "arch/cdna_buffer.hpp"
+#endif
+
+namespace fg {
+
+// Tile: a traits struct generated with the config's name into gemm_configs.hpp from runtime/tile_configs.py
+// (CdnaTile).
+template <class Tile>
+struct CdnaLdsGemmConfig {
+  static constexpr int kWarpsM = Tile::kWarpsM;
+  static constexpr int kWarpsN = Tile::kWarpsN;
+  static constexpr int kWarpsK = 1;
+  static constexpr int kWarps = kWarpsM * kWarpsN;
+  static constexpr int kTilesM = Tile::kTilesM;
+  static constexpr int kTilesN = Tile::kTilesN;
+  static constexpr int kWarpTileM = 16 * kTilesM;
+  static constexpr int kWarpTileN = 16 * kTilesN;
+  static constexpr int kBlockM = kWarpsM * kWarpTileM;
+  static constexpr int kBlockN = kWarpsN * kWarpTileN;
+  static constexpr int kBlockKBytes = Tile::kBlockKBytes;
+  static constexpr int kChunksPerBlockK = kBlockKBytes / 16;
+  static constexpr int kThreads = kWarps * 64;
+  static constexpr int kAVecsPerThread = kBlockM * kChunksPerBlockK / kThreads;  // A's 16-byte loads per K block
+  static constexpr int kLdsBytes = 2 * kBlockM * kBlockKBytes;                    // two A buffers
+  static_assert(kChunksPerBlockK == 8, "the LDS swizzle XORs the chunk with row % 8: K blocks of 128 bytes");
+  static_assert(kBlockM * kChunksPerBlockK % kThreads == 0, "A's K block splits evenly over the block's lanes");
+  static_assert(kLdsBytes <= 64 * 1024, "LDS: gfx942 has 64 KB per workgroup");
+};
+
+template <class Cfg>
+struct IsCdnaLdsGemmConfig {
+  static constexpr bool value = false;
+};
+template <class Tile>
+struct IsCdnaLdsGemmConfig<CdnaLdsGemmConfig<Tile>> {
+  static constexpr bool value = true;
+};
+
+#if defined(__gfx942__) || defined(__gfx950__)
+
+template <class In, class Epi, class Cfg>
+FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
+                              const u8* __restrict__ b,  // [N, K] preshuffled (16,16)
+                              int M, int N, int K,       // K in bytes (1-byte elements)
+                              const typename Epi::Params& ep) {
+  using Atom = arch::MmaAtom<In>;
+  static_assert(InTraits<In>::kPreshuffledB && InTraits<In>::kBytes == 1, "cdna_gemm_tile: the 8-bit kinds");
+  static_assert(Atom::kRowsPerLane == 1 && Atom::kWarpSize == 64, "CDNA MFMA atoms: wave64, one row per lane");
+  using Frag = typename Atom::Frag;
+  using Acc = typename Atom::Acc;
+  constexpr int kChunks = Cfg::kChunksPerBlockK;                    // 16-byte chunks per K block (8)
+  constexpr int kSteps = kChunks / Atom::kChunksPerStep;            // MFMA K steps per K block
+  static_assert(kSteps * Atom::kChunksPerStep == kChunks, "a K block holds whole MFMA steps");
+
+  // LDS: two A buffers of kBlockM rows x 8 swizzled chunks.
+  __shared__ Vec16 lds_a[2][Cfg::kBlockM * kChunks];
+
+  const int tid = static_cast<int>(threadIdx.x);
+  const int lane = tid % 64;
+  const int warp = __builtin_amdgcn_readfirstlane(tid / 64);  // uniform: keeps wave offsets in SGPRs
+  const int warp_m = warp / Cfg::kWarpsN;
+  const int warp_n = warp % Cfg::kWarpsN;
+  const int m_block = static_cast<int>(blockIdx.y) * Cfg::kBlockM;
+  const int n_block = static_cast<int>(blockIdx.x) * Cfg::kBlockN;
+  const int m_warp = m_block + warp_m * Cfg::kWarpTileM;
+  const int n_warp = n_block + warp_n * Cfg::kWarpTileN;
+  const int num_chunks = K / 16;
+  const int num_kblocks = (num_chunks + kChunks - 1) / kChunks;
+
+  // The block's windows of A (its rows) and of B (its 16-row blocks: n_block is a multiple of 16, and a 16-row
+  // block of the preshuffled B is 16 * K contiguous bytes). Loads past them return zeros.
+  const int rows_a = M - m_block < Cfg::kBlockM ? M - m_block : Cfg::kBlockM;
+  const int rows_b = N - n_block < Cfg::kBlockN ? N - n_block : Cfg::kBlockN;
+  const arch::BufferRsrc rsrc_a = arch::make_buffer(a + static_cast<i64>(m_block) * K, static_cast<u32>(rows_a * K));
+  const arch::BufferRsrc rsrc_b = arch::make_buffer(b + static_cast<i64>(n_block) * K, static_cast<u32>(rows_b * K));
+
+  // A's global -> LDS copy: this lane's vectors v = tid + i * kThreads of the K block (row v / 8, chunk v % 8).
+  u32 a_off[Cfg::kAVecsPerThread];   // byte offset in the window at K block 0
+  int a_chunk[Cfg::kAVecsPerThread];
+  int a_slot[Cfg::kAVecsPerThread];  // swizzled LDS slot
+#pragma unroll
+  for (int i = 0; i < Cfg::kAVecsPerThread; ++i) {
+    const int v = tid + i * Cfg::kThreads;
+    const int row = v / kChunks, chunk = v % kChunks;
+    a_off[i] = static_cast<u32>(row * K + 16 * chunk);
+    a_chunk[i] = chunk;
+    a_slot[i] = row * kChunks + (chunk ^ (row % 8));
+  }
+  // A fragments from LDS: tile tm, step s, lane chunk j -> slot (swizzled); the same for every K block.
+  int frag_slot[Cfg::kTilesM][kSteps][Atom::kChunksPerLane];
+#pragma unroll
+  for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+      for (int j = 0; j < Atom::kChunksPerLane; ++j) {
+        const int row = warp_m * Cfg::kWarpTileM + 16 * tm + Atom::lane_row(lane, 0);
+        const int chunk = s * Atom::kChunksPerStep + Atom::lane_chunk(lane, j);
+        frag_slot[tm][s][j] = row * kChunks + (chunk ^ (row % 8));
+      }
+  // B: the lane's vector of 16-row block tn, chunk c of the K block sits at b_off[tn] + 256 * (c + 8 * kb).
+  const int b_base = (warp_n * Cfg::kWarpTileN / 16) * 16 * K + 16 * Atom::lane_row(lane, 0);
+
+  auto load_a = [&](int kb, Vec16 (&stage)[Cfg::kAVecsPerThread]) {
+#pragma unroll
+    for (int i = 0; i < Cfg::kAVecsPerThread; ++i) {
+      const bool ok = kb * kChunks + a_chunk[i] < num_chunks;
+      stage[i] = arch::buffer_load_vec16(rsrc_a, ok ? a_off[i] + 16u * kChunks * kb : arch::kBufferOob);
+    }
+  };
+  auto store_a = [&](int buf, const Vec16 (&stage)[Cfg::kAVecsPerThread]) {
+#pragma unroll
+    for (int i = 0; i < Cfg::kAVecsPerThread; ++i) lds_a[buf][a_slot[i]] = stage[i];
+  };
+  auto load_b = [&](int kb, Frag (&fb)[kSteps][Cfg::kTilesN]) {
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+      for (int j = 0; j < Atom::kChunksPerLane; ++j) {
+        const int chunk = kb * kChunks + s * Atom::kChunksPerStep + Atom::lane_chunk(lane, j);
+        const bool ok = chunk < num_chunks;
+#pragma unroll
+        for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
+          const u32 off = static_cast<u32>(b_base + tn * 16 * K + 256 * chunk);
+          fb[s][tn].v[j] = arch::buffer_load_vec16(rsrc_b, ok ? off : arch::kBufferOob);
+        }
+      }
+  };
+
+  Acc acc[Cfg::kTilesM][Cfg::kTilesN];
+#pragma unroll
+  for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+    for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::zero(acc[tm][tn]);
+
+  auto mma_block = [&](int buf, const Frag (&fb)[kSteps][Cfg::kTilesN]) {
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      Frag fa[Cfg::kTilesM];
+#pragma unroll
+      for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+        for (int j = 0; j < Atom::kChunksPerLane; ++j) fa[tm].v[j] = lds_a[buf][frag_slot[tm][s][j]];
+#pragma unroll
+      for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+        for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::mma(acc[tm][tn], fa[tm], fb[s][tn]);
+    }
+  };
+
+  // Two B register sets, alternated by unrolling the K loop twice (register arrays need static indices).
+  Frag fb0[kSteps][Cfg::kTilesN], fb1[kSteps][Cfg::kTilesN];
+  Vec16 stage[Cfg::kAVecsPerThread];
+  load_a(0, stage);
+  load_b(0, fb0);
+  store_a(0, stage);
+  __syncthreads();
+  // K block kb: the loads of kb + 1 (past the last block they load zeros: nothing is read from memory), then
+  // block kb's MFMAs, then A(kb + 1) into the other buffer and one barrier.
+  for (int kb = 0; kb < num_kblocks; kb += 2) {
+    load_a(kb + 1, stage);
+    load_b(kb + 1, fb1);
+    mma_block(0, fb0);
+    store_a(1, stage);
+    __syncthreads();
+    if (kb + 1 >= num_kblocks) break;
+    load_a(kb + 2, stage);
+    load_b(kb + 2, fb0);
+    mma_block(1, fb1);
+    store_a(0, stage);
+    __syncthreads();
+  }
+
+  // Epilogue: each lane's accumulators (one column, four rows per tile) through the epilogue slot, as
+  // portable_gemm_tile does for the preshuffled kinds (16-column tiles are all in or all out: N % 16 == 0).
+  auto store_tile = [&](const Acc& tile, int tm, int tn) {
+    if constexpr (Epi::kPairs && Atom::kStoreVec == 1) {
+      // Paired epilogue (gate 2j, up 2j + 1): the partner column is in lane ^ kPairLaneXor; every lane
+      // exchanges first (whole-wave shuffle), the even column's lane stores the pair.
+      float mine[Atom::kAccPerLane], other[Atom::kAccPerLane];
+#pragma unroll
+      for (int e = 0; e < Atom::kAccPerLane; ++e) {
+        mine[e] = Atom::get(tile, e);
+        other[e] = arch::shfl_xor(mine[e], Atom::kPairLaneXor);
+      }
+      const int col = n_warp + 16 * tn + Atom::acc_col(lane, 0);
+      if (col & 1) return;
+      float c[2][Epi::kColValues];
+      Epi::load_col(ep, col, c[0]);
+      Epi::load_col(ep, col + 1, c[1]);
+#pragma unroll
+      for (int e = 0; e < Atom::kAccPerLane; ++e) {
+        const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
+        if (row >= M) continue;
+        float r[Epi::kRowValues];
+        Epi::load_row(ep, row, r);
+        const float v[2] = {mine[e], other[e]};
+        Epi::template store<2>(ep, row, col, v, r, c);
+      }
+    } else {
+      const int col = n_warp + 16 * tn + Atom::acc_col(lane, 0);
+      float c[Atom::kStoreVec][Epi::kColValues];
+#pragma unroll
+      for (int s = 0; s < Atom::kStoreVec; ++s) Epi::load_col(ep, col + s, c[s]);
+#pragma unroll
+      for (int e = 0; e < Atom::kAccPerLane; e += Atom::kStoreVec) {
+        const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
+        if (row >= M) continue;
+        float r[Epi::kRowValues];
+        Epi::load_row(ep, row, r);
+        float v[Atom::kStoreVec];
+#pragma unroll
+        for (int s = 0; s < Atom::kStoreVec; ++s) v[s] = Atom::get(tile, e + s);
+        Epi::template store<Atom::kStoreVec>(ep, row, col, v, r, c);
+      }
+    }
+  };
+#pragma unroll
+  for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+    for (int tn = 0; tn < Cfg::kTilesN; ++tn)
+      if (n_warp + 16 * tn < N) store_tile(acc[tm][tn], tm, tn);
+}
+
+#endif  // gfx942 || gfx950
+
+}  // namespace fg

@@ -1,0 +1,197 @@
+"""Block-scaled FP8 gemm_a8 on an sm_90a GPU (skipped without CUDA): DeepSeek-style scale_a [M, ceil(K/128)] and
+scale_b [ceil(N/128), ceil(K/128)] against the float64 oracle with the block formula
+(reference.gemm_a8_block_reference), outputs NaN-poisoned, with a tolerance relative to torch's own error where the
+installed torch has a block-scaled _scaled_mm (else one bf16 rounding plus fp32 accumulation). Also: mixed scale
+modes, ragged shapes, a CUDA graph capture of one call.
+
+The block-scaled kernels are generated units (one per tile config and epilogue): the module fixture builds the ones
+these tests use in parallel first, so the whole file takes well under a minute on a warm machine."""
+import concurrent.futures
+import math
+
+import pytest
+import torch
+
+import fusedgemm as fg
+from fusedgemm.reference import gemm_a8_block_reference, rel_error
+
+pytestmark = pytest.mark.gpu
+
+FP8 = torch.float8_e4m3fn
+MS = (1, 37, 256, 1000)
+NKS = ((256, 512), (384, 1280), (4096, 7168))
+EXPR = "silu(acc) * n_vec(g) + aux(res)"
+ONE_ROUNDING = 2.0 ** -8  # norm-relative error bound of one bf16 rounding (half an ulp is <= 2^-9 per element)
+
+
+def cdiv(x, y):
+    return -(-x // y)
+
+
+def sm90():
+    if not torch.cuda.is_available():
+        return False
+    from fusedgemm.runtime.arch import device_arch
+
+    return device_arch(torch.cuda.current_device()) == "sm_90a"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def prebuilt():
+    """Build every block-scaled kernel this file uses, in parallel (generated units compile one per process)."""
+    if not sm90():
+        pytest.skip("block-scaled FP8 kernels are sm_90a's (AMD: not yet)")
+    from fusedgemm.checks import check_gemm_a8_args
+    from fusedgemm.epilogue.presets import spec_for_activation
+    from fusedgemm.runtime.build import code_object_path
+    from fusedgemm.runtime.gemm_spec import GemmKernel
+
+    a = torch.empty(8, 128, device="cuda").to(FP8)
+    w = fg.preshuffle(torch.empty(128, 128, device="cuda").to(FP8))
+    expr_spec = check_gemm_a8_args(a, w, None, None, None, EXPR, None, None,
+                                   operands={"g": torch.ones(128, device="cuda"),
+                                             "res": torch.ones(8, 128, device="cuda", dtype=torch.bfloat16)})["epi"]
+    from fusedgemm.blockscale import block_plan
+
+    dev = torch.cuda.current_device()
+    shapes = [(m, n, k) for m in MS for n, k in NKS] + [(200, 384, 1280), (5, 200, 300), (130, 272, 1000),
+                                                         (64, 128, 200), (37, 384, 1280)]
+    configs = sorted({block_plan(m, -(-n // 16) * 16, -(-k // 16) * 16, dev)[0].name for m, n, k in shapes})
+    specs = [GemmKernel("sm_90a", cfg, "fp8", "bf16", epi, "nk", True)
+             for cfg in configs for epi in (spec_for_activation("none"), spec_for_activation("silu"), expr_spec)]
+    with concurrent.futures.ThreadPoolExecutor(len(specs)) as pool:
+        list(pool.map(lambda s: code_object_path(s.unit, "sm_90a", s.source()), specs))
+
+
+def problem(m, n, k, seed):
+    """Inputs as a block-quantized checkpoint has them: fp8 codes of O(1) values, scales of a few magnitudes, so
+    outputs are O(1) with both signs."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    a = torch.randn(m, k, device="cuda", generator=g).to(FP8)
+    w = torch.randn(n, k, device="cuda", generator=g).to(FP8)
+    kb = cdiv(k, 128)
+    sa = torch.rand(m, kb, device="cuda", generator=g) * 0.5 + 0.25
+    sb = (torch.rand(cdiv(n, 128), kb, device="cuda", generator=g) * 1.5 + 0.25) / math.sqrt(k)
+    return a, w, sa, sb
+
+
+def torch_block_mm(a, w, sa, sb):
+    """torch's block-scaled fp8 GEMM (cuBLAS on sm_90; torch >= 2.9: torch._scaled_mm / F.scaled_mm with 1x128 and
+    128x128 scales) in bf16, or None where the installed torch does not offer it for these inputs. Its layouts
+    (torch 2.11): scale_a [M, KB] outer-dim-major (strides (1, M)); scale_b [KB, NB] near-inner-dim-major (strides
+    (1, KB rounded up to 4: 16-byte aligned))."""
+    kb, nb = sa.shape[1], sb.shape[0]
+    sa_t = sa.t().contiguous().t()
+    padded = torch.zeros(nb, -(-kb // 4) * 4, device=sb.device, dtype=sb.dtype)
+    padded[:, :kb] = sb
+    sb_t = padded[:, :kb].t()
+    attempts = [lambda: torch._scaled_mm(a, w.t(), scale_a=sa_t, scale_b=sb_t, out_dtype=torch.bfloat16)]
+    F = torch.nn.functional
+    if hasattr(F, "scaled_mm") and hasattr(F, "ScalingType"):
+        attempts.append(lambda: F.scaled_mm(a, w.t(), sa_t, F.ScalingType.BlockWise1x128, sb_t,
+                                            F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16))
+    for attempt in attempts:
+        try:
+            return attempt()
+        except (RuntimeError, ValueError, TypeError, NotImplementedError, AttributeError):
+            continue
+    return None
+
+
+def tolerance(a, w, sa, sb, oracle):
+    """The norm-relative error allowed: one bf16 rounding, or 1.25x torch's own error if that is larger."""
+    y_torch = torch_block_mm(a, w, sa, sb)
+    if y_torch is None:
+        return ONE_ROUNDING, "torch has no block-scaled _scaled_mm here"
+    err = rel_error(y_torch, oracle)
+    assert err < 0.05, f"torch's block-scaled GEMM disagrees with the oracle: {err:.3g} (its scale layout misread?)"
+    return max(ONE_ROUNDING, 1.25 * err), f"torch._scaled_mm error {err:.3g}"
+
+
+def check(y, oracle, tol, note):
+    assert not y.isnan().any(), "NaN left in the poisoned output"
+    err = rel_error(y, oracle)
+    assert err <= tol, f"rel error {err:.3g} > {tol:.3g} ({note})"
+    # every element too: within a few bf16 ulps of the output's scale
+    scale = oracle.abs().max().clamp_min(1e-30)
+    assert ((y.cpu().double() - oracle).abs() <= 4 * ONE_ROUNDING * (oracle.abs() + 0.05 * scale)).all()
+
+
+@pytest.mark.parametrize("n,k", NKS)
+@pytest.mark.parametrize("m", MS)
+def test_block_scaled_presets_and_expression(m, n, k):
+    a, w, sa, sb = problem(m, n, k, seed=m * 7 + n + k)
+    wq = fg.preshuffle(w)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    acc64 = gemm_a8_block_reference(a, w, scale_a=sa, scale_b=sb, unrounded=True)
+    tol, note = tolerance(a, w, sa, sb, acc64)
+    print(f"M={m} N={n} K={k}: {note}; ours {rel_error(fg.gemm_a8(a, wq, scale_a=sa, scale_b=sb), acc64):.3g}")
+    # none
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    y = fg.gemm_a8(a, wq, scale_a=sa, scale_b=sb, out=out)
+    assert y is out
+    check(y, acc64, tol, note)
+    # bias_silu
+    out.fill_(float("nan"))
+    y = fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu", out=out)
+    z = acc64 + bias.cpu().double()
+    check(y, z * torch.sigmoid(z), tol, note)
+    # an expression epilogue
+    g = torch.rand(n, device="cuda") + 0.5
+    res = torch.randn(m, n, device="cuda", dtype=torch.bfloat16)
+    out.fill_(float("nan"))
+    y = fg.gemm_a8(a, wq, scale_a=sa, scale_b=sb, epilogue=EXPR, operands={"g": g, "res": res}, out=out)
+    exact = acc64 * torch.sigmoid(acc64) * g.cpu().double() + res.cpu().double()
+    check(y, exact, tol, note)
+
+
+@pytest.mark.parametrize("mode", ["a_block_b_channel", "a_token_b_block", "a_none_b_block", "a_block_b_scalar"])
+def test_mixed_scale_modes(mode):
+    m, n, k = 200, 384, 1280
+    a, w, sa, sb = problem(m, n, k, seed=3)
+    per_token = torch.rand(m, device="cuda") + 0.5
+    per_channel = (torch.rand(n, device="cuda") + 0.5) / math.sqrt(k)
+    scale_a, scale_b = {"a_block_b_channel": (sa, per_channel), "a_token_b_block": (per_token, sb),
+                        "a_none_b_block": (None, sb), "a_block_b_scalar": (sa, 1.0 / math.sqrt(k))}[mode]
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    y = fg.gemm_a8(a, fg.preshuffle(w), scale_a=scale_a, scale_b=scale_b, out=out)
+    oracle = gemm_a8_block_reference(a, w, scale_a=scale_a, scale_b=scale_b, unrounded=True)
+    check(y, oracle, ONE_ROUNDING, mode)
+
+
+@pytest.mark.parametrize("m,n,k", [(5, 200, 300), (130, 272, 1000), (64, 128, 200)])
+def test_ragged_shapes(m, n, k):
+    """N not a multiple of 128 (nor of 16), K not a multiple of 128 (nor of 16): the weight is stored padded, the
+    last K block is partial (zero-filled), the last column tile reads scale_b's last row. (K >= 129: with one K
+    block an [M, 1] scale_a is per-token and a [1, 1] scale_b a scalar -- the same math on the per-channel kernels.)"""
+    a, w, sa, sb = problem(m, n, k, seed=11)
+    y = fg.gemm_a8(a, fg.preshuffle(w), scale_a=sa, scale_b=sb)
+    check(y, gemm_a8_block_reference(a, w, scale_a=sa, scale_b=sb, unrounded=True), ONE_ROUNDING, "ragged")
+
+
+def test_graph_capture():
+    m, n, k = 37, 384, 1280
+    a, w, sa, sb = problem(m, n, k, seed=5)
+    wq = fg.preshuffle(w)
+    bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+    out = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+    fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu", out=out)  # warm up (builds, plans)
+    out.fill_(float("nan"))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu", out=out)
+    assert out.isnan().all()  # captured, not run
+    sa.mul_(2.0)  # the graph reads the scales at replay
+    graph.replay()
+    torch.cuda.synchronize()
+    z = gemm_a8_block_reference(a, w, scale_a=sa, scale_b=sb, unrounded=True) + bias.cpu().double()
+    check(out, z * torch.sigmoid(z), ONE_ROUNDING, "graph replay")
+
+
+def test_non_block_configs_are_refused_when_pinned():
+    from fusedgemm.plan import forced_config
+
+    a, w, sa, sb = problem(16, 256, 512, seed=1)
+    with forced_config("swap_16x128"), pytest.raises(ValueError, match="has no block-scaled kernel"):
+        fg.gemm_a8(a, fg.preshuffle(w), scale_a=sa, scale_b=sb)
+

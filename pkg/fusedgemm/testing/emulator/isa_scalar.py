@@ -209,6 +209,18 @@ def compile_salu(ins, ctx):
         def bitcmp(w):
             w.scc = int((ra(w) >> (rb(w) & (width - 1)) & 1) == want)
         return bitcmp
+    m = re.match(r"^bitset([01])_b(32|64)$", name)
+    if m:  # D.u[S0.u[4:0] (b64: [5:0])] = 0 / 1; the other bits of D kept, SCC unchanged (SOP1 S_BITSET0 / S_BITSET1)
+        d, a = ops
+        value, width = int(m.group(1)), int(m.group(2))
+        ra, rd = scalar_reader(a, ins), scalar_reader(d, ins, width)
+        wd = scalar_writer(d, ins, width)
+
+        def bitset(w):
+            bit = 1 << (ra(w) & (width - 1))
+            old = rd(w)
+            wd(w, old | bit if value else old & ~bit & _bits(width))
+        return bitset
     # SOPK
     if name in ("movk_i32", "cmovk_i32", "addk_i32", "mulk_i32"):
         d, k = ops

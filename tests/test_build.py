@@ -400,3 +400,45 @@ def test_cdna_kernels_layout_isa_and_registers(built_cdna):
         # the operands' 16-byte loads all go through the range-checked buffers (the epilogue's loads are narrower)
         assert "global_load_dwordx4" not in body, f"{name}: operand loads outside the range-checked buffers"
         assert "ds_write_b128" in body and "ds_read_b128" in body and "s_barrier" in body, name
+
+
+# matmul_fused's 16-bit kinds on the CDNA template (plain B [N, K] straight to registers): generated kernels of the
+# bias + SiLU and the alpha / beta / c epilogues.
+CDNA16_MMA = {("gfx942", "bf16"): r"\bv_mfma_f32_16x16x16_?bf16(_1k)?\b", ("gfx942", "fp16"): r"\bv_mfma_f32_16x16x16_?f16\b",
+              ("gfx950", "bf16"): r"\bv_mfma_f32_16x16x32_bf16\b", ("gfx950", "fp16"): r"\bv_mfma_f32_16x16x32_f16\b"}
+CDNA16_EPIS = {"bias_silu": ("silu(acc + n_vec(bias))", {"bias": "bf16"}),
+               "alpha_beta_c": ("silu(scalar(alpha) * acc + scalar(beta) * aux(c))", {"c": "bf16"})}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("epi", sorted(CDNA16_EPIS))
+@pytest.mark.parametrize("kind", ["bf16", "fp16"])
+@pytest.mark.parametrize("arch", CDNA_ARCHES)
+def test_cdna_matmul16_kernels_layout_isa_and_registers(arch, kind, epi):
+    """The generated matmul_fused kernels of cdna_lds_128x128: kernarg metadata = the packing; no scratch or spills;
+    the kind's MFMAs; A and B by 16-byte range-checked buffer loads only, A through LDS (ds_write_b128 / ds_read_b128,
+    barriers); LDS = the two A buffers; registers <= 256 (two waves per SIMD)."""
+    from fusedgemm.epilogue import parse
+    from fusedgemm.epilogue.codegen import EpilogueSpec
+    from fusedgemm.runtime import tile_configs
+    from fusedgemm.runtime.gemm_spec import GemmKernel
+
+    expr, dtypes = CDNA16_EPIS[epi]
+    spec = GemmKernel(arch, "cdna_lds_128x128", kind, "bf16", EpilogueSpec.of(parse(expr), dtypes))
+    build = BuildSpec(spec.unit, arch, spec.source())
+    d = code_object_dir(build)
+    k = hsaco_kernels((d / build.file_name()).read_bytes())[spec.kernel_name]
+    sig = spec.signature
+    t = tile_configs.CONFIGS["cdna_lds_128x128"]
+    assert [(p.offset, p.size) for p in hsaco_params(k)] == list(zip(sig.offsets, sig.sizes)), "argument packing"
+    assert k[".kernarg_segment_size"] >= sig.struct.size
+    assert (k[".private_segment_fixed_size"], k[".vgpr_spill_count"], k[".sgpr_spill_count"]) == (0, 0, 0)
+    assert k[".group_segment_fixed_size"] == t.lds_bytes
+    assert k[".max_flat_workgroup_size"] == 64 * t.warps
+    assert k[".vgpr_count"] + k.get(".agpr_count", 0) <= 256, "more than 2 waves per SIMD's registers"
+    body = _split_amdgcn_asm((d / f"{spec.unit}.s").read_text())[spec.kernel_name]
+    assert re.search(CDNA16_MMA[(arch, kind)], body), f"no {CDNA16_MMA[(arch, kind)]}"
+    assert "scratch_" not in body and "buffer_store" not in body
+    assert len(re.findall(r"buffer_load_dwordx4 v\[\d+:\d+\], v\d+, s\[\d+:\d+\], 0 offen", body)) >= 2
+    assert "global_load_dwordx4" not in body, "operand loads outside the range-checked buffers"
+    assert "ds_write_b128" in body and "ds_read_b128" in body and "s_barrier" in body

@@ -19,7 +19,7 @@ CONFIGS = cdna.CONFIGS
 MFMA_PER_TILE_STEP = {("gfx942", k): 2 for k in cm.KINDS} | {("gfx950", k): 1 for k in cm.KINDS} | {
     ("gfx950", "tf32"): 4}
 CHUNKS_PER_LANE = {("gfx950", "fp8"): 2}
-# (config, kind) pairs with kernels: the LDS-staged cdna_lds_* configs serve the 8-bit kinds only
+# (config, kind) pairs with kernels: the LDS-staged cdna_lds_* configs serve the 8-bit and the 16-bit kinds (not tf32)
 SERVED = [(c, k) for c in CONFIGS for k in cm.KINDS if kernels.GEMM_CONFIGS[c].serves(k)]
 REGISTER_DIRECT = tuple(c for c in CONFIGS if isinstance(tile_configs.CONFIGS[c], tile_configs.PortableTile))
 LDS_STAGED = tuple(c for c in CONFIGS if isinstance(tile_configs.CONFIGS[c], tile_configs.CdnaTile))
@@ -59,11 +59,12 @@ def test_hot_loop_counts_are_the_templates(arch, config, kind):
 
 @pytest.mark.parametrize("arch", ARCHES)
 @pytest.mark.parametrize("config", LDS_STAGED)
-@pytest.mark.parametrize("kind", ("fp8", "int8"))
+@pytest.mark.parametrize("kind", ("fp8", "int8", "bf16", "fp16"))
 def test_hot_loop_counts_of_the_lds_staged_template(arch, config, kind):
     """cdna_gemm.hpp's loop, unrolled twice: two 128-byte K blocks per iteration, the loads of the next block in
     flight under this one's MFMAs (prefetch = one block). Per block and wave: the A share of the block's copy
-    (kBlockM x 8 chunks over the block's lanes) and tiles_n B vectors per chunk the lane holds, by buffer loads; the
+    (kBlockM x 8 chunks over the block's lanes) and tiles_n B vectors per chunk the lane holds (preshuffled 8-bit or
+    plain 16-bit B alike), by buffer loads; the
     A tile's fragments from LDS (ds_read_b128) and the copy into it (ds_write_b128); one barrier."""
     h = cm.HOT_LOOPS[(arch, config, kind)]
     t = tile_configs.CONFIGS[config]
@@ -76,7 +77,7 @@ def test_hot_loop_counts_of_the_lds_staged_template(arch, config, kind):
     assert h.vmem_load_bytes == 1024 * h.vmem_loads
     assert h.lds_ops == 2 * (t.tiles_m * lane_chunks + a_copy) and h.lds_bytes == 1024 * h.lds_ops
     assert (h.barrier, h.lds_loads, h.lds_kernel_bytes) == (2, 0, t.lds_bytes)
-    assert h.mfma_flops() == 2 * 16 * 16 * t.tiles_m * t.tiles_n * 2 * t.block_k_bytes
+    assert h.mfma_flops() == 2 * 16 * 16 * t.tiles_m * t.tiles_n * 2 * t.block_k_bytes // cm.IN_BYTES[kind]
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -166,7 +167,7 @@ def test_plan_is_deterministic_and_cached():
 
 def test_plan_on_the_llm_grid():
     """What the model picks (docs/perf-notes.md, "AMD ... predicted"): split-K decode tiles up to M = 64,
-    128 x 128 from M = 1024 (the LDS-staged one for the 8-bit kinds); the old M rule where the model has no hot loop
+    128 x 128 from M = 1024 (the LDS-staged one for the 8-bit and 16-bit kinds); the old M rule where the model has no hot loop
     (unknown arch -> gfx942's)."""
     for arch in ARCHES:
         for kind in ("fp8", "bf16"):
@@ -175,8 +176,7 @@ def test_plan_on_the_llm_grid():
                 # at M = 64 a 128 x 128 tile wins only where it reaches the HBM floor (gfx950, N = 28672)
                 c64 = cdna.choose(64, n, k, arch, kind)[0].name
                 assert c64.endswith("_k8") or cm.predict(arch, kind, c64, 64, n, k).bound == "HBM", c64
-                want = "cdna_lds_128x128" if kind == "fp8" else "portable_128x128"
-                assert cdna.choose(4096, n, k, arch, kind)[0].name == want
+                assert cdna.choose(4096, n, k, arch, kind)[0].name == "cdna_lds_128x128"
     assert cdna.choose(16, 4096, 4096)[0].name == "portable_16x16_k8"
     assert cdna.choose(8192, 8192, 8192, "gfx999")[0].name == "cdna_lds_128x128"
     assert cdna.choose(8192, 8192, 8192, "gfx942", "f32x3")[0].name == cdna.by_m(8192)

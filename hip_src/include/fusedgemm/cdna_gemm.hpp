@@ -1,12 +1,14 @@
 // cdna_gemm_tile: C[M, N] = epilogue(A[M, K] . B[N, K]^T) on AMD CDNA3 / CDNA4 (gfx942, gfx950) for gemm_a8's
-// 8-bit kinds (fp8, int8; B PRESHUFFLED in the (16,16) layout of portable_gemm.hpp). The kernel structure of the
+// 8-bit kinds (fp8, int8; B PRESHUFFLED in the (16,16) layout of portable_gemm.hpp) and matmul_fused's 16-bit kinds
+// (bf16, fp16; B a PLAIN row-major [N, K] matrix, addressed as A is). The kernel structure of the
 // fast public AMD GEMMs (FlyDSL's preshuffle GEMM, hipBLASLt / CK): A is staged through LDS, B goes from global
 // memory straight to registers, and the K loop is software-pipelined.
 //
 // Block: kWarpsM x kWarpsN waves, each owning kTilesM x kTilesN 16x16 MFMA tiles (cdna_lds_128x128: 1 x 4 waves of
 // 128 x 32, so every wave reads all of A's K block from LDS and B's columns are split between the waves: each byte
 // of A and of B leaves global memory once per block). K advances in blocks of kBlockKBytes = 128 bytes (8 chunks of
-// 16 bytes; 2 MFMA K steps of the gfx942 atoms and of gfx950's int8, 1 of gfx950's fp8 16x16x128).
+// 16 bytes: 128 8-bit or 64 16-bit elements; 2 MFMA K steps of the gfx942 atoms and of gfx950's int8 / bf16 /
+// fp16, 1 of gfx950's fp8 16x16x128).
 //
 //   A  [kBlockM rows x 128 B] per K block, double-buffered in LDS (2 x 16 KB for 128 rows). The block's 256 lanes
 //      load it with coalesced 16-byte buffer loads (8 lanes cover a 128-byte row segment), hold it in registers
@@ -17,6 +19,12 @@
 //      so the ds_read_b128s are free of bank conflicts.
 //   B  each wave loads its own kTilesN 16-row blocks of the preshuffled B straight into MFMA operand registers:
 //      the (16,16) layout makes lane l's operand one contiguous 16-byte vector (n % 16 = l % 16, chunk by l / 16).
+//      Plain 16-bit B ([N, K] row-major) goes straight to registers too: lane l's operand of one MFMA step is
+//      the 16-byte chunk l / 16 of row l % 16, one contiguous vector; a wave's load instruction covers 16 rows x
+//      64 contiguous bytes and the K block's other step the other 64 bytes of the same 128-byte lines, issued
+//      back to back. Staging B through LDS would buy no reuse (1 x 4 waves: each B column belongs to one wave, so
+//      B leaves global memory once per block either way) and would add a 16-byte LDS write and read per B byte
+//      per MFMA fragment on top of A's, in the LDS pipe that A's fragment reads already load most.
 //      Two register sets alternate (the loop is unrolled by two), so K block k + 1's B is in flight while K
 //      block k's MFMAs run.
 //   Pipeline (one s_barrier per K block):
@@ -27,12 +35,15 @@
 //      The barrier of block k both publishes A(k+1) and tells every wave that LDS[k % 2] is read (block k+1
 //      writes it). The loads of block k+1 run under block k's LDS reads and MFMAs.
 //   Ragged edges: two buffer descriptors per block (arch/cdna_buffer.hpp) sized to the block's rows of A and of
-//      B: rows >= M and 16-row blocks >= N load zeros by the hardware's range check; a K chunk >= K / 16 gets an
-//      out-of-range offset (a select, no branch). K % 16 == 0 (as every gemm_a8 config); any such K runs.
+//      B: rows >= M and 16-row blocks (plain B: rows) >= N load zeros by the hardware's range check; a K chunk
+//      >= K * kBytes / 16 gets an out-of-range offset (a select, no branch). K * kBytes % 16 == 0 (gemm_a8:
+//      K % 16 == 0; matmul_fused: K % 8 == 0); any such K runs. Plain B: columns >= N (N % 16 == 8) are never
+//      stored or passed to the epilogue.
 //   Epilogue: the generated epilogue functor (epilogue.hpp) through the same slot calls as portable_gemm_tile.
 //
-// Requirements (checked on the host, as for every gemm_a8 config): A / B 16-byte aligned, N % 16 == 0,
-// K % 16 == 0; and 128 * K < 2^31 - 16 bytes (the descriptors' windows: K < 16M).
+// Requirements (checked on the host, as for every gemm_a8 / matmul_fused config): A / B 16-byte aligned;
+// gemm_a8: N % 16 == 0, K % 16 == 0; matmul_fused: N % 8 == 0, K % 8 == 0; and 128 * K * kBytes < 2^31 - 16
+// bytes (the descriptors' windows: K < 16M 8-bit or 8M 16-bit elements).
 #pragma once
 #include "arch/select.hpp"
 #include "epilogue.hpp"
@@ -80,12 +91,15 @@ struct IsCdnaLdsGemmConfig<CdnaLdsGemmConfig<Tile>> {
 
 template <class In, class Epi, class Cfg>
 FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
-                              const u8* __restrict__ b,  // [N, K] preshuffled (16,16)
-                              int M, int N, int K,       // K in bytes (1-byte elements)
+                              const u8* __restrict__ b,  // [N, K] preshuffled (16,16) or row-major (kPreshuffledB)
+                              int M, int N, int K,       // K in elements of In
                               const typename Epi::Params& ep) {
   using Atom = arch::MmaAtom<In>;
-  static_assert(InTraits<In>::kPreshuffledB && InTraits<In>::kBytes == 1, "cdna_gemm_tile: the 8-bit kinds");
+  constexpr bool kPreshuffledB = InTraits<In>::kPreshuffledB;
+  static_assert((kPreshuffledB && InTraits<In>::kBytes == 1) || (!kPreshuffledB && InTraits<In>::kBytes == 2),
+                "cdna_gemm_tile: the 8-bit kinds (preshuffled B) and the 16-bit kinds (plain B)");
   static_assert(Atom::kRowsPerLane == 1 && Atom::kWarpSize == 64, "CDNA MFMA atoms: wave64, one row per lane");
+  static_assert(kPreshuffledB || Atom::kStoreVec == 1, "plain B masks columns >= N lane by lane");
   using Frag = typename Atom::Frag;
   using Acc = typename Atom::Acc;
   constexpr int kChunks = Cfg::kChunksPerBlockK;                    // 16-byte chunks per K block (8)
@@ -104,15 +118,19 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   const int n_block = static_cast<int>(blockIdx.x) * Cfg::kBlockN;
   const int m_warp = m_block + warp_m * Cfg::kWarpTileM;
   const int n_warp = n_block + warp_n * Cfg::kWarpTileN;
-  const int num_chunks = K / 16;
+  const int row_bytes = K * InTraits<In>::kBytes;  // one row of A or of plain B; a multiple of 16
+  const int num_chunks = row_bytes / 16;
   const int num_kblocks = (num_chunks + kChunks - 1) / kChunks;
 
   // The block's windows of A (its rows) and of B (its 16-row blocks: n_block is a multiple of 16, and a 16-row
-  // block of the preshuffled B is 16 * K contiguous bytes). Loads past them return zeros.
+  // block of the preshuffled B is 16 * K contiguous bytes; plain B: its rows, row_bytes each). Loads past them
+  // return zeros. (Preshuffled B has 1-byte elements: row_bytes == K.)
   const int rows_a = M - m_block < Cfg::kBlockM ? M - m_block : Cfg::kBlockM;
   const int rows_b = N - n_block < Cfg::kBlockN ? N - n_block : Cfg::kBlockN;
-  const arch::BufferRsrc rsrc_a = arch::make_buffer(a + static_cast<i64>(m_block) * K, static_cast<u32>(rows_a * K));
-  const arch::BufferRsrc rsrc_b = arch::make_buffer(b + static_cast<i64>(n_block) * K, static_cast<u32>(rows_b * K));
+  const arch::BufferRsrc rsrc_a =
+      arch::make_buffer(a + static_cast<i64>(m_block) * row_bytes, static_cast<u32>(rows_a * row_bytes));
+  const arch::BufferRsrc rsrc_b =
+      arch::make_buffer(b + static_cast<i64>(n_block) * row_bytes, static_cast<u32>(rows_b * row_bytes));
 
   // A's global -> LDS copy: this lane's vectors v = tid + i * kThreads of the K block (row v / 8, chunk v % 8).
   u32 a_off[Cfg::kAVecsPerThread];   // byte offset in the window at K block 0
@@ -122,7 +140,7 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   for (int i = 0; i < Cfg::kAVecsPerThread; ++i) {
     const int v = tid + i * Cfg::kThreads;
     const int row = v / kChunks, chunk = v % kChunks;
-    a_off[i] = static_cast<u32>(row * K + 16 * chunk);
+    a_off[i] = static_cast<u32>(row * row_bytes + 16 * chunk);
     a_chunk[i] = chunk;
     a_slot[i] = row * kChunks + (chunk ^ (row % 8));
   }
@@ -138,8 +156,12 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
         const int chunk = s * Atom::kChunksPerStep + Atom::lane_chunk(lane, j);
         frag_slot[tm][s][j] = row * kChunks + (chunk ^ (row % 8));
       }
-  // B: the lane's vector of 16-row block tn, chunk c of the K block sits at b_off[tn] + 256 * (c + 8 * kb).
-  const int b_base = (warp_n * Cfg::kWarpTileN / 16) * 16 * K + 16 * Atom::lane_row(lane, 0);
+  // B: preshuffled, the lane's vector of 16-row block tn, chunk c sits at b_base + tn * 16 * K + 256 * c; plain,
+  // row (tile tn, lane_row) at b_base + tn * 16 * row_bytes, its chunk c 16 * c further.
+  const int b_base = kPreshuffledB ? (warp_n * Cfg::kWarpTileN / 16) * 16 * K + 16 * Atom::lane_row(lane, 0)
+                                   : (warp_n * Cfg::kWarpTileN + Atom::lane_row(lane, 0)) * row_bytes;
+  constexpr int kBChunkBytes = kPreshuffledB ? 256 : 16;  // between consecutive K chunks of a lane's B vector
+  const int b_tile_bytes = 16 * row_bytes;                 // between consecutive 16-row tiles (both layouts)
 
   auto load_a = [&](int kb, Vec16 (&stage)[Cfg::kAVecsPerThread]) {
 #pragma unroll
@@ -161,7 +183,7 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
         const bool ok = chunk < num_chunks;
 #pragma unroll
         for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
-          const u32 off = static_cast<u32>(b_base + tn * 16 * K + 256 * chunk);
+          const u32 off = static_cast<u32>(b_base + tn * b_tile_bytes + kBChunkBytes * chunk);
           fb[s][tn].v[j] = arch::buffer_load_vec16(rsrc_b, ok ? off : arch::kBufferOob);
         }
       }
@@ -212,7 +234,8 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   }
 
   // Epilogue: each lane's accumulators (one column, four rows per tile) through the epilogue slot, as
-  // portable_gemm_tile does for the preshuffled kinds (16-column tiles are all in or all out: N % 16 == 0).
+  // portable_gemm_tile does (preshuffled B: 16-column tiles are all in or all out, N % 16 == 0; plain B: columns
+  // >= N are skipped per lane).
   auto store_tile = [&](const Acc& tile, int tm, int tn) {
     if constexpr (Epi::kPairs && Atom::kStoreVec == 1) {
       // Paired epilogue (gate 2j, up 2j + 1): the partner column is in lane ^ kPairLaneXor; every lane
@@ -225,6 +248,9 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
       }
       const int col = n_warp + 16 * tn + Atom::acc_col(lane, 0);
       if (col & 1) return;
+      if constexpr (!kPreshuffledB) {
+        if (col >= N) return;  // N is even: col + 1 < N too
+      }
       float c[2][Epi::kColValues];
       Epi::load_col(ep, col, c[0]);
       Epi::load_col(ep, col + 1, c[1]);
@@ -239,6 +265,9 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
       }
     } else {
       const int col = n_warp + 16 * tn + Atom::acc_col(lane, 0);
+      if constexpr (!kPreshuffledB) {
+        if (col >= N) return;  // a tile straddling N (N % 16 == 8): kStoreVec == 1, one column per lane
+      }
       float c[Atom::kStoreVec][Epi::kColValues];
 #pragma unroll
       for (int s = 0; s < Atom::kStoreVec; ++s) Epi::load_col(ep, col + s, c[s]);

@@ -229,7 +229,7 @@ def analyse(instrs, *, steps: int = 1, prefetch: int = 0, vgprs: int = 0, agprs:
 
 
 # The hot loops of the register-direct template (portable_gemm.hpp) and of the LDS-staged one (cdna_gemm.hpp; the
-# 8-bit kinds only), one wave, one iteration, read from the
+# 8-bit kinds and bf16 / fp16), one wave, one iteration, read from the
 # code objects by `python tools/probes/cdna_hot_loop.py --table` (clang 22.1.8, the package's AMD build; epilogue
 # `none` / `acc`: the loop does not depend on it). tests/test_cdna_model.py re-reads them where the build runs.
 # fmt: (arch, config, kind) -> HotLoop
@@ -273,6 +273,10 @@ gfx942 cdna_lds_128x128 fp8 v_mfma_f32_16x16x32_fp8_fp8 128 16 16384 40 40960 8 
 gfx942 cdna_lds_128x128 int8 v_mfma_i32_16x16x32_i8 128 16 16384 40 40960 8 60 0 41 2 2 9 4 214 0 32768
 gfx950 cdna_lds_128x128 fp8 v_mfma_f32_16x16x128_f8f6f4 32 16 16384 40 40960 8 65 0 23 2 2 8 2 218 0 32768
 gfx950 cdna_lds_128x128 int8 v_mfma_i32_16x16x64_i8 64 16 16384 40 40960 8 60 0 35 2 2 7 4 220 0 32768
+gfx942 cdna_lds_128x128 bf16 v_mfma_f32_16x16x16_bf16 128 16 16384 40 40960 8 55 0 41 2 2 10 4 214 0 32768
+gfx942 cdna_lds_128x128 fp16 v_mfma_f32_16x16x16_f16 128 16 16384 40 40960 8 55 0 41 2 2 10 4 214 0 32768
+gfx950 cdna_lds_128x128 bf16 v_mfma_f32_16x16x32_bf16 64 16 16384 40 40960 10 52 0 37 2 2 6 4 236 0 32768
+gfx950 cdna_lds_128x128 fp16 v_mfma_f32_16x16x32_f16 64 16 16384 40 40960 10 52 0 37 2 2 6 4 236 0 32768
 """
 
 

@@ -9,7 +9,7 @@ Names (<M>x<N>: the output tile a CTA computes):
     portable_<M>x<N>[_k8]   the portable template (portable_gemm.hpp: MFMA on gfx942 / gfx950, mma.sync on sm_90a);
                             _k8: K split 8 ways over the block's warps
     cdna_lds_<M>x<N>        gfx942 / gfx950: A staged through LDS (double-buffered), B to registers, K loop pipelined
-                            (cdna_gemm.hpp; the 8-bit kinds)
+                            (cdna_gemm.hpp; the 8-bit kinds and bf16 / fp16)
     tile_<M>x<N>            sm_90a, one CTA per output tile (sm90_gemm.hpp)
     swap_<M>x<N>            ... computing C^T = B . A^T (decode: M <= 16 activation rows are the wgmma's N)
     pair_<M>x<N>            ... in clusters of two CTAs that share B's tile by TMA multicast
@@ -62,13 +62,14 @@ class PortableTile:
 class CdnaTile:
     """CdnaLdsGemmConfig (cdna_gemm.hpp, gfx942 / gfx950 only): warps_m x warps_n waves, each owning tiles_m x
     tiles_n 16 x 16 MFMA tiles; A staged through two LDS buffers of block_k_bytes per row, the preshuffled B
-    straight to registers, the K loop pipelined one K block deep. The 8-bit kinds only."""
+    straight to registers (plain 16-bit B too: its loads are as coalesced, and no other wave reads its columns),
+    the K loop pipelined one K block deep. The 8-bit kinds (gemm_a8) and bf16 / fp16 (matmul_fused, B [N, K])."""
     warps_m: int
     warps_n: int
     tiles_m: int
     tiles_n: int
     block_k_bytes: int = 128  # K per LDS stage, in bytes (8 chunks of 16: the swizzle's width)
-    in_kinds: tuple[str, ...] = EIGHT_BIT
+    in_kinds: tuple[str, ...] = (*EIGHT_BIT, "bf16", "fp16")
 
     unit = "cdna_gemm"
 
@@ -115,7 +116,7 @@ CONFIGS: dict[str, PortableTile | CdnaTile | Sm90Tile] = {
     "portable_128x128": PortableTile(2, 4, 1, 4, 2),  # prefill: 8 warps, each 64 x 32
     # gfx942 / gfx950: A through double-buffered LDS, B straight to registers, K loop pipelined; 4 waves of 128 x 32
     # side by side along N, so each byte of A and of B leaves global memory once per block (2 x 2 waves of 64 x 64
-    # load B twice: predicted L1-bound on gfx950, 57% of peak against 66%)
+    # load B twice: predicted L1-bound on gfx950, 57% of peak against 66%); bf16 / fp16 with plain B [N, K] too
     "cdna_lds_128x128": CdnaTile(1, 4, 8, 2),
     # M <= 64: two CTAs per SM, 4 x 24 KB stages in flight each
     "tile_64x128": Sm90Tile(64, 4, min_blocks_per_sm=2),

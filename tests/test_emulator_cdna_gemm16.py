@@ -22,6 +22,7 @@ from fusedgemm.testing import emulate  # noqa: E402
 from fusedgemm.testing.emulator import hip, loader  # noqa: E402
 from fusedgemm.testing.emulator.errors import HazardError  # noqa: E402
 from fusedgemm.testing.emulator.runner import CodeObject  # noqa: E402
+from poisoned_outputs import poisoned_outputs  # noqa: E402
 
 pytestmark = pytest.mark.slow  # builds code objects (cached between runs)
 
@@ -33,24 +34,6 @@ DTYPES = (torch.bfloat16, torch.float16)
 # N (40 = 2.5 tiles), K of 1 block + 1 chunk; one row, N = 24, K of one chunk; a second column block of 8 rows of B
 # (136 = 128 + 8), K of 2 blocks + 1 chunk (3 blocks: the loop leaves by its mid-iteration break).
 SHAPES = ((131, 144, 200), (37, 40, 72), (1, 24, 8), (37, 136, 136))
-
-
-@contextlib.contextmanager
-def poisoned_empty():
-    """torch.empty fills floating tensors with NaN while open (the ops allocate their outputs with it)."""
-    real = torch.empty
-
-    def empty(*args, **kwargs):
-        t = real(*args, **kwargs)
-        if t.dtype.is_floating_point and t.numel():
-            t.fill_(float("nan"))
-        return t
-
-    torch.empty = empty
-    try:
-        yield
-    finally:
-        torch.empty = real
 
 
 def _check(out, ref, tol, what):
@@ -100,7 +83,7 @@ def test_expression_epilogue_with_aux(arch, seed):
     dtype = torch.bfloat16 if arch == "gfx942" else torch.float16
     x, w = torch.randn(m, k, generator=g).to(dtype), (torch.randn(n, k, generator=g) / 4).to(dtype)
     s, res = torch.rand(n, generator=g) + 0.5, torch.randn(m, n, generator=g).to(dtype)
-    with poisoned_empty(), forced_config(CONFIG), emulate(arch) as dev:
+    with poisoned_outputs(), forced_config(CONFIG), emulate(arch) as dev:
         y = fg.matmul_fused(x, w, epilogue=E.parse("silu(acc * n_vec(s)) + aux(res)"),
                             operands={"s": s, "res": res}, out_dtype=torch.float32)
     _launched_cdna(dev, f"{arch} expression")

@@ -33,6 +33,7 @@ from fusedgemm.epilogue.ir import saved_node  # noqa: E402
 from fusedgemm.plan import forced_config  # noqa: E402
 from fusedgemm.reference import gemm_a8_reference  # noqa: E402
 from fusedgemm.testing import emulate  # noqa: E402
+from poisoned_outputs import poisoned_outputs  # noqa: E402
 
 pytestmark = pytest.mark.slow  # builds code objects (cached between runs)
 
@@ -40,29 +41,6 @@ ARCHES = ("gfx942", "gfx950")
 FP8 = {"gfx942": torch.float8_e4m3fnuz, "gfx950": torch.float8_e4m3fn}
 SPLIT_K = ("portable_16x16_k8", "portable_64x16_k8")  # K split 8 ways over the block's waves, reduced through LDS
 PORTABLE = (*SPLIT_K, "portable_128x128")  # matmul_fused's configs on AMD (cdna_lds_128x128 is 8-bit only)
-_POISON_BYTE = {torch.float8_e4m3fn: 0x7F, torch.float8_e4m3fnuz: 0x80, torch.int8: 0x80}
-
-
-@contextlib.contextmanager
-def poisoned_outputs():
-    """torch.empty returns poisoned memory while open (the ops allocate their outputs with it): an element no
-    kernel writes stays NaN (the fp8 NaN code for fp8) and fails the check."""
-    real = torch.empty
-
-    def empty(*args, **kwargs):
-        t = real(*args, **kwargs)
-        if t.device.type == "cpu" and t.numel():
-            if t.dtype.is_floating_point and t.element_size() > 1:
-                t.fill_(float("nan"))
-            elif t.dtype in _POISON_BYTE:
-                t.view(torch.uint8).fill_(_POISON_BYTE[t.dtype])
-        return t
-
-    torch.empty = empty
-    try:
-        yield
-    finally:
-        torch.empty = real
 
 
 @contextlib.contextmanager

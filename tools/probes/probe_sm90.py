@@ -22,7 +22,6 @@ headers breaks the patch, refresh it: apply it by hand (`patch -p1 --merge`), fi
                                                   # tensor core's), epilogue, gap to the SM's next CTA
 """
 import argparse
-import os
 import shutil
 import subprocess
 import sys
@@ -225,35 +224,6 @@ def build(out_dir: Path, variant: str) -> Path:
     return out
 
 
-def sustained(fn, seconds: float):
-    """Run fn back to back for `seconds` while nvidia-smi samples the SM clock and board power (every 100 ms).
-    Returns (us per call, median MHz, median W) over the samples after the first 0.3 s. The clocks are only
-    read, never set."""
-    import statistics
-    import time
-
-    import torch
-
-    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
-                            "-lms", "100"], stdout=subprocess.PIPE, text=True)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    t0, calls = time.perf_counter(), 0
-    start.record()
-    while time.perf_counter() - t0 < seconds:
-        for _ in range(10):
-            fn()
-        calls += 10
-        torch.cuda.synchronize()
-    end.record()
-    torch.cuda.synchronize()
-    smi.terminate()
-    samples = [tuple(float(x) for x in line.split(",")) for line in smi.communicate()[0].splitlines()[3:]
-               if line.strip()]
-    mhz = statistics.median(x[0] for x in samples) if samples else float("nan")
-    watts = statistics.median(x[1] for x in samples) if samples else float("nan")
-    return start.elapsed_time(end) * 1e3 / calls, mhz, watts
-
-
 def timeline(mod, name: str, signature, cfg, grid, cluster, stream, args, k: int, flush=None) -> dict:
     """Run kernel `name` of the stamps build once (after a warm-up; `flush()` first, if given, so its operands come
     from DRAM as in the bench) and summarise its per-CTA stamps (FG_PROBE_STAMPS, sm90_probes.patch): start =
@@ -429,7 +399,7 @@ def main() -> int:
     import fusedgemm as fg
     from fusedgemm.checks import preset_values
     from fusedgemm.plan import call as g  # the tensor maps and L2 promotions a call plan uses
-    from fusedgemm.bench.common import Timer
+    from fusedgemm.bench.common import Timer, sustained
     from fusedgemm.runtime import kernels
     from fusedgemm.runtime.launch import Module, encode_tensor_map_tiled
 

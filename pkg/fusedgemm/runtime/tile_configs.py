@@ -31,8 +31,21 @@ EVERY_KIND = (*EIGHT_BIT, *WIDE)
 SPLIT_TF32 = ("f32x3",)  # matmul_fused's exact fp32 (sm_90a)
 
 
+class _Mfma16Grid:
+    """The block shape of a config whose warps_m x warps_n warps (waves) each own tiles_m x tiles_n 16 x 16
+    accumulator tiles (the fields are the subclass dataclass's)."""
+
+    @property
+    def block_m(self) -> int:
+        return self.warps_m * 16 * self.tiles_m
+
+    @property
+    def block_n(self) -> int:
+        return self.warps_n * 16 * self.tiles_n
+
+
 @dataclasses.dataclass(frozen=True)
-class PortableTile:
+class PortableTile(_Mfma16Grid):
     """PortableGemmConfig (portable_gemm.hpp): warps_m x warps_n x warps_k warps, each owning tiles_m x tiles_n
     16 x 16 tiles; warps_k > 1 splits K inside the block."""
     warps_m: int
@@ -46,20 +59,12 @@ class PortableTile:
     unit = "portable_gemm"
 
     @property
-    def block_m(self) -> int:
-        return self.warps_m * 16 * self.tiles_m
-
-    @property
-    def block_n(self) -> int:
-        return self.warps_n * 16 * self.tiles_n
-
-    @property
     def warps(self) -> int:
         return self.warps_m * self.warps_n * self.warps_k
 
 
 @dataclasses.dataclass(frozen=True)
-class CdnaTile:
+class CdnaTile(_Mfma16Grid):
     """CdnaLdsGemmConfig (cdna_gemm.hpp, gfx942 / gfx950 only): warps_m x warps_n waves, each owning tiles_m x
     tiles_n 16 x 16 MFMA tiles; A staged through two LDS buffers of block_k_bytes per row, the preshuffled B
     straight to registers (plain 16-bit B too: its loads are as coalesced, and no other wave reads its columns),
@@ -72,14 +77,6 @@ class CdnaTile:
     in_kinds: tuple[str, ...] = (*EIGHT_BIT, "bf16", "fp16")
 
     unit = "cdna_gemm"
-
-    @property
-    def block_m(self) -> int:
-        return self.warps_m * 16 * self.tiles_m
-
-    @property
-    def block_n(self) -> int:
-        return self.warps_n * 16 * self.tiles_n
 
     @property
     def warps(self) -> int:

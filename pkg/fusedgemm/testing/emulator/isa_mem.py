@@ -83,6 +83,17 @@ def _lanes_bytes_to_rows(data: np.ndarray, n: int) -> np.ndarray:
     return np.ascontiguousarray(data).view("<u4").reshape(len(data), n).T
 
 
+def _lanes_bytes(w, first: int, nregs: int, lanes, nbytes: int, d16=None) -> np.ndarray:
+    """What a store takes from registers first.. of each lane: uint8 [lanes, nbytes]; under 4 bytes, the low bytes of
+    one register (its high half with d16 "hi")."""
+    if nbytes >= 4:
+        return np.ascontiguousarray(w.v[first:first + nregs, lanes].T).view(np.uint8).reshape(len(lanes), nbytes)
+    v = w.v[first, lanes]
+    if d16 == "hi":
+        v = v >> U32(16)
+    return np.ascontiguousarray(v).view(np.uint8).reshape(len(lanes), 4)[:, :nbytes]
+
+
 def _retire_rows(w, di, rows, lanes, d16=None, sign=False, nbytes=4):
     def retire():
         for j in range(rows.shape[0]):
@@ -158,14 +169,7 @@ def compile_global(ins, ctx):
     def gstore(w):
         lanes = np.flatnonzero(w.exec_mask)
         a = addr(w, lanes)
-        if nbytes >= 4:
-            data = np.ascontiguousarray(w.v[di:di + n, lanes].T).view(np.uint8).reshape(len(lanes), nbytes)
-        else:
-            v = w.v[di, lanes]
-            if d16 == "hi":
-                v = v >> U32(16)
-            data = np.ascontiguousarray(v).view(np.uint8).reshape(len(lanes), 4)[:, :nbytes]
-        ctx.m.memory.write(a, data, what)
+        ctx.m.memory.write(a, _lanes_bytes(w, di, n, lanes, nbytes, d16), what)
         w.issue("vm", Pending("vm", _nothing, ins.text))
     return gstore
 
@@ -303,14 +307,7 @@ def compile_ds(ins, ctx):
         base = w.v[ai, lanes].astype(np.int64)
         written = []
         for o, si in zip(offs, srcs):
-            if size >= 4:
-                data = np.ascontiguousarray(w.v[si:si + nregs, lanes].T).view(np.uint8).reshape(len(lanes), size)
-            else:
-                v = w.v[si, lanes]
-                if d16 == "hi":
-                    v = v >> U32(16)
-                data = np.ascontiguousarray(v).view(np.uint8).reshape(len(lanes), 4)[:, :size]
-            written.append(ctx.m.lds_write(w, base + o, data, what))
+            written.append(ctx.m.lds_write(w, base + o, _lanes_bytes(w, si, nregs, lanes, size, d16), what))
         # until an s_waitcnt lgkmcnt retires it, the write is not complete for the other waves
         w.issue("lgkm", Pending("lds", ctx.m.lds_write_pending(w, written, ins.text), ins.text))
     return dswrite
@@ -432,10 +429,7 @@ def compile_buffer(ins, ctx):
     def bstore(w):
         lanes = np.flatnonzero(w.exec_mask)
         addr, ok, pieces = locate(w, lanes)
-        if nbytes >= 4:
-            data = np.ascontiguousarray(w.v[di:di + n, lanes].T).view(np.uint8).reshape(len(lanes), nbytes)
-        else:
-            data = np.ascontiguousarray(w.v[di, lanes]).view(np.uint8).reshape(len(lanes), 4)[:, :nbytes]
+        data = _lanes_bytes(w, di, n, lanes, nbytes)
         for j, pc in enumerate(pieces):
             sel = ok[:, j]
             if sel.any():

@@ -147,6 +147,9 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
         raise TypeError(f"gemm_a8: B must be a PreshuffledWeight from fusedgemm.preshuffle, got {type(b).__name__}")
     if b.layout != LAYOUT_16x16:
         raise ValueError(f"gemm_a8: B has layout {b.layout!r}, expected {LAYOUT_16x16!r}")
+    if b.groups is not None:
+        raise ValueError(f"gemm_a8: B holds {b.groups} experts' weights {list(b.shape)}; a grouped weight is for "
+                         "fusedgemm.grouped_gemm_a8 (pass one expert's [N, K] weight to gemm_a8)")
     epilogue = resolve_epilogue("gemm_a8", epilogue)
     if isinstance(epilogue, _epi.Node):
         uses_bias, act = None, None

@@ -79,8 +79,10 @@ class PreshuffledWeight:
         self._layout = value
         self.call_plans = PlanCache(CALL_PLANS_PER_WEIGHT)
 
-    # the true [N, K]
-    shape = property(lambda self: self.data.shape if self._n is None else torch.Size((self._n, self._k)))
+    # the true [N, K] ([G, N, K]: a grouped weight, G experts' weights each preshuffled, for grouped_gemm_a8)
+    shape = property(lambda self: self.data.shape if self._n is None
+                     else torch.Size((*self.data.shape[:-2], self._n, self._k)))
+    groups = property(lambda self: self.data.shape[0] if self.data.dim() == 3 else None)
     padded_shape = property(lambda self: self.data.shape)  # the stored [Np, Kp] the kernels read
     dtype = property(lambda self: self.data.dtype)
     device = property(lambda self: self.data.device)
@@ -107,12 +109,12 @@ class PreshuffledWeight:
 def _true_shape(data, n, k) -> tuple[int, int]:
     """The true [N, K] of a stored [Np, Kp] weight: n, k (given) or data's shape; padding is what preshuffle
     makes: each of N, K at most 15 short of a stored extent that is a multiple of 16."""
-    if not isinstance(data, torch.Tensor) or data.dim() != 2:
+    if not isinstance(data, torch.Tensor) or data.dim() not in (2, 3):
         if n is None and k is None:
             return None, None  # not a weight: the checks of the op it is passed to say what is wrong
         shape = tuple(data.shape) if isinstance(data, torch.Tensor) else type(data).__name__
-        raise ValueError(f"PreshuffledWeight: data must be a 2-D tensor [N, K], got {shape}")
-    np_, kp = data.shape
+        raise ValueError(f"PreshuffledWeight: data must be a 2-D tensor [N, K] (or [G, N, K]), got {shape}")
+    np_, kp = data.shape[-2:]
     n = np_ if n is None else int(n)
     k = kp if k is None else int(k)
     for true, stored, what in ((n, np_, "N"), (k, kp, "K")):
@@ -128,6 +130,7 @@ def _round16(x: int) -> int:
 
 def preshuffle(w: torch.Tensor) -> PreshuffledWeight:
     """[N, K] weight (nn.Linear layout) -> PreshuffledWeight in the (16,16) layout. Bit-exact, any device.
+    [G, N, K] (G experts' weights, for grouped_gemm_a8): each expert's [N, K] preshuffled, stored [G, Np, Kp].
 
     w: float8_e4m3fn, float8_e4m3fnuz or int8, any N, K >= 1. N and K not multiples of 16 are zero-padded
     here, once, to the next multiples of 16 (`data` is [Np, Kp]; `shape` stays [N, K]; unshuffle undoes it)."""
@@ -138,20 +141,22 @@ def preshuffle(w: torch.Tensor) -> PreshuffledWeight:
     if w.dtype not in WEIGHT_DTYPES:
         raise TypeError(f"preshuffle: the weight must be {', '.join(map(str, WEIGHT_DTYPES[:-1]))} or {WEIGHT_DTYPES[-1]} (what gemm_a8 "
                         f"reads), got {w.dtype}; quantize the weight to one of them first")
-    if w.dim() != 2:
-        raise ValueError(f"preshuffle: expected a 2-D weight [N, K], got shape {tuple(w.shape)}")
-    n, k = w.shape
-    if n == 0 or k == 0:
-        raise ValueError(f"preshuffle: the weight [N, K] must have N >= 1 and K >= 1, got N={n}, K={k}")
+    if w.dim() not in (2, 3):
+        raise ValueError(f"preshuffle: expected a 2-D weight [N, K] (or [G, N, K] experts), got shape "
+                         f"{tuple(w.shape)}")
+    lead, (n, k) = tuple(w.shape[:-2]), w.shape[-2:]
+    if n == 0 or k == 0 or 0 in lead:
+        raise ValueError(f"preshuffle: the weight [N, K] must have N >= 1 and K >= 1 (and G >= 1), got shape "
+                         f"{tuple(w.shape)}")
     np_, kpad = _round16(n), _round16(k)
     kp = _CHUNK_BYTES  # 16 one-byte elements per chunk
     raw = w.contiguous().view(torch.uint8)
     if (np_, kpad) != (n, k):  # zero rows / columns: the bytes 0 are +0 in every 8-bit format read here
-        padded = torch.zeros((np_, kpad), dtype=torch.uint8, device=w.device)
-        padded[:n, :k] = raw
+        padded = torch.zeros((*lead, np_, kpad), dtype=torch.uint8, device=w.device)
+        padded[..., :n, :k] = raw
         raw = padded
-    shuffled = raw.reshape(np_ // _BLOCK_N, _BLOCK_N, kpad // kp, kp).permute(0, 2, 1, 3).contiguous()
-    return PreshuffledWeight(shuffled.reshape(np_, kpad).view(w.dtype), LAYOUT_16x16, n, k)
+    shuffled = raw.reshape(*lead, np_ // _BLOCK_N, _BLOCK_N, kpad // kp, kp).transpose(-3, -2).contiguous()
+    return PreshuffledWeight(shuffled.reshape(*lead, np_, kpad).view(w.dtype), LAYOUT_16x16, n, k)
 
 
 def unshuffle(wq: PreshuffledWeight) -> torch.Tensor:
@@ -159,11 +164,11 @@ def unshuffle(wq: PreshuffledWeight) -> torch.Tensor:
     if not isinstance(wq, PreshuffledWeight):
         raise TypeError(f"unshuffle: expected a PreshuffledWeight, got {type(wq).__name__}")
     d = wq.data
-    n, k = d.shape
+    lead, (n, k) = tuple(d.shape[:-2]), d.shape[-2:]
     kp = _chunk_elems(d.dtype)
     raw = d.view(torch.uint8) if d.element_size() == 1 else d
-    out = raw.reshape(n // _BLOCK_N, k // kp, _BLOCK_N, kp).permute(0, 2, 1, 3).contiguous().reshape(n, k)
-    tn, tk = wq.shape
+    out = raw.reshape(*lead, n // _BLOCK_N, k // kp, _BLOCK_N, kp).transpose(-3, -2).contiguous().reshape(*lead, n, k)
+    tn, tk = wq.shape[-2:]
     if (tn, tk) != (n, k):
-        out = out[:tn, :tk].contiguous()
+        out = out[..., :tn, :tk].contiguous()
     return out.view(d.dtype) if d.element_size() == 1 else out

@@ -28,6 +28,7 @@
 #include "cdna_gemm.hpp"
 #include "epilogue.hpp"
 #include "gemm_configs.hpp"
+#include "gemm_groups.hpp"
 
 namespace fg {
 
@@ -69,11 +70,15 @@ struct PortableGemmArgs {
   typename Epi::Params ep;
 };
 
+// m_block: the block's first row; rows >= M are outside (a grouped GEMM passes its group's row bound).
+// col_base: added to a column's index for the epilogue's column values (a grouped GEMM's g * N: its [G, N]
+// operands); outputs and [M, N] operands are indexed by the column itself.
 template <class In, class Epi, class Cfg>
 FG_DEVICE void portable_gemm_direct_tile(const u8* __restrict__ a,  // [M, K] row-major
                                   const u8* __restrict__ b,  // [N, K] preshuffled (16,16) or row-major (kPreshuffledB)
                                   int M, int N, int K,       // K in elements of In
-                                  const typename Epi::Params& ep) {  // the epilogue's operands and outputs
+                                  const typename Epi::Params& ep,  // the epilogue's operands and outputs
+                                  int m_block, int col_base) {
   using Atom = arch::MmaAtom<In>;
   constexpr bool kPreshuffledB = InTraits<In>::kPreshuffledB;
   // A run of kStoreVec columns starts at a multiple of kStoreVec: with N % 8 == 0 it is all in or all out.
@@ -85,7 +90,7 @@ FG_DEVICE void portable_gemm_direct_tile(const u8* __restrict__ a,  // [M, K] ro
   const int lane = static_cast<int>(threadIdx.x) % Atom::kWarpSize;
   const int warp_k = static_cast<int>(threadIdx.x) / Atom::kWarpSize / (Cfg::kWarpsM * Cfg::kWarpsN);
   const int warp = static_cast<int>(threadIdx.x) / Atom::kWarpSize % (Cfg::kWarpsM * Cfg::kWarpsN);
-  const int m_warp = static_cast<int>(blockIdx.y) * Cfg::kBlockM + (warp / Cfg::kWarpsN) * Cfg::kWarpTileM;
+  const int m_warp = m_block + (warp / Cfg::kWarpsN) * Cfg::kWarpTileM;
   const int n_warp = static_cast<int>(blockIdx.x) * Cfg::kBlockN + (warp % Cfg::kWarpsN) * Cfg::kWarpTileN;
   if (m_warp >= M || n_warp >= N) return;  // no barriers in this kernel: an idle warp may leave
 
@@ -183,8 +188,8 @@ FG_DEVICE void portable_gemm_direct_tile(const u8* __restrict__ a,  // [M, K] ro
         if (col >= N) return;  // N is even: col + 1 < N too
       }
       float c[2][Epi::kColValues];
-      Epi::load_col(ep, col, c[0]);
-      Epi::load_col(ep, col + 1, c[1]);
+      Epi::load_col(ep, col_base + col, c[0]);
+      Epi::load_col(ep, col_base + col + 1, c[1]);
 #pragma unroll
       for (int e = 0; e < Atom::kAccPerLane; ++e) {
         const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
@@ -209,7 +214,7 @@ FG_DEVICE void portable_gemm_direct_tile(const u8* __restrict__ a,  // [M, K] ro
         float v[Atom::kStoreVec];
 #pragma unroll
         for (int s = 0; s < Atom::kStoreVec; ++s) {
-          Epi::load_col(ep, col + s, c[s]);
+          Epi::load_col(ep, col_base + col + s, c[s]);
           v[s] = Atom::get(tile, e + s);
         }
         Epi::template store<Atom::kStoreVec>(ep, row, col, v, r, c);
@@ -249,16 +254,43 @@ FG_DEVICE void portable_gemm_direct_tile(const u8* __restrict__ a,  // [M, K] ro
 // CdnaLdsGemmConfig runs the LDS-staged, pipelined CDNA template (cdna_gemm.hpp, gfx942 / gfx950 only), every
 // other config the register-direct one above.
 template <class In, class Epi, class Cfg>
-FG_DEVICE void portable_gemm_tile(const u8* __restrict__ a, const u8* __restrict__ b, int M, int N, int K,
-                                  const typename Epi::Params& ep) {
+FG_DEVICE void portable_gemm_block(const u8* __restrict__ a, const u8* __restrict__ b, int M, int N, int K,
+                                   const typename Epi::Params& ep, int m_block, int col_base) {
 #if defined(__gfx942__) || defined(__gfx950__)
   if constexpr (IsCdnaLdsGemmConfig<Cfg>::value) {
-    cdna_gemm_tile<In, Epi, Cfg>(a, b, M, N, K, ep);
+    cdna_gemm_tile<In, Epi, Cfg>(a, b, M, N, K, ep, m_block, col_base);
   } else
 #endif
   {
-    portable_gemm_direct_tile<In, Epi, Cfg>(a, b, M, N, K, ep);
+    portable_gemm_direct_tile<In, Epi, Cfg>(a, b, M, N, K, ep, m_block, col_base);
   }
 }
+
+template <class In, class Epi, class Cfg>
+FG_DEVICE void portable_gemm_tile(const u8* __restrict__ a, const u8* __restrict__ b, int M, int N, int K,
+                                  const typename Epi::Params& ep) {
+  portable_gemm_block<In, Epi, Cfg>(a, b, M, N, K, ep, static_cast<int>(blockIdx.y) * Cfg::kBlockM, 0);
+}
+
+// A grouped GEMM's block (gemm_groups.hpp): grid y counts virtual row blocks; B is the G groups' [N, K] weights
+// stacked (group g's at g * N rows: N * K elements further), its column operands [G, N].
+template <class In, class Epi, class Cfg>
+FG_DEVICE void portable_gemm_grouped_tile(const u8* __restrict__ a, const u8* __restrict__ b, int M, int N, int K,
+                                          const typename Epi::Params& ep, const GroupArgs& ga) {
+  GroupTile t;
+  if (!group_row_block<Cfg::kBlockM>(ga, M, static_cast<int>(blockIdx.y), t)) return;  // uniform: before any barrier
+  const u8* b_group = b + static_cast<i64>(t.group) * N * K * InTraits<In>::kBytes;
+  portable_gemm_block<In, Epi, Cfg>(a, b_group, t.m_end, N, K, ep, t.m0, t.group * N);
+}
+
+// The argument of a grouped entry point (generated units only): PortableGemmArgs's fields, then the groups.
+template <class Epi>
+struct PortableGemmGroupedArgs {
+  const u8* a;
+  const u8* b;
+  int M, N, K;
+  typename Epi::Params ep;
+  GroupArgs groups;
+};
 
 }  // namespace fg

@@ -32,6 +32,7 @@
 #include "sm90_gemm_mainloop.hpp"
 #include "sm90_gemm_persistent.hpp"
 #include "sm90_gemm_stores.hpp"
+#include "gemm_groups.hpp"
 
 #if defined(FG_NVIDIA)
 namespace fg {
@@ -138,11 +139,16 @@ FG_DEVICE void store_handed_chunk(const typename Epi::Params& ep, int M, int N, 
 }
 
 // bs: the block scales (Cfg::kBlockScaled only; BlockScaled<Config> in sm90_gemm_common.hpp).
-template <class In, class Epi, class Cfg>
+// kGrouped: a grouped GEMM's CTA (gemm_groups.hpp, `ga`): grid y counts virtual row blocks, B's maps span the G
+// groups' stacked weights (group g's columns at g * N), the column operands are [G, N]; CTA-per-tile configs that
+// neither swap A and B nor pair CTAs, no split-K.
+template <class In, class Epi, class Cfg, bool kGrouped = false>
 FG_DEVICE void sm90_gemm_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-major, box 128 B x BM, swizzle 128
                                const sm90::TmaDesc& b_map,  // B (16,16) preshuffled, see above
                                int M, int N, int K, const typename Epi::Params& ep,
-                               const BlockScaleArgs& bs = BlockScaleArgs{}) {
+                               const BlockScaleArgs& bs = BlockScaleArgs{}, const GroupArgs& ga = GroupArgs{}) {
+  static_assert(!kGrouped || !(Cfg::kTileLoop || Cfg::kPairB || Cfg::kSwapAB || Cfg::kBlockScaled),
+                "grouped GEMMs run on the CTA-per-tile, unswapped, unpaired configs");
   using Mma = MmaOf<In, Cfg>;
   using Acc = typename Mma::Acc;
   constexpr int kAcc = Cfg::kAccPerThread;
@@ -185,8 +191,19 @@ FG_DEVICE void sm90_gemm_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-majo
   // A CTA-per-tile kernel's tile, computed once before the roles split; the tile loop sets m0, n0 per tile in
   // each role.
   int m0 = 0, n0 = 0;
-  if constexpr (!Cfg::kTileLoop) tile_at(0, m0, n0);
-  const int splits = Cfg::kPairB ? 1 : static_cast<int>(sm90::cluster_size());
+  int m_end = M;     // rows >= m_end are outside the tile's problem (a grouped CTA: its group's bound)
+  int col_base = 0;  // a grouped CTA's g * N: its B rows and column operands
+  if constexpr (kGrouped) {
+    GroupTile t;
+    if (!group_row_block<Cfg::kBlockM>(ga, M, static_cast<int>(blockIdx.y), t)) return;  // uniform, before barriers
+    m0 = t.m0;
+    n0 = static_cast<int>(blockIdx.x) * Cfg::kBlockN;
+    m_end = t.m_end;
+    col_base = t.group * N;
+  } else if constexpr (!Cfg::kTileLoop) {
+    tile_at(0, m0, n0);
+  }
+  const int splits = Cfg::kPairB || kGrouped ? 1 : static_cast<int>(sm90::cluster_size());
   const int rank = Cfg::kPairB ? 0 : static_cast<int>(sm90::cluster_rank());
   const int k_blocks = k_block_count<In, Cfg>(K);
   const int kb_begin = rank * k_blocks / splits;
@@ -221,7 +238,7 @@ FG_DEVICE void sm90_gemm_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-majo
           const int s = g % Cfg::kStages;
           sm90::mbar_wait(&empty[s], ((g / Cfg::kStages) & 1) ^ 1);
           copy_k_block<In, Cfg>(stage_a + s * Cfg::kStageBytesA, stage_b + s * Cfg::kStageBytesB, a_map,
-                                b_map, &full[s], a_rows, kb_begin + i, m0, n0, pair_rank);
+                                b_map, &full[s], a_rows, kb_begin + i, m0, col_base + n0, pair_rank);
         }
       }
     }
@@ -299,7 +316,7 @@ FG_DEVICE void sm90_gemm_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-majo
     // NOTE: the row values are loaded once here for both paths below; loaded in the split-K path as well, the
     // 64 x 128 tile's fp8 paired (swiglu) kernels spill.
     float row_values[2][Epi::kRowValues];  // of rows row0 and row0 + 8
-    load_row_pair<Epi>(ep, M, row0, row_values);
+    load_row_pair<Epi>(ep, m_end, row0, row_values);
     if (splits == 1) {
       // The groups' column values in column_rounds rounds (one, but for the 256-wide tiles): round r covers
       // accumulators kRoundAcc r .. kRoundAcc (r + 1) - 1, i.e. the columns from n0 + 2 kRoundAcc r on.
@@ -309,11 +326,11 @@ FG_DEVICE void sm90_gemm_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-majo
 #pragma unroll
       for (int r = 0; r < kRounds; ++r) {
         ColumnValues<Epi, kRoundAcc / 4> col_values;
-        col_values.load(ep, N, n0 + 2 * kRoundAcc * r, ct);
+        col_values.load(ep, N, n0 + 2 * kRoundAcc * r, ct, col_base);
 #pragma unroll
         for (int i = 0; i < kRoundAcc; i += 4) {
           const int j = kRoundAcc * r + i;
-          store_group<Epi>(ep, M, N, row_values, row0, n0 + acc_col(ct, j), col_values.v[i / 2],
+          store_group<Epi>(ep, m_end, N, row_values, row0, n0 + acc_col(ct, j), col_values.v[i / 2],
                            col_values.v[i / 2 + 1], acc[j], acc[j + 1], acc[j + 2], acc[j + 3]);
         }
       }
@@ -363,6 +380,23 @@ struct Sm90GemmBlockArgs {
   typename Epi::Params ep;
   BlockScaleArgs bs;
 };
+
+// The argument of a grouped entry point (generated units only): Sm90GemmArgs's fields, then the groups.
+template <class Epi>
+struct Sm90GemmGroupedArgs {
+  sm90::TmaDesc a_map;  // A [M, K] (all groups' rows)
+  sm90::TmaDesc b_map;  // B: the G groups' weights stacked, [G * N, K]
+  int M, N, K;
+  typename Epi::Params ep;
+  GroupArgs groups;
+};
+
+// The kernel body of a grouped entry point (gemm_groups.hpp).
+template <class In, class Epi, class Cfg>
+FG_DEVICE void sm90_gemm_grouped(const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map, int M, int N, int K,
+                                 const typename Epi::Params& ep, const GroupArgs& ga) {
+  sm90_gemm_tiles<In, Epi, Cfg, true>(a_map, b_map, M, N, K, ep, BlockScaleArgs{}, ga);
+}
 
 // The kernel body of a block-scaled fp8 entry point: the CTA-per-tile or persistent kernel on BlockScaled<Config>.
 template <class In, class Epi, class Cfg>

@@ -93,7 +93,8 @@ template <class In, class Epi, class Cfg>
 FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
                               const u8* __restrict__ b,  // [N, K] preshuffled (16,16) or row-major (kPreshuffledB)
                               int M, int N, int K,       // K in elements of In
-                              const typename Epi::Params& ep) {
+                              const typename Epi::Params& ep,
+                              int m_block, int col_base) {  // as portable_gemm_direct_tile's
   using Atom = arch::MmaAtom<In>;
   constexpr bool kPreshuffledB = InTraits<In>::kPreshuffledB;
   static_assert((kPreshuffledB && InTraits<In>::kBytes == 1) || (!kPreshuffledB && InTraits<In>::kBytes == 2),
@@ -114,7 +115,6 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   const int warp = __builtin_amdgcn_readfirstlane(tid / 64);  // uniform: keeps wave offsets in SGPRs
   const int warp_m = warp / Cfg::kWarpsN;
   const int warp_n = warp % Cfg::kWarpsN;
-  const int m_block = static_cast<int>(blockIdx.y) * Cfg::kBlockM;
   const int n_block = static_cast<int>(blockIdx.x) * Cfg::kBlockN;
   const int m_warp = m_block + warp_m * Cfg::kWarpTileM;
   const int n_warp = n_block + warp_n * Cfg::kWarpTileN;
@@ -252,8 +252,8 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
         if (col >= N) return;  // N is even: col + 1 < N too
       }
       float c[2][Epi::kColValues];
-      Epi::load_col(ep, col, c[0]);
-      Epi::load_col(ep, col + 1, c[1]);
+      Epi::load_col(ep, col_base + col, c[0]);
+      Epi::load_col(ep, col_base + col + 1, c[1]);
 #pragma unroll
       for (int e = 0; e < Atom::kAccPerLane; ++e) {
         const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
@@ -270,7 +270,7 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
       }
       float c[Atom::kStoreVec][Epi::kColValues];
 #pragma unroll
-      for (int s = 0; s < Atom::kStoreVec; ++s) Epi::load_col(ep, col + s, c[s]);
+      for (int s = 0; s < Atom::kStoreVec; ++s) Epi::load_col(ep, col_base + col + s, c[s]);
 #pragma unroll
       for (int e = 0; e < Atom::kAccPerLane; e += Atom::kStoreVec) {
         const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);

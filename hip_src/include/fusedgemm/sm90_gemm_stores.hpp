@@ -16,14 +16,15 @@ template <class Epi, int kGroups>
 struct ColumnValues {
   float v[2 * kGroups][Epi::kColValues];
 
-  FG_DEVICE void load(const typename Epi::Params& ep, int N, int n0, int t) {
+  // col_base: added to the columns' indices (a grouped GEMM's g * N; its column operands are [G, N]).
+  FG_DEVICE void load(const typename Epi::Params& ep, int N, int n0, int t, int col_base = 0) {
     int cols[2 * kGroups];
     bool in[2 * kGroups];
 #pragma unroll
     for (int g = 0; g < kGroups; ++g) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        cols[2 * g + e] = n0 + acc_col(t, 4 * g) + e;
+        cols[2 * g + e] = col_base + n0 + acc_col(t, 4 * g) + e;
         in[2 * g + e] = n0 + acc_col(t, 4 * g) < N;  // N % 16 == 0: a column pair is all in or all out
       }
     }

@@ -23,6 +23,8 @@ SUBCOMMANDS = {
                      "launch-path checks",
     "matmul_plans": "matmul_fused under every sm_90a plan (tile config, split-K) beside torch.mm, rep by rep; "
                     "optionally clocks and energy per call",
+    "moe": "mixture-of-experts grouped GEMMs (gate_up + SwiGLU, down; bf16 and fp8) on DeepSeek-V3 / Qwen3-30B-A3B / "
+           "Mixtral-8x7B experts with uniform and skewed routing vs torch._grouped_mm, a per-expert loop and the floor",
     "predict": "PREDICTED (never measured) time, TFLOP/s, fraction of MFMA peak and bound of the AMD kernels on the "
                "LLM grid and square sizes, from the datasheets and each kernel's compiled hot loop (no GPU needed)",
 }

@@ -50,8 +50,10 @@ def vec_operand(t, what: str, length: int, axis: str, device, op: str):
     return t.data_ptr() if not _is_fake(t) else 0, stride, name
 
 
-def bind(expr: ir.Node, operands: dict | None, m: int, n: int, device, op: str = "gemm_a8") -> Binding:
-    """Check every operand of `expr` against the call; raise ValueError/TypeError naming the node."""
+def bind(expr: ir.Node, operands: dict | None, m: int, n: int, device, op: str = "gemm_a8",
+         n_len: int | None = None) -> Binding:
+    """Check every operand of `expr` against the call; raise ValueError/TypeError naming the node. n_len: the
+    length of n_vec operands when it is not n (a grouped GEMM's G * N: one N-long slice per group)."""
     ir.validate(expr)
     operands = dict(operands or {})
     if not all(isinstance(k, str) for k in operands):
@@ -101,7 +103,8 @@ def bind(expr: ir.Node, operands: dict | None, m: int, n: int, device, op: str =
             values.update({f: 0 if _is_fake(v) else v.data_ptr(), f + "_ld": ld})
             dtypes[name] = VEC_TORCH[v.dtype]
         else:
-            length, axis = (m, "M") if o.kind == "m_vec" else (n, "N")
+            length, axis = (m, "M") if o.kind == "m_vec" else (n if n_len is None else n_len,
+                                                               "N" if n_len is None else "G * N")
             if v is None:
                 if o.default is None:
                     raise ValueError(f"{op}: {what} has no value: pass operands[{name!r}], a [{axis}={length}] "

@@ -35,6 +35,8 @@ class GemmKernel:
     b_layout: str = "nk"  # "kn": B [K, N], N contiguous (matmul_fused, 16-bit kinds on sm_90a: MnMajorB<Config>)
     # gemm_a8's block-scaled fp8 (blockscale.py): BlockScaled<Config>, Sm90GemmBlockArgs; always a generated unit
     block_scaled: bool = False
+    # a grouped GEMM's kernel (grouped.py, gemm_groups.hpp): *GroupedArgs, always a generated unit
+    grouped: bool = False
 
     @property
     def cfg(self) -> kernels.TileConfig:
@@ -43,7 +45,7 @@ class GemmKernel:
     @property
     def preset(self) -> str | None:
         """The activation of the preset kernel that serves this spec ahead of time, or None (generated)."""
-        if self.in_kind in MATMUL_IN or self.out not in ("bf16", "fp16") or self.block_scaled:
+        if self.in_kind in MATMUL_IN or self.out not in ("bf16", "fp16") or self.block_scaled or self.grouped:
             return None
         return _preset_of(self.epilogue)
 
@@ -54,8 +56,9 @@ class GemmKernel:
             return self.cfg.unit
         if self.in_kind in MATMUL_IN:  # matmul_fused's: "matmul_" ("matmul_sm90_" on the sm_90a template)
             return (f"matmul{'_sm90' if self.cfg.sm90 else ''}_{self.in_kind}{self._kn}_{_OUT_SHORT[self.out]}_"
-                    f"{self.config}_e{self.epilogue.key}")
-        return f"{self.cfg.unit}_{self.in_kind}_{_OUT_SHORT[self.out]}_{self.config}{self._bs}_e{self.epilogue.key}"
+                    f"{self.config}{self._g}_e{self.epilogue.key}")
+        return (f"{self.cfg.unit}_{self.in_kind}_{_OUT_SHORT[self.out]}_{self.config}{self._bs}{self._g}_"
+                f"e{self.epilogue.key}")
 
     @property
     def kernel_name(self) -> str:
@@ -63,9 +66,10 @@ class GemmKernel:
             return kernels.gemm_a8_kernel_name(self.in_kind, "bfloat16" if self.out == "bf16" else "float16",
                                                self.preset, self.config)
         if self.in_kind in MATMUL_IN:
-            return f"fg_matmul_{self.in_kind}{self._kn}_{_OUT_SHORT[self.out]}_e{self.epilogue.key}_{self.config}"
-        return (f"fg_gemm_a8_{kernels.GEMM_A8_IN[self.in_kind]}_{_OUT_SHORT[self.out]}{self._bs}_e{self.epilogue.key}_"
-                f"{self.config}")
+            return (f"fg_matmul_{self.in_kind}{self._kn}_{_OUT_SHORT[self.out]}{self._g}_e{self.epilogue.key}_"
+                    f"{self.config}")
+        return (f"fg_gemm_a8_{kernels.GEMM_A8_IN[self.in_kind]}_{_OUT_SHORT[self.out]}{self._bs}{self._g}_"
+                f"e{self.epilogue.key}_{self.config}")
 
     @property
     def _kn(self) -> str:
@@ -76,8 +80,12 @@ class GemmKernel:
         return "_bs" if self.block_scaled else ""
 
     @property
+    def _g(self) -> str:
+        return "_grouped" if self.grouped else ""
+
+    @property
     def signature(self) -> kernels.Signature:
-        return kernels.gemm_signature(self.cfg.unit, self.epilogue, self.block_scaled)
+        return kernels.gemm_signature(self.cfg.unit, self.epilogue, self.block_scaled, self.grouped)
 
     def source(self) -> str | None:
         """The generated translation unit (HIP flavoured, like hip_src), or None for a preset kernel."""
@@ -104,6 +112,18 @@ class GemmKernel:
             bs_type = kernels.gemm_args_type(self.cfg.unit, self.epilogue, True)
             bs_off = bs_type.offsets[[f for f, _c in bs_type.fields].index("bs_a")]
             bs_check = f" && __builtin_offsetof({args}, bs) == {bs_off} && sizeof({args}) == {bs_type.size}"
+        body = "sm90_gemm_block_scaled" if self.block_scaled else "sm90_gemm"
+        extra = ", args.bs" if self.block_scaled else ""
+        if self.grouped:
+            cfg_t = self.cfg
+            if self.b_layout != "nk" or self.block_scaled or cfg_t.swap_ab or cfg_t.pair_b or cfg_t.one_wave:
+                raise ValueError(f"grouped kernels run on CTA-per-tile configs with B as [N, K], not {self.config} "
+                                 f"({self.b_layout}{', block-scaled' if self.block_scaled else ''})")
+            args = f"fg::{'Sm90GemmGroupedArgs' if sm90 else 'PortableGemmGroupedArgs'}<{epi}>"
+            g_type = kernels.gemm_args_type(self.cfg.unit, self.epilogue, grouped=True)
+            g_off = g_type.offsets[[f for f, _c in g_type.fields].index("grp_index")]
+            bs_check = f" && __builtin_offsetof({args}, groups) == {g_off} && sizeof({args}) == {g_type.size}"
+            body, extra = "sm90_gemm_grouped", ", args.groups"
         # NVRTC's front end has no __builtin_offsetof: there the metadata check alone holds the layout.
         layout = (f"#if !defined(__CUDACC_RTC__)\n  static_assert(__builtin_offsetof({args}, M) == {m_off} && "
                   f"__builtin_offsetof({args}, ep) == {ep_off}{bs_check}, \"argument packing layout\");\n#endif\n")
@@ -111,17 +131,16 @@ class GemmKernel:
             header = "sm90_gemm.hpp"
             entry = (f'extern "C" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocksPerSm)\n'
                      f"{self.kernel_name}(const __grid_constant__ {args} args) {{\n{layout}"
-                     f"  fg::{'sm90_gemm_block_scaled' if self.block_scaled else 'sm90_gemm'}<"
-                     f"{_IN_TYPE[self.in_kind]}, {epi}, {cfg}>(args.a_map, args.b_map, args.M, "
-                     f"args.N, args.K, args.ep{', args.bs' if self.block_scaled else ''});\n}}\n")
+                     f"  fg::{body}<{_IN_TYPE[self.in_kind]}, {epi}, {cfg}>(args.a_map, args.b_map, args.M, "
+                     f"args.N, args.K, args.ep{extra});\n}}\n")
             guard = ("#if defined(FG_NVIDIA)\n", "#endif\n")
         else:
             header = "portable_gemm.hpp"
             entry = (f'extern "C" __global__ void __launch_bounds__({cfg}::kWarps * '
                      f"fg::arch::MmaAtom<{_IN_TYPE[self.in_kind]}>::kWarpSize)\n"
                      f"{self.kernel_name}(const {args} args) {{\n{layout}"
-                     f"  fg::portable_gemm_tile<{_IN_TYPE[self.in_kind]}, {epi}, {cfg}>(args.a, args.b, args.M, args.N, "
-                     f"args.K, args.ep);\n}}\n")
+                     f"  fg::portable_gemm_{'grouped_tile' if self.grouped else 'tile'}<{_IN_TYPE[self.in_kind]}, {epi}, "
+                     f"{cfg}>(args.a, args.b, args.M, args.N, args.K, args.ep{extra});\n}}\n")
             guard = ("", "")
         op = "matmul_fused" if self.in_kind in MATMUL_IN else "gemm_a8"
         return (f"// GENERATED by fusedgemm.runtime.gemm_spec for {self.arch}: {op} {self.in_kind} -> "

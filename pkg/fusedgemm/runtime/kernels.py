@@ -111,10 +111,12 @@ def epilogue_params_type(epi_spec) -> StructType:
     return StructType(tuple(fields), tuple(offsets), size)
 
 
-def gemm_args_type(unit: str, epi_spec, block_scaled: bool = False) -> StructType:
+def gemm_args_type(unit: str, epi_spec, block_scaled: bool = False, grouped: bool = False) -> StructType:
     """The one argument of a GEMM kernel, gemm_a8's or matmul_fused's (PortableGemmArgs / Sm90GemmArgs): A, B
     (pointers; the sm_90a template: TMA tensor maps), M, N, K, then the epilogue's Params fields, each at its natural
-    alignment. block_scaled (Sm90GemmBlockArgs): then the block scales, bs_a, bs_b (pointers) and bs_k_blocks."""
+    alignment. block_scaled (Sm90GemmBlockArgs): then the block scales, bs_a, bs_b (pointers) and bs_k_blocks.
+    grouped (PortableGemmGroupedArgs / Sm90GemmGroupedArgs): then the groups (GroupArgs, gemm_groups.hpp):
+    grp_index (pointer), grp_count, grp_rows."""
     ab = (("a_map", "tmap"), ("b_map", "tmap")) if unit == "sm90_gemm" else (("a", "ptr"), ("b", "ptr"))
     fields, offsets, pos = [], [], 0
     for name, ctype in (*ab, ("M", "i32"), ("N", "i32"), ("K", "i32")):
@@ -133,6 +135,11 @@ def gemm_args_type(unit: str, epi_spec, block_scaled: bool = False) -> StructTyp
         fields += [("bs_a", "ptr"), ("bs_b", "ptr"), ("bs_k_blocks", "i32")]
         offsets += [pos, pos + 8, pos + 16]
         end = pos + 24
+    if grouped:  # GroupArgs {const int* index; int groups; int rows;} (8-aligned, 16 bytes)
+        pos = -(-end // 8) * 8
+        fields += [("grp_index", "ptr"), ("grp_count", "i32"), ("grp_rows", "i32")]
+        offsets += [pos, pos + 8, pos + 12]
+        end = pos + 16
     align = max(ep.align, 64 if unit == "sm90_gemm" else 8)
     return StructType(tuple(fields), tuple(offsets), -(-end // align) * align, align)
 
@@ -144,8 +151,8 @@ def gemm_arg_offsets(unit: str, epi_spec) -> tuple[int, int]:
     return args.offsets[names.index("M")], args.offsets[names.index("out")]
 
 
-def gemm_signature(unit: str, epi_spec, block_scaled: bool = False) -> Signature:
-    return Signature((("args", gemm_args_type(unit, epi_spec, block_scaled)),))
+def gemm_signature(unit: str, epi_spec, block_scaled: bool = False, grouped: bool = False) -> Signature:
+    return Signature((("args", gemm_args_type(unit, epi_spec, block_scaled, grouped)),))
 
 
 GEMM_A8_IN = {"fp8": "fp8", "int8": "i8"}  # gemm_a8's kinds -> their kernel-name part

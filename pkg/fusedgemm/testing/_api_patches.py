@@ -36,7 +36,8 @@ def patches(arch: str) -> list[tuple[object, str, object]]:
         out.append((plan, "sm_count", lambda _i=None: CUS[arch]))
         out.append((plan, "gpu_name", lambda _i=None: f"emulated {arch}"))
     for name in ("fusedgemm.plan.call", "fusedgemm.call_plan", "fusedgemm.quant", "fusedgemm.tiny_bmm",
-                 "fusedgemm.gemm_a8", "fusedgemm.matmul", "fusedgemm.swiglu"):
+                 "fusedgemm.gemm_a8", "fusedgemm.matmul", "fusedgemm.swiglu", "fusedgemm.plan.grouped_call",
+                 "fusedgemm.grouped"):
         m = _mod(name)
         if m is None:
             continue

@@ -1,0 +1,74 @@
+// The row groups of a grouped GEMM (pkg/fusedgemm/grouped.py: mixture-of-experts layers): group g multiplies its
+// rows of A by its own B (B stacked [G * N, K]), and its column operands are the g-th N-long slice of [G, N].
+//
+// Two layouts, told apart by `rows` (no separate kernels):
+//   contiguous (rows == 0): index = offs [G], the groups' cumulative row ends; group g owns rows
+//     offs[g - 1] .. offs[g] - 1 (offs[-1] = 0).
+//   masked (rows > 0): A is [G, rows, K]; index = masked_m [G]; group g owns rows g * rows .. g * rows +
+//     masked_m[g] - 1, the rest of its rows are neither read into an output nor written.
+// The group sizes live on the device (no host sync, CUDA-graph replays may change them), so the grid's row
+// blocks are an upper bound: a virtual row block v maps to (group, first row, row bound) here, and blocks past
+// the last group's exit at once. Malformed sizes (decreasing offs, masked_m > rows) are clamped so that no row
+// outside [0, M) is ever read or written; the host checks them only under its debug switch.
+#pragma once
+#include "platform.hpp"
+
+namespace fg {
+
+// The kernel argument's group fields (8-aligned, 16 bytes; runtime/kernels.py packs them after the epilogue).
+struct GroupArgs {
+  const int* index;  // offs [G] (contiguous) or masked_m [G] (masked)
+  int groups;        // G
+  int rows;          // masked: rows per group of A and the output; contiguous: 0
+};
+
+FG_DEVICE int clamp_rows(int x, int lo, int hi) { return x < lo ? lo : x > hi ? hi : x; }
+
+struct GroupTile {
+  int group;  // g
+  int m0;     // the block's first row (a row of A and of the output)
+  int m_end;  // the group's row bound: rows m0 .. m_end - 1 of the block are the group's (at most kBlockM of them)
+};
+
+// Virtual row block v -> its tile; false when v is past every group's row blocks (the block has nothing to do).
+// Contiguous layout: each block walks the groups' sizes, eight loads in flight at a time (the sizes are a few
+// hundred bytes, in L2 after the first blocks).
+template <int kBlockM>
+FG_DEVICE bool group_row_block(const GroupArgs& ga, int M, int v, GroupTile& t) {
+  if (ga.rows > 0) {
+    const int per_group = (ga.rows + kBlockM - 1) / kBlockM;
+    const int g = v / per_group;
+    if (g >= ga.groups) return false;
+    const int used = clamp_rows(ga.index[g], 0, ga.rows);
+    const int m0 = (v - g * per_group) * kBlockM;
+    if (m0 >= used) return false;
+    t.group = g;
+    t.m0 = g * ga.rows + m0;
+    t.m_end = g * ga.rows + used;
+    return true;
+  }
+  constexpr int kBatch = 8;
+  int lo = 0, before = 0;  // the group's first row; row blocks of the groups before it
+  for (int g0 = 0; g0 < ga.groups; g0 += kBatch) {
+    int ends[kBatch];
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) ends[i] = g0 + i < ga.groups ? ga.index[g0 + i] : M;
+#pragma unroll
+    for (int i = 0; i < kBatch; ++i) {
+      if (g0 + i >= ga.groups) return false;
+      const int hi = clamp_rows(ends[i], lo, M);
+      const int blocks = (hi - lo + kBlockM - 1) / kBlockM;
+      if (v < before + blocks) {
+        t.group = g0 + i;
+        t.m0 = lo + (v - before) * kBlockM;
+        t.m_end = hi;
+        return true;
+      }
+      before += blocks;
+      lo = hi;
+    }
+  }
+  return false;
+}
+
+}  // namespace fg

@@ -1,0 +1,415 @@
+"""Grouped GEMMs (mixture-of-experts layers): G groups of rows of x, each times its own expert's weight, one kernel
+with the epilogue fused.
+
+    y = fg.grouped_matmul(x, w, offs=offs, bias=b, activation="silu")        # x [M, K], w [G, N, K] bf16 / fp16
+    h = fg.grouped_swiglu(x, w_gate_up, offs=offs)                            # w_gate_up [G, 2I, K] -> [M, I]
+    y = fg.grouped_gemm_a8(x8, fg.preshuffle(w8), scale_a=sa, scale_b=sb, offs=offs, epilogue="silu")
+    y = fg.grouped_matmul(h, w_down, offs=offs, epilogue="acc * m_vec(rw)", operands={"rw": routing_weight})
+
+Layouts (DeepGEMM's two): contiguous -- x [M, K] with its rows grouped by expert, offs int32 [G] the groups'
+cumulative row ends (offs[-1] = M, torch._grouped_mm's convention); masked (decode under CUDA graphs) -- x [G, Mmax,
+K], masked_m int32 [G] the rows each group uses (rows past it are neither read into an output nor written).
+Group sizes stay on the device: no host sync, graph-capturable, and M is never part of a kernel's compile key. The
+checks that need the sizes' values (offs non-decreasing and ending at M, 0 <= masked_m <= Mmax) sync, so they run
+on CPU tensors always and on the GPU only with FUSEDGEMM_CHECK_GROUPS=1; the kernels clamp malformed sizes so that
+nothing outside the tensors is ever touched.
+
+Epilogue operands of a grouped call: n_vec operands (bias, per-channel scales) are per expert, [G, N] (an [N] one
+is shared by every expert and expanded per call); m_vec ones are per row of x ([M]; masked: [G, Mmax]); aux ones
+[M, N] ([G, Mmax, N]). API (this file) -> checks (here) -> plan (plan/grouped_call.py) -> the grouped kernels of
+the GEMM templates (gemm_groups.hpp; generated units) -> launch. CPU tensors: the same checks, then a float64 torch
+reference per group (no kernel runs).
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+
+from . import epilogue as _epi
+from .checks import arch_of, keyword_form, out_dtype_of, FP8_DTYPE_FOR_ARCH, OUT_DTYPES
+from .epilogue.bind import bind as _bind_epilogue
+from .epilogue.evaluate import evaluate_outputs, round_to
+from .epilogue.presets import activation_name, resolve as resolve_epilogue
+from .preshuffle import PreshuffledWeight, preshuffle, unshuffle
+from .runtime.device import device_guard
+from .swiglu import ACTIVATIONS as GLU_ACTIVATIONS, glu_expression
+from .util import cached_on, warn_once
+
+_EIGHT_BIT = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.int8)
+_WIDE = (torch.bfloat16, torch.float16)
+_CHECK_GROUPS = os.environ.get("FUSEDGEMM_CHECK_GROUPS", "") not in ("", "0")
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupLayout:
+    """Where each group's rows are: contiguous (rows == 0: index = offs) or masked (rows = Mmax: index = masked_m)."""
+    groups: int
+    m: int  # rows of x as the kernel sees it ([M, K] or [G * Mmax, K])
+    rows: int  # masked: Mmax; contiguous: 0
+    index: torch.Tensor  # offs or masked_m, int32 [G]
+    lead: tuple  # the output's leading dims: (M,) or (G, Mmax)
+    rows_hint: int  # rows a group has about (the plan's M)
+
+    def spans(self) -> list[tuple[int, int]]:
+        """Each group's rows [r0, r1) of the [m, K] view (host values: syncs; the reference and the checks)."""
+        idx = self.index.tolist()
+        if self.rows:
+            return [(g * self.rows, g * self.rows + v) for g, v in enumerate(idx)]
+        return [(0 if g == 0 else idx[g - 1], v) for g, v in enumerate(idx)]
+
+
+def _layout(op: str, x: torch.Tensor, offs, masked_m, expected_m, groups: int) -> GroupLayout:
+    if (offs is None) == (masked_m is None):
+        raise ValueError(f"{op}: give exactly one of offs (x [M, K], rows grouped by expert) and masked_m (x [G, "
+                         f"Mmax, K]), got {'both' if offs is not None else 'neither'}")
+    index, what = (offs, "offs") if offs is not None else (masked_m, "masked_m")
+    if not isinstance(index, torch.Tensor):
+        raise TypeError(f"{op}: {what} must be an int32 tensor [G={groups}] on x's device, got {type(index).__name__}")
+    if index.dtype != torch.int32 or tuple(index.shape) != (groups,):
+        raise ValueError(f"{op}: {what} must be int32 of shape [G={groups}] (the weight's experts), got "
+                         f"{index.dtype} of shape {list(index.shape)}")
+    if index.device != x.device:
+        raise ValueError(f"{op}: {what} is on {index.device}, expected {x.device} (the device of x)")
+    if not index.is_contiguous():
+        index = index.contiguous()
+    if expected_m is not None and (isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m < 0):
+        raise ValueError(f"{op}: expected_m must be a non-negative int (rows per group, a plan hint), got "
+                         f"{expected_m!r}")
+    if offs is not None:
+        if x.dim() != 2:
+            raise ValueError(f"{op}: with offs, x must be [M, K] (rows grouped by expert), got shape {list(x.shape)}")
+        m = x.shape[0]
+        layout = GroupLayout(groups, m, 0, index, (m,), expected_m if expected_m is not None else -(-m // groups))
+    else:
+        if x.dim() != 3 or x.shape[0] != groups:
+            raise ValueError(f"{op}: with masked_m, x must be [G={groups}, Mmax, K], got shape {list(x.shape)}")
+        rows = x.shape[1]
+        layout = GroupLayout(groups, groups * rows, rows, index, (groups, rows),
+                             min(expected_m, rows) if expected_m is not None else rows)
+    if x.device.type == "cpu" or _CHECK_GROUPS:
+        _check_sizes(op, layout)
+    return layout
+
+
+def _check_sizes(op: str, layout: GroupLayout) -> None:
+    """The checks that read the group sizes (a host sync on a GPU: FUSEDGEMM_CHECK_GROUPS=1 only)."""
+    v = layout.index.tolist()
+    if layout.rows:
+        bad = [g for g, s in enumerate(v) if not 0 <= s <= layout.rows]
+        if bad:
+            raise ValueError(f"{op}: masked_m[{bad[0]}] = {v[bad[0]]} is outside [0, Mmax={layout.rows}]")
+        return
+    bad = [g for g in range(len(v)) if v[g] < (0 if g == 0 else v[g - 1])]
+    if bad:
+        raise ValueError(f"{op}: offs must be non-decreasing and >= 0 (cumulative group ends), but offs[{bad[0]}] = "
+                         f"{v[bad[0]]} < {0 if bad[0] == 0 else v[bad[0] - 1]}")
+    if v and v[-1] != layout.m:
+        raise ValueError(f"{op}: offs must end at M={layout.m} (offs[-1] = {v[-1]}); every row of x belongs to a group")
+
+
+# ---- operands ------------------------------------------------------------------------------------------------
+def _flat_operands(op: str, expr, operands: dict, layout: GroupLayout, n_out: int) -> dict:
+    """A grouped call's operands -> the kernel's: n_vec [G, n_out] (or [n_out], expanded) -> [G * n_out]; m_vec [M]
+    (masked: [G, Mmax]) -> [m]; aux [M, n_out] ([G, Mmax, n_out]) -> [m, n_out]; scalars as given."""
+    kinds = {name: o.kind for name, o in _epi.operands(expr).items()}
+    out = {}
+    g = layout.groups
+    for name, v in operands.items():
+        kind = kinds.get(name)
+        if not isinstance(v, torch.Tensor) or kind == "scalar" or v.numel() == 1:
+            out[name] = v
+            continue
+        shape = tuple(v.shape)
+        if kind == "n_vec":
+            if shape in ((g, n_out), (g * n_out,)):
+                out[name] = v.reshape(g * n_out)
+            elif shape in ((n_out,), (1, n_out)):  # one vector for every expert
+                out[name] = v.reshape(1, n_out).expand(g, n_out).reshape(g * n_out)
+            else:
+                raise ValueError(f"{op}: n_vec({name}) must be [G={g}, N={n_out}] (per expert) or [N={n_out}], got "
+                                 f"{list(shape)}")
+        elif kind == "m_vec":
+            if v.numel() != layout.m or not (v.dim() == 1 or shape in (layout.lead, (layout.m, 1))):
+                raise ValueError(f"{op}: m_vec({name}) must be {list(layout.lead)} (one value per row of x), got "
+                                 f"{list(shape)}")
+            out[name] = v.reshape(layout.m)
+        elif kind == "aux":
+            if shape not in ((*layout.lead, n_out), (layout.m, n_out)):
+                raise ValueError(f"{op}: aux({name}) must be {[*layout.lead, n_out]}, got {list(shape)}")
+            out[name] = v.reshape(layout.m, n_out)
+        else:
+            out[name] = v  # not used by the expression: bind names it
+    return out
+
+
+def _group_operands(expr, flat: dict, g: int, r0: int, r1: int, n_out: int) -> dict:
+    """Group g's slice of the kernel's operands (the reference evaluates each group on its own)."""
+    kinds = {name: o.kind for name, o in _epi.operands(expr).items()}
+    out = {}
+    for name, v in flat.items():
+        kind = kinds.get(name)
+        if not isinstance(v, torch.Tensor) or v.numel() == 1 or kind == "scalar":
+            out[name] = v
+        elif kind == "n_vec":
+            out[name] = v[g * n_out:(g + 1) * n_out]
+        else:  # m_vec, aux: by row
+            out[name] = v[r0:r1]
+    return out
+
+
+# ---- the shared core -----------------------------------------------------------------------------------------
+def _run(op: str, x: torch.Tensor, w_kernel: torch.Tensor, w_ref, n: int, k: int, in_kind: str, expr, operands,
+         layout: GroupLayout, out_dtype, out):
+    """x [m, K] view, w_kernel the stacked weight as the kernel reads it ([G, N, K], preshuffled for 8-bit), w_ref
+    a callable g -> expert g's [N, K] weight (the reference's). Returns out (or (out, saved))."""
+    paired = _epi.is_paired(expr)
+    n_out = n // 2 if paired else n
+    flat = _flat_operands(op, expr, operands, layout, n_out)
+    device = x.device
+    arch = arch_of(op, device, None)
+    binding = _bind_epilogue(expr, flat, layout.m, n_out, device, op=op, n_len=layout.groups * n_out)
+    if out is None:
+        out = torch.empty((*layout.lead, n_out), dtype=out_dtype, device=device)
+    elif tuple(out.shape) != (*layout.lead, n_out) or not out.is_contiguous() or out.device != device:
+        raise ValueError(f"{op}: out must be a contiguous {[*layout.lead, n_out]} tensor on {device}, got "
+                         f"{list(out.shape)} on {out.device}")
+    saved = None if binding.saved_dtype is None else torch.empty_like(out, dtype=binding.saved_dtype)
+    x2 = x.reshape(layout.m, k)
+    if layout.m and n_out:
+        if arch == "cpu":
+            _reference_into(x2, w_ref, expr, flat, layout, n_out, out, saved)
+        else:
+            _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, n_out, out, saved)
+    return out if saved is None else (out, saved)
+
+
+def _reference_into(x2, w_ref, expr, flat, layout, n_out, out, saved) -> None:
+    """Each group: its rows times its weight in float64, the epilogue on them, rounded once into out."""
+    o2, s2 = out.view(layout.m, n_out), None if saved is None else saved.view(layout.m, n_out)
+    for g, (r0, r1) in enumerate(layout.spans()):
+        if r1 <= r0:
+            continue
+        acc = x2[r0:r1].to(torch.float64) @ w_ref(g).to(torch.float64).T
+        y, pre = evaluate_outputs(expr, acc, _group_operands(expr, flat, g, r0, r1, n_out))
+        o2[r0:r1] = round_to(y, out.dtype)
+        if s2 is not None:
+            s2[r0:r1] = round_to(pre, saved.dtype)
+
+
+def _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, n_out, out, saved) -> None:
+    from .plan.call import expression_pointers
+    from .plan.grouped_call import GroupedCallPlan
+
+    if x2.data_ptr() % 16 or (x2.shape[0] > 1 and x2.stride(0) != k) or x2.stride(-1) != 1:
+        warn_once(f"{op}-copy-x", f"{op}: x is copied to a contiguous tensor first (the kernels read dense rows of "
+                                  "16-byte vectors)")
+        x2 = x2.contiguous()
+    pointers, _aligns = expression_pointers(expr, flat, saved is not None)
+    tensors = [out] if saved is None else [out, saved]
+    with device_guard(x2.device):
+        plan = GroupedCallPlan(x2.device.index, arch, in_kind, layout, n, k, out.dtype, binding.spec, binding.values,
+                               pointers, n_out, op)
+        plan.run(x2.data_ptr(), w_kernel.data_ptr(), layout.index.data_ptr(), *(t.data_ptr() for t in tensors),
+                 *(binding.values[f] for f in pointers[len(tensors):]))
+
+
+def _expression(op: str, activation, epilogue, bias, operands):
+    """(expr, operands) of the keyword form (act(acc + bias)) or an expression (text or node) with its operands."""
+    act, expr = keyword_form(op, activation, epilogue, bias)
+    if expr is not None:
+        if bias is not None:
+            raise ValueError(f"{op}: with an epilogue expression, pass the bias as one of its operands")
+        return expr, dict(operands or {})
+    if operands:
+        raise ValueError(f"{op}: operands are for epilogue expressions")
+    y = _epi.acc if bias is None else _epi.acc + _epi.n_vec("bias")
+    return (y if act == "none" else _epi.unary(act, y)), ({} if bias is None else {"bias": bias})
+
+
+def _check_weight(op: str, w, dtype, k: int) -> tuple[int, int]:
+    if not isinstance(w, torch.Tensor) or w.dim() != 3:
+        raise ValueError(f"{op}: w must be the experts' weights [G, N, K] (nn.Linear weights stacked), got "
+                         f"{list(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__}")
+    if w.dtype != dtype:
+        raise TypeError(f"{op}: w is {w.dtype} but x is {dtype}; they must match")
+    g, n, kw = w.shape
+    if kw != k:
+        raise ValueError(f"{op}: x has K={k} but w is [G={g}, N={n}, K={kw}]; K must agree")
+    return g, n
+
+
+def _x_tensor(op: str, x) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{op}: x must be a tensor, got {type(x).__name__}")
+    if torch.is_grad_enabled() and x.requires_grad:
+        raise NotImplementedError(f"{op} is not differentiable yet: call it under torch.no_grad() / inference_mode()")
+    return x
+
+
+# ---- the public ops -------------------------------------------------------------------------------------------
+def grouped_matmul(x: torch.Tensor, w: torch.Tensor, *, offs=None, masked_m=None, expected_m: int | None = None,
+                   bias=None, activation=None, epilogue=None, operands: dict | None = None, out_dtype=None, out=None):
+    """y[rows of group g] = act(x[rows] @ w[g].T + bias[g]) -- or any epilogue expression -- for every group, one
+    kernel. x: [M, K] with offs (int32 [G] cumulative row ends) or [G, Mmax, K] with masked_m (int32 [G]); bf16 /
+    fp16. w: [G, N, K] of x's dtype; N % 8 == 0 and K % 8 == 0. bias: [G, N] (or [N], every expert's). expected_m:
+    rows per group, a plan hint (default M / G, or Mmax). out_dtype: bf16 / fp16 / fp32 / the arch's fp8, default
+    x's dtype. Returns [M, N] (masked: [G, Mmax, N]; rows past masked_m[g] are not written)."""
+    op = "grouped_matmul"
+    x = _x_tensor(op, x)
+    if x.dtype not in (*_WIDE, torch.float32):
+        raise TypeError(f"{op}: x must be bfloat16, float16 or float32 (TF32 products; 8-bit x: grouped_gemm_a8), got "
+                        f"{x.dtype}")
+    k = x.shape[-1]
+    groups, n = _check_weight(op, w, x.dtype, k)
+    if torch.is_grad_enabled() and w.requires_grad:
+        raise NotImplementedError(f"{op} is not differentiable yet: call it under torch.no_grad() / inference_mode()")
+    layout = _layout(op, x, offs, masked_m, expected_m, groups)
+    if n % 8 or (k * x.element_size()) % 16:
+        raise ValueError(f"{op}: the grouped kernels need N % 8 == 0 and rows of K that are 16-byte multiples, got "
+                         f"N={n}, K={k} ({x.dtype})")
+    expr, ops = _expression(op, activation, epilogue, bias, operands)
+    out_dtype = out_dtype_of(op, out, out_dtype, (*OUT_DTYPES,), x.dtype)
+    wk = w if w.is_contiguous() else w.contiguous()
+    return _run(op, x, wk, lambda g: w[g], n, k, {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(x.dtype, "tf32"),
+                expr, ops, layout, out_dtype, out)
+
+
+def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scale_b=None, bias=None, offs=None,
+                    masked_m=None, expected_m: int | None = None, epilogue=None, operands: dict | None = None,
+                    out_dtype=None, out=None):
+    """8-bit grouped GEMM: y[rows of group g] = act(x[rows] @ w[g].T * scale_a[row] * scale_b[g] + bias[g]).
+    x: fp8 (the arch's variant) / int8, [M, K] with offs or [G, Mmax, K] with masked_m. w: fusedgemm.preshuffle of
+    the experts' [G, N, K] weights; N % 16 == 0, K % 16 == 0. scale_a: None, a number, or float32 [M] (per row;
+    masked: [G, Mmax]); scale_b: None, a number, float32 [G] (per expert) or [G, N] (per channel). epilogue: None,
+    a preset name ('silu', 'bias_gelu', ...) or an expression (its operands by name; then no scale / bias args).
+    out_dtype: default bfloat16."""
+    op = "grouped_gemm_a8"
+    x = _x_tensor(op, x)
+    if not isinstance(w, PreshuffledWeight) or w.groups is None:
+        raise TypeError(f"{op}: w must be fusedgemm.preshuffle(w8) of the experts' [G, N, K] weights, got "
+                        f"{type(w).__name__}{'' if not isinstance(w, PreshuffledWeight) else ' of one [N, K] weight'}")
+    if x.dtype not in _EIGHT_BIT:
+        raise TypeError(f"{op}: x must be fp8 or int8 (16-bit x: grouped_matmul), got {x.dtype}")
+    if w.dtype != x.dtype:
+        raise TypeError(f"{op}: w was preshuffled as {w.dtype} but x is {x.dtype}; they must match")
+    groups, n, kw = w.shape
+    k = x.shape[-1]
+    if kw != k:
+        raise ValueError(f"{op}: x has K={k} but w is [G={groups}, N={n}, K={kw}]; K must agree")
+    if n % 16 or k % 16:
+        raise ValueError(f"{op}: the grouped 8-bit kernels need N % 16 == 0 and K % 16 == 0, got N={n}, K={k}")
+    layout = _layout(op, x, offs, masked_m, expected_m, groups)
+    form = resolve_epilogue(op, epilogue)
+    if isinstance(form, _epi.Node):
+        if any(v is not None for v in (scale_a, scale_b, bias)):
+            raise ValueError(f"{op}: with an epilogue expression, pass scales and bias as its operands (by name)")
+        expr, ops = form, dict(operands or {})
+    else:
+        if operands:
+            raise ValueError(f"{op}: operands are for epilogue expressions")
+        uses_bias, act = form
+        if uses_bias != (bias is not None):
+            raise ValueError(f"{op}: epilogue {epilogue!r} {'adds a bias, but bias is None' if uses_bias else 'has no bias, but a bias was given (use bias_<activation>)'}")
+        expr, ops = _scaled_expression(op, act, scale_a, scale_b, bias, groups, n)
+    arch = arch_of(op, x.device, None)
+    if x.dtype != torch.int8 and arch != "cpu" and x.dtype != FP8_DTYPE_FOR_ARCH[arch]:
+        raise TypeError(f"{op}: {arch} needs fp8 as {FP8_DTYPE_FOR_ARCH[arch]}, got {x.dtype}")
+    out_dtype = out_dtype_of(op, out, out_dtype, OUT_DTYPES, torch.bfloat16)
+    return _run(op, x, w.data, lambda g: unshuffle_group(w, g).to(torch.float32), n, k,
+                "int8" if x.dtype == torch.int8 else "fp8", expr, ops, layout, out_dtype, out)
+
+
+def unshuffle_group(w: PreshuffledWeight, g: int) -> torch.Tensor:
+    """Expert g's [N, K] weight of a grouped PreshuffledWeight, unshuffled."""
+    n, k = w.shape[-2:]
+    return unshuffle(PreshuffledWeight(w.data[g], w.layout, n, k))
+
+
+def _scaled_expression(op, act, scale_a, scale_b, bias, groups, n):
+    """act(acc * alpha * scale_a[m] * scale_b[n] + bias[n]) and its operands, per-expert scales as [G, N]."""
+    ops, alpha = {}, 1.0
+    y = _epi.acc
+    for name, s in (("scale_a", scale_a), ("scale_b", scale_b)):
+        if s is None:
+            continue
+        if not isinstance(s, torch.Tensor):
+            if isinstance(s, bool) or not isinstance(s, (int, float)):
+                raise TypeError(f"{op}: {name} must be a float32 tensor, a number or None, got {type(s).__name__}")
+            alpha *= float(s)
+            continue
+        if s.dtype != torch.float32:
+            raise TypeError(f"{op}: {name} must be float32, got {s.dtype}")
+        if name == "scale_b" and s.numel() != 1 and tuple(s.shape) in ((groups,), (groups, 1)):
+            s = s.reshape(groups, 1).expand(groups, n)  # one scale per expert
+        ops[name] = s
+        y = y * (_epi.m_vec(name) if name == "scale_a" else _epi.n_vec(name))
+    if alpha != 1.0:
+        ops["alpha"] = alpha
+        y = y * _epi.scalar("alpha")
+    if bias is not None:
+        ops["bias"] = bias
+        y = y + _epi.n_vec("bias")
+    return (y if act == "none" else _epi.unary(act, y)), ops
+
+
+def grouped_swiglu(x: torch.Tensor, w_gate_up, *, offs=None, masked_m=None, expected_m: int | None = None,
+                   activation: str = "silu", bias=None, scale_a=None, scale_b=None, out_dtype=None, out=None):
+    """h[rows of group g] = act(x @ Wg[g].T + bg[g]) * (x @ Wu[g].T + bu[g]): the experts' gate and up projections
+    as one grouped GEMM with the product fused. w_gate_up: [G, 2I, K], each expert's gate rows then up rows
+    (torch.cat([gate, up]) per expert; interleaved once and cached on the tensor); 8-bit x (fp8 / int8): an 8-bit
+    [G, 2I, K] tensor (interleaved and preshuffled once, cached), scale_a [M] / one value, scale_b [G] / [G, 2I]
+    (merged order) / one value. bias: [G, 2I] merged order. Returns [M, I] (masked: [G, Mmax, I])."""
+    op = "grouped_swiglu"
+    x = _x_tensor(op, x)
+    act = activation_name(op, activation, GLU_ACTIVATIONS)
+    if not isinstance(w_gate_up, torch.Tensor) or w_gate_up.dim() != 3 or w_gate_up.shape[1] % 2:
+        raise ValueError(f"{op}: w_gate_up must be [G, 2I, K] (each expert's gate rows, then up rows), got "
+                         f"{list(w_gate_up.shape) if isinstance(w_gate_up, torch.Tensor) else type(w_gate_up).__name__}")
+    groups, n2, _k = w_gate_up.shape
+    eight_bit = x.dtype in _EIGHT_BIT
+    ops = {}
+    for name, v in (("bias", bias), ("scale", scale_b)):
+        if isinstance(v, torch.Tensor) and v.numel() != 1:
+            if name == "scale" and tuple(v.shape) in ((groups,), (groups, 1)):
+                v = v.reshape(groups, 1).expand(groups, n2)
+            if tuple(v.shape) != (groups, n2):
+                raise ValueError(f"{op}: {'bias' if name == 'bias' else 'scale_b'} must be [G={groups}, 2I={n2}] "
+                                 f"(merged order: gate half, then up half), got {list(v.shape)}")
+            ops[f"{name}_gate"], ops[f"{name}_up"] = v[:, :n2 // 2], v[:, n2 // 2:]
+    if not eight_bit:
+        if scale_a is not None or scale_b is not None:
+            raise ValueError(f"{op}: scale_a / scale_b are for 8-bit x, got them with {x.dtype} x")
+        expr = glu_expression(act, bias=bias is not None)
+        return grouped_matmul(x, _cached_interleaved_groups(w_gate_up), offs=offs, masked_m=masked_m,
+                              expected_m=expected_m, epilogue=expr, operands=ops, out_dtype=out_dtype, out=out)
+    alpha = 1.0
+    for s in (scale_a, scale_b):
+        if isinstance(s, (int, float)) and not isinstance(s, bool):
+            alpha *= float(s)
+        elif isinstance(s, torch.Tensor) and s.numel() == 1 and s is scale_b:
+            ops["scale_gate"] = ops["scale_up"] = s.reshape(1)
+    ops["alpha"] = alpha
+    if isinstance(scale_a, torch.Tensor):
+        ops["scale_a"] = scale_a
+    expr = glu_expression(act, bias=bias is not None, scaled=True)
+    return grouped_gemm_a8(x, _cached_interleaved_groups(w_gate_up, shuffle=True), offs=offs, masked_m=masked_m,
+                           expected_m=expected_m, epilogue=expr, operands=ops, out_dtype=out_dtype, out=out)
+
+
+def interleave_groups(w: torch.Tensor) -> torch.Tensor:
+    """[G, 2I, K] merged (gate rows, then up rows) -> [G, 2I, K] interleaved (row 2j gate j, 2j + 1 up j)."""
+    g, n2, k = w.shape
+    return torch.stack((w[:, :n2 // 2], w[:, n2 // 2:]), dim=2).reshape(g, n2, k)
+
+
+def _cached_interleaved_groups(w: torch.Tensor, shuffle: bool = False):
+    make = (lambda: preshuffle(interleave_groups(w.detach()))) if shuffle else (lambda: interleave_groups(w.detach()))
+    if w.is_inference():
+        return make()
+    key = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, w.device, w._version, shuffle)
+    return cached_on(w, "_fusedgemm_grouped_gate_up", key, make)
+
+
+__all__ = ["GroupLayout", "grouped_gemm_a8", "grouped_matmul", "grouped_swiglu", "interleave_groups"]

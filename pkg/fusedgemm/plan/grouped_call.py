@@ -1,0 +1,93 @@
+"""The launch of a grouped GEMM (grouped.py): which tile config serves it, the grid of virtual row blocks, and the
+kernel argument with the groups' fields (gemm_groups.hpp).
+
+Group sizes stay on the device, so the grid is sized for the worst case: the contiguous layout's G groups of M
+rows in all have at most (M + G (BM - 1)) / BM row blocks of BM rows; the masked layout's G x ceil(rows / BM).
+Blocks past the last group's rows exit at once.
+"""
+from __future__ import annotations
+
+from . import forced
+from .call import _tensor_map_a, _tensor_map_b, _tensor_map_k_major, _TMAP_L2_256B, kernel_for
+from . import cdna
+from ..runtime.arch import vendor_of
+from ..runtime.device import current_raw_stream
+from ..runtime.gemm_spec import MATMUL_IN, OUT_CODEGEN, GemmKernel
+from ..runtime.kernels import GEMM_CONFIGS
+
+_MAX_GRID_Y = 65535
+# sm_90a: the CTA-per-tile wgmma configs a grouped kernel runs on (gemm_groups.hpp; no swapped, paired or
+# persistent tiles yet), by the rows a group has on average.
+SM90_GROUPED_CONFIGS = ("tile_64x128", "tile_128x128")
+
+
+def grouped_config_ok(name: str) -> bool:
+    """Whether config `name` has grouped kernels: CTA-per-tile, unswapped, unpaired (any portable / CDNA config)."""
+    cfg = GEMM_CONFIGS[name]
+    return not (cfg.swap_ab or cfg.pair_b or cfg.one_wave)
+
+
+def choose_grouped(arch: str, rows_per_group: int, n: int, k: int, in_kind: str):
+    """-> the tile config of a grouped call whose groups have about `rows_per_group` rows each."""
+    pinned = forced()
+    if pinned is not None:
+        name, splits = pinned
+        if not grouped_config_ok(name) or splits != 1:
+            raise ValueError(f"grouped GEMM: config {name} (split-K {splits}) has no grouped kernels; they run on "
+                             "CTA-per-tile configs without split-K (tile_64x128, tile_128x128 on sm_90a; any portable "
+                             "or CDNA config)")
+        return GEMM_CONFIGS[name]
+    if arch == "sm_90a":
+        return GEMM_CONFIGS["tile_64x128" if rows_per_group <= 64 else "tile_128x128"]
+    return cdna.choose(max(rows_per_group, 1), n, k, arch, in_kind)[0]
+
+
+def row_blocks(layout, block_m: int) -> int:
+    """The grid's virtual row blocks (an upper bound of the groups' row blocks)."""
+    if layout.rows:
+        return layout.groups * -(-layout.rows // block_m)
+    return (layout.m + layout.groups * (block_m - 1)) // block_m
+
+
+class GroupedCallPlan:
+    """Kernel, grid and packed arguments of one grouped call. run() takes A's, B's and the index's addresses, then
+    the values of the Params fields named by `pointers` (outputs, then tensor operands)."""
+
+    def __init__(self, dev: int, arch: str, in_kind: str, layout, n: int, k: int, out_dtype, epi, values: dict,
+                 pointers: tuple[str, ...], n_out: int, op: str):
+        cfg = choose_grouped(arch, layout.rows_hint, n, k, in_kind)
+        if not cfg.serves(in_kind) or (in_kind in MATMUL_IN and arch == "sm_90a" and not cfg.sm90):
+            raise ValueError(f"{op}: config {cfg.name} has no {in_kind} grouped kernel on {arch}")
+        self.dev, self.m, self.n, self.k, self.kind, self.groups = dev, layout.m, n, k, in_kind, layout.groups
+        blocks = row_blocks(layout, cfg.block_m)
+        if blocks > _MAX_GRID_Y:
+            raise ValueError(f"{op}: {layout.m} rows in {layout.groups} groups need {blocks} row blocks of "
+                             f"{cfg.block_m}, more than one launch has ({_MAX_GRID_Y})")
+        spec = GemmKernel(arch, cfg.name, in_kind, OUT_CODEGEN[str(out_dtype).split(".")[-1]], epi, grouped=True)
+        kernel = kernel_for(dev, spec)
+        names = [f.split(".", 1)[-1] for f in kernel.signature.flat_names[2:]]
+        self.template = kernel.signature.values_in_order(
+            dict(values, M=layout.m, N=n, K=k, ld_out=n_out, ld_saved=n_out, grp_index=0, grp_count=layout.groups,
+                 grp_rows=layout.rows, **{p: 0 for p in pointers}), skip=2)
+        self.slots = tuple(names.index(p) for p in ("grp_index", *pointers))
+        self.tma = cfg.sm90
+        self.block_m, self.block_n = cfg.block_m, cfg.block_n
+        self.config = cfg.name
+        warp = 64 if vendor_of(arch) == "amd" else 32
+        self.launch = kernel.bind((-(-n // cfg.block_n), blocks, 1), (1, 1, 1), cfg.warps * warp, cfg.smem)
+
+    def run(self, a_ptr: int, b_ptr: int, index_ptr: int, *pointers: int) -> None:
+        args = self.template.copy()
+        for slot, ptr in zip(self.slots, (index_ptr, *pointers)):
+            args[slot] = ptr
+        stream = current_raw_stream(self.dev)
+        if not self.tma:
+            self.launch(stream, a_ptr, b_ptr, *args)
+            return
+        rows_b = self.groups * self.n  # B: the groups' weights stacked, [G * N, K]
+        a_map = _tensor_map_a(a_ptr, self.m, self.k, self.block_m, _TMAP_L2_256B, self.kind)
+        if self.kind in MATMUL_IN:
+            b_map = _tensor_map_k_major(b_ptr, rows_b, self.k, self.block_n, _TMAP_L2_256B, self.kind, self.k)
+        else:
+            b_map = _tensor_map_b(b_ptr, rows_b, self.k, self.block_n, _TMAP_L2_256B)
+        self.launch(stream, a_map, b_map, *args)

@@ -11,37 +11,9 @@ import torch
 import fusedgemm as fg
 from fusedgemm.nn import FusedMoE
 
+MOE = importlib.import_module("fusedgemm.nn.moe")
+
 transformers = pytest.importorskip("transformers")
-
-# TEMPORARY stand-in until pkg/fusedgemm/grouped.py lands (float64 reference per the contract); remove then.
-try:
-    importlib.import_module("fusedgemm.grouped")
-except ImportError:
-    import sys
-    import types
-
-    def _groups(offs):
-        ends = offs.tolist()
-        return zip([0] + ends[:-1], ends)
-
-    def grouped_swiglu(x, w, *, offs, activation="silu", out_dtype=None):
-        act = {"silu": torch.nn.functional.silu}[activation]
-        out = torch.empty(x.shape[0], w.shape[1] // 2, dtype=torch.float64)
-        for g, (a, b) in enumerate(_groups(offs)):
-            gt, up = (x[a:b].double() @ w[g].double().T).chunk(2, -1)
-            out[a:b] = act(gt) * up
-        return out.to(out_dtype or x.dtype)
-
-    def grouped_matmul(x, w, *, offs, epilogue=None, operands=None, out_dtype=None):
-        assert epilogue == "acc * m_vec(rw)"
-        out = torch.empty(x.shape[0], w.shape[1], dtype=torch.float64)
-        for g, (a, b) in enumerate(_groups(offs)):
-            out[a:b] = x[a:b].double() @ w[g].double().T
-        return (out * operands["rw"].double()[:, None]).to(out_dtype or x.dtype)
-
-    _mod = types.ModuleType("fusedgemm.grouped")
-    _mod.grouped_swiglu, _mod.grouped_matmul = grouped_swiglu, grouped_matmul
-    sys.modules["fusedgemm.grouped"] = _mod
 
 H, I, E, K = 64, 32, 8, 2  # hidden, expert intermediate, experts, top-k
 SHARED_I = 48
@@ -150,6 +122,19 @@ def test_state_dict_keys_and_parameters_are_the_blocks(kind):
     assert torch.equal(b.experts.down_proj, block(kind, seed=5).experts.down_proj)
 
 
+def test_to_and_deepcopy_keep_the_block_in_step():
+    import copy
+    b = block("qwen2", True)
+    m = FusedMoE.from_module(b).to(torch.bfloat16)  # the shared submodules move: the block runs in bf16 too
+    assert b.experts.gate_up_proj.dtype == torch.bfloat16 and b.shared_expert.up_proj.weight.dtype == torch.bfloat16
+    c = copy.deepcopy(m)
+    assert c.experts is c._block.experts and c.experts is not m.experts
+    x = inputs(dtype=torch.bfloat16)
+    with torch.no_grad():
+        assert torch.equal(c(x), b(x))
+        close(c._fused_forward(x), b(x), 3e-2)
+
+
 def test_reference_loop_agrees_with_block():
     """The independent token loop used above agrees with the block (so the bf16 truth check means something)."""
     b = block("qwen2", True, dtype=torch.float64)
@@ -170,8 +155,11 @@ def test_router_hook_fires_on_the_fused_path():
 
 
 @pytest.mark.parametrize("kind", ["mixtral", "qwen2"])
-def test_empty_experts(kind):
+def test_empty_experts(kind, monkeypatch):
     """Every token routed to experts 0 and 1: experts 2..7 get no rows (empty groups)."""
+    seen = []
+    real = MOE.grouped_matmul
+    monkeypatch.setattr(MOE, "grouped_matmul", lambda *a, **kw: seen.append(kw["offs"]) or real(*a, **kw))
     b = block(kind, True)
     with torch.no_grad():
         b.gate.weight.zero_()
@@ -183,6 +171,7 @@ def test_empty_experts(kind):
         _, _, idx = b.gate(x.reshape(-1, H))
         assert set(idx.unique().tolist()) == {0, 1}
         close(m._fused_forward(x), b(x), 1e-5)
+    assert seen[0].dtype == torch.int32 and seen[0].tolist() == [12, 24] + [24] * (E - 2)
 
 
 @pytest.mark.parametrize("kind,norm", CASES)
@@ -226,6 +215,16 @@ def test_train_flag_and_jitter_fall_back():
     assert not b.training
 
 
+def test_forward_takes_the_fused_path_where_allowed(monkeypatch):
+    b = block("qwen2", True)
+    m = FusedMoE.from_module(b)
+    monkeypatch.setattr(FusedMoE, "_use_module", lambda self, x: False)  # as on a GPU
+    x = inputs()
+    with torch.no_grad():
+        assert torch.equal(m(x), m._fused_forward(x))
+        close(m(x), b(x), 1e-5)
+
+
 def test_fallback_conditions():
     m = FusedMoE.from_module(block("qwen3"))
     assert m._use_module(inputs())                        # CPU
@@ -246,6 +245,10 @@ def test_unsupported_modules_are_refused_by_name():
     b = block("mixtral")
     b.experts.is_transposed = True
     with pytest.raises(TypeError, match="MixtralSparseMoeBlock.*is_transposed=True"):
+        FusedMoE.from_module(b)
+    b = block("mixtral")
+    b.experts._is_expert_parallel = True
+    with pytest.raises(TypeError, match="MixtralSparseMoeBlock.*expert parallelism"):
         FusedMoE.from_module(b)
     b = block("mixtral")
     b.experts.act_fn = torch.nn.Tanh()

@@ -307,10 +307,12 @@ def _parser():
                    help="expert shapes to run (default: all three)")
     p.add_argument("--tokens", type=int, nargs="+", default=DEFAULT_TOKENS,
                    help="token counts before routing, M = tokens x top-k rows (default: "
-                        + " ".join(map(str, DEFAULT_TOKENS)) + "; the issue's grid: " + " ".join(map(str, TOKENS)) + ")")
+                        + " ".join(map(str, DEFAULT_TOKENS)) + "; the issue's grid: "
+                        + " ".join(map(str, TOKENS)) + ")")
     p.add_argument("--routing", nargs="+", choices=["uniform", "skewed"], default=["uniform", "skewed"],
                    help="expert choice per token: uniform, or skewed (Zipf-like popularity; see --zipf); default both")
-    p.add_argument("--zipf", type=float, default=1.2, help="exponent s of the skewed popularity 1 / rank^s (default 1.2)")
+    p.add_argument("--zipf", type=float, default=1.2,
+                   help="exponent s of the skewed popularity 1 / rank^s (default 1.2)")
     p.add_argument("--dtype", type=dtype_choice, nargs="+", default=list(DTYPES), metavar="{bf16,fp8}",
                    help="input dtypes, one table each per model: bf16 (also bfloat16), fp8 (e4m3: per-token x, "
                         "per-channel weight scales; the device's variant); default both")
@@ -322,7 +324,8 @@ def _parser():
     p.add_argument("--flush", choices=["read", "write"], default="read",
                    help="how L2 is flushed before each timed run (see bench/common.py Timer)")
     p.add_argument("--kernel-time", action="store_true",
-                   help="also fg's kernel-only time (profiler; no ~3 us event-pair overhead) and its ratio to the floor")
+                   help="also fg's kernel-only time (profiler; no ~3 us event-pair overhead) and its ratio to "
+                        "the floor")
     p.add_argument("--quick", action="store_true",
                    help="CI smoke: one tiny model (hidden 256, I 128, 8 experts, top-2), 16 tokens, 3 reps; runs on "
                         "the CPU (fusedgemm's reference ops) when there is no usable GPU; its times mean nothing")
@@ -394,8 +397,9 @@ def run(argv=None) -> int:
                         torch.cuda.empty_cache()
             del weights
             rows += table
+            gm_op = "torch._grouped_mm" if dtype == "bf16" else "torch._scaled_grouped_mm"
             print(f"\n{mname} (hidden {model['hidden']}, I {model['inter']}, {model['experts']} experts, "
-                  f"top-{model['topk']})  {dtype}; gm = torch.{'_grouped_mm' if dtype == 'bf16' else '_scaled_grouped_mm'}")
+                  f"top-{model['topk']})  {dtype}; gm = {gm_op}")
             cols = [("tokens", "tokens", "d"), ("routing", "routing", "s"), ("stage", "stage", "s"),
                     ("rows_avg", "rows/exp", ".1f"), ("rows_max", "max", "d"), ("active", "active", "d"),
                     ("fg_us", "fg us", ".1f")]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..grouped import grouped_matmul, grouped_swiglu
 from .gated_mlp import activation_name
 
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -42,8 +43,11 @@ class FusedMoE(torch.nn.Module):
     State: the block's own submodules and parameters, registered under the block's names (gate.weight,
     experts.gate_up_proj, experts.down_proj, and for Qwen2-MoE shared_expert.* and shared_expert_gate.weight):
     the SAME Parameter objects, not copies, so state_dict keys are the block's, load_state_dict / in-place updates
-    reach both, and no weight memory is added (gate_up_proj [E, 2I, H] is already the stacked gate-then-up layout
-    fg.grouped_swiglu takes; any cache the grouped ops keep for their own weight layout is theirs).
+    reach both. gate_up_proj [E, 2I, H] is already the stacked gate-then-up layout fg.grouped_swiglu takes, so
+    FusedMoE stacks nothing; grouped_swiglu keeps ONE interleaved copy of it (the size of gate_up_proj, i.e. 2/3 of
+    the experts' weights) cached on the parameter, keyed by its address, shape, dtype, device and _version, so
+    load_state_dict and in-place updates re-interleave on the next call (an inference tensor, made under
+    torch.inference_mode, cannot carry the cache: it is re-interleaved on every call).
 
     Forward (hidden_states [batch, seq, hidden] -> the tensor the block returns):
       * fused path, on a GPU: the block's own router module (so its hooks, e.g. transformers' router_logits
@@ -57,9 +61,10 @@ class FusedMoE(torch.nn.Module):
       * the block's own forward, unchanged: tensors not on a GPU, dtypes other than bf16 / fp16 / fp32 or not the
         experts' dtype, under torch.autocast, when grad mode is on and the input or any parameter requires grad
         (the grouped ops are not differentiable -- so run inference under torch.no_grad() / inference_mode()),
-        Mixtral in training mode with router_jitter_noise > 0 (random, and it scales the input in place), and
-        empty inputs. On the CPU, `_fused_forward(x)` runs the fused path through the grouped ops' torch
-        reference, for tests."""
+        Mixtral in training mode with router_jitter_noise > 0 (random, and it scales the input in place), empty
+        inputs, and hidden or intermediate sizes that are not multiples of 8 (the kernels' alignment).
+        On the CPU, `_fused_forward(x)` runs the fused path through the grouped ops' torch reference, for tests.
+    float32 input runs the kernels with TF32 products (as fg.matmul_fused), not the block's full float32 F.linear."""
 
     def __init__(self, block: torch.nn.Module):
         super().__init__()
@@ -109,6 +114,9 @@ class FusedMoE(torch.nn.Module):
             if getattr(experts, flag, want) != want:
                 raise _refuse(name, f"its experts have {flag}={getattr(experts, flag)!r}; the grouped ops take "
                                     f"{', '.join(f'{k}={v}' for k, v in _LAYOUT.items())} only")
+        if getattr(experts, "_is_expert_parallel", False):
+            raise _refuse(name, "its experts are sharded for expert parallelism (each rank holds a slice and the "
+                                "routing indices are remapped), which FusedMoE does not handle")
         gu, down = getattr(experts, "gate_up_proj", None), getattr(experts, "down_proj", None)
         if not (isinstance(gu, torch.Tensor) and isinstance(down, torch.Tensor) and gu.dim() == down.dim() == 3):
             raise _refuse(name, "its experts must hold 3-D tensors gate_up_proj and down_proj (a quantized or "
@@ -141,6 +149,8 @@ class FusedMoE(torch.nn.Module):
         w = self.experts.gate_up_proj
         if x.device.type != "cuda" or x.dtype not in _KERNEL_DTYPES or x.dtype != w.dtype or x.numel() == 0:
             return True
+        if self.hidden % 8 or self.intermediate % 8:
+            return True  # the grouped kernels need N % 8 == 0 and 16-byte rows of K (H and I are both N and K)
         if torch.is_autocast_enabled(x.device.type):
             return True  # autocast would cast the block's F.linear inputs; the grouped ops would not
         if self.training and getattr(self._block, "jitter_noise", 0) > 0:
@@ -161,8 +171,6 @@ class FusedMoE(torch.nn.Module):
     def _fused_forward(self, hidden_states: torch.Tensor) -> torch.Tensor:
         """The grouped-GEMM path, on any device the grouped ops take (on the CPU: their torch reference).
         No autograd, no jitter: forward decides when this may run."""
-        from ..grouped import grouped_matmul, grouped_swiglu
-
         shape = hidden_states.shape
         x = hidden_states.reshape(-1, self.hidden)
         _, scores, indices = self.gate(x)  # [T, k] each; a module call, so hooks on the router see the logits

@@ -1,0 +1,159 @@
+"""The grouped GEMMs (fusedgemm.grouped) on a GPU against a float64 oracle per group: bf16 / fp16 / fp8 / int8, both
+layouts, every config the grouped plan can take (forced), ragged groups (empty, one row, groups straddling row
+blocks), MoE-sized shapes with random and skewed routing, per-expert bias / scales, the routing weight per row,
+SwiGLU, outputs poisoned with NaN through out= (rows the masked layout must not write stay NaN), CUDA-graph
+replays with the routing changed between them, and the debug checks of malformed group sizes.
+
+Tolerance: relative Frobenius error of the whole output against the float64 oracle, below a few output ulps (the
+fp32 accumulation of exact 8/16-bit products adds ~1e-6; fp8's truncating accumulator ~1e-3)."""
+import pytest
+import torch
+
+import fusedgemm as fg
+from fusedgemm.plan import forced_config
+
+pytestmark = pytest.mark.gpu
+
+TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5}
+
+
+def arch():
+    from fusedgemm.runtime.arch import device_arch
+
+    return device_arch(torch.cuda.current_device())
+
+
+def configs():
+    return ("tile_64x128", "tile_128x128") if arch() == "sm_90a" else ("portable_16x16_k8", "portable_128x128")
+
+
+def rel(y, ref):
+    return ((y.double() - ref.double()).norm() / ref.double().norm().clamp_min(1e-30)).item()
+
+
+def routed_sizes(tokens, experts, topk, skew, gen):
+    """Rows per expert of tokens x topk assignments: uniform, or Zipf-like popularity (skew > 0)."""
+    p = torch.arange(1, experts + 1, dtype=torch.float64) ** -skew
+    picks = torch.multinomial(p.expand(tokens, experts), topk, replacement=False, generator=gen)
+    return torch.bincount(picks.flatten(), minlength=experts).tolist()
+
+
+def oracle(x, w_nk, sizes, fn):
+    out, r0 = [], 0
+    for g, s in enumerate(sizes):
+        out.append(fn(x[r0:r0 + s].double() @ w_nk[g].double().T, g, slice(r0, r0 + s)))
+        r0 += s
+    return torch.cat(out)
+
+
+def nan_out(shape, dtype):
+    return torch.full(shape, float("nan"), device="cuda").to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("config", [None, *range(2)])
+def test_ragged_groups(dtype, config):
+    sizes = [5, 0, 1, 130, 64, 200, 0, 3]
+    g, n, k = len(sizes), 192, 256
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(sum(sizes), k, device="cuda", generator=gen).to(dtype)
+    w = (torch.randn(g, n, k, device="cuda", generator=gen) / 16).to(dtype)
+    bias = torch.randn(g, n, device="cuda", generator=gen)
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+    out = nan_out((sum(sizes), n), dtype)
+    if config is None:
+        fg.grouped_matmul(x, w, offs=offs, bias=bias, activation="silu", out=out)
+    else:
+        with forced_config(configs()[config]):
+            fg.grouped_matmul(x, w, offs=offs, bias=bias, activation="silu", out=out)
+    ref = oracle(x, w, sizes, lambda acc, gi, _r: torch.nn.functional.silu(acc + bias[gi].double()))
+    assert torch.isfinite(out).all() and rel(out, ref) < TOL[dtype]
+
+
+@pytest.mark.parametrize("model", [(128, 8, 2048, 1536), (8, 2, 1024, 2048)])  # (experts, top-k, K, N)
+@pytest.mark.parametrize("tokens", [1, 16, 256, 2048])
+@pytest.mark.parametrize("skew", [0.0, 1.2])
+def test_moe_shapes_fp8_and_bf16(model, tokens, skew):
+    experts, topk, k, n = model
+    gen = torch.Generator().manual_seed(tokens)
+    sizes = routed_sizes(tokens, experts, topk, skew, gen)
+    m = sum(sizes)
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+    x = torch.randn(m, k, device="cuda")
+    w = torch.randn(experts, n, k, device="cuda") / 32
+    xb, wb = x.bfloat16(), w.bfloat16()
+    rw = torch.rand(m, device="cuda")
+    y = fg.grouped_matmul(xb, wb, offs=offs, epilogue="acc * m_vec(rw)", operands={"rw": rw})
+    assert rel(y, oracle(xb, wb, sizes, lambda acc, _g, r: acc * rw[r].double()[:, None])) < TOL[torch.bfloat16]
+    x8, w8 = x.to(torch.float8_e4m3fn), (w * 32).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(m, device="cuda") + 0.5, torch.rand(experts, n, device="cuda") / 64
+    y8 = fg.grouped_gemm_a8(x8, fg.preshuffle(w8), scale_a=sa, scale_b=sb, offs=offs, epilogue="silu")
+    ref8 = oracle(x8, w8, sizes, lambda acc, gi, r: torch.nn.functional.silu(
+        acc * sa[r].double()[:, None] * sb[gi].double()))
+    assert rel(y8, ref8) < 1e-2
+
+
+def test_int8_per_expert_scale_fp32_out():
+    sizes = [7, 33, 0, 129]
+    g, n, k = len(sizes), 64, 96
+    xi = torch.randint(-30, 30, (sum(sizes), k), dtype=torch.int8, device="cuda")
+    wi = torch.randint(-30, 30, (g, n, k), dtype=torch.int8, device="cuda")
+    se = torch.rand(g, device="cuda") / 64
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+    y = fg.grouped_gemm_a8(xi, fg.preshuffle(wi), scale_b=se, offs=offs, out_dtype=torch.float32)
+    assert rel(y, oracle(xi, wi, sizes, lambda acc, gi, _r: acc * float(se[gi]))) < 1e-6
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float8_e4m3fn])
+def test_swiglu_masked_layout(dtype):
+    g, mmax, i, k = 6, 40, 96, 128
+    x = torch.randn(g, mmax, k, device="cuda")
+    wgu = torch.randn(g, 2 * i, k, device="cuda") / 16
+    used = torch.tensor([40, 0, 1, 17, 33, 8], dtype=torch.int32, device="cuda")
+    out = nan_out((g, mmax, i), torch.bfloat16)
+    if dtype == torch.bfloat16:
+        xq, wq = x.bfloat16(), wgu.bfloat16()
+        fg.grouped_swiglu(xq, wq, masked_m=used, expected_m=16, out=out)
+    else:
+        xq, wq = x.to(dtype), (wgu * 16).to(dtype)
+        fg.grouped_swiglu(xq, wq, masked_m=used, expected_m=16, scale_b=1 / 16, out=out)
+    scale = 1.0 if dtype == torch.bfloat16 else 1 / 16
+    for gi, u in enumerate(used.tolist()):
+        if u:
+            acc = xq[gi, :u].double() @ wq[gi].double().T * scale
+            ref = torch.nn.functional.silu(acc[:, :i]) * acc[:, i:]
+            assert rel(out[gi, :u], ref) < 1e-2, gi
+        assert torch.isnan(out[gi, u:].float()).all(), f"group {gi}: rows past masked_m written"
+
+
+def test_cuda_graph_replays_new_routing():
+    """One capture; the group sizes change on the device between replays (no recapture, no host sync)."""
+    g, n, k, m = 8, 128, 256, 96
+    x = torch.randn(m, k, device="cuda").bfloat16()
+    w = (torch.randn(g, n, k, device="cuda") / 16).bfloat16()
+    offs = torch.zeros(g, dtype=torch.int32, device="cuda")
+    offs.copy_(torch.tensor([12] * 8).cumsum(0).to(torch.int32))
+    fg.grouped_matmul(x, w, offs=offs)  # compile outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        y = fg.grouped_matmul(x, w, offs=offs)
+    for sizes in ([12] * 8, [96, 0, 0, 0, 0, 0, 0, 0], [0, 1, 2, 3, 4, 5, 6, 75]):
+        offs.copy_(torch.tensor(sizes).cumsum(0).to(torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel(y, oracle(x, w, sizes, lambda acc, _g, _r: acc)) < TOL[torch.bfloat16], sizes
+
+
+def test_debug_checks(monkeypatch):
+    import fusedgemm.grouped as grouped
+
+    x = torch.randn(10, 64, device="cuda").bfloat16()
+    w = torch.randn(2, 32, 64, device="cuda").bfloat16()
+    bad = torch.tensor([7, 3], dtype=torch.int32, device="cuda")
+    monkeypatch.setattr(grouped, "_CHECK_GROUPS", True)
+    with pytest.raises(ValueError, match="non-decreasing"):
+        fg.grouped_matmul(x, w, offs=bad)
+    monkeypatch.setattr(grouped, "_CHECK_GROUPS", False)
+    y = fg.grouped_matmul(x, w, offs=bad)  # unchecked: clamped in the kernel, nothing outside the tensors touched
+    torch.cuda.synchronize()
+    assert y.shape == (10, 32)

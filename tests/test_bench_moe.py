@@ -31,7 +31,7 @@ def test_moe_is_a_subcommand():
     assert "moe" in bench_main.SUBCOMMANDS
     r = bench("--help")
     assert r.returncode == 0 and r.stdout.startswith("usage: python -m fusedgemm.bench moe")
-    for flag in ("--models", "--tokens", "--routing", "--dtype", "--layout", "--quick", "--json"):
+    for flag in ("--models", "--tokens", "--routing", "--dtype", "--layout", "--quick", "--module", "--json"):
         assert flag in r.stdout
 
 
@@ -152,3 +152,72 @@ def test_without_a_gpu_and_without_quick_prints_one_line():
     assert r.returncode == 1 and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("fusedgemm.bench moe: needs a CUDA or ROCm GPU")
+
+
+# ---- --module: transformers blocks against fg.nn.FusedMoE ------------------------------------------------------
+
+def test_module_models_are_the_grouped_rows_sizes():
+    from fusedgemm.bench import moe_module
+
+    assert set(moe_module.MODULE_MODELS) | set(moe_module.SKIPPED) == set(moe.MODELS)
+    for name, (kind, sizes) in moe_module.MODULE_MODELS.items():
+        assert sizes == moe.MODELS[name] and kind in ("qwen3", "mixtral")
+
+
+def test_module_block_is_random_seeded_bf16_with_the_config():
+    pytest.importorskip("transformers")
+    from fusedgemm.bench import moe_module
+
+    sizes = dict(hidden=64, inter=32, experts=8, topk=2)
+    b = moe_module.build_block("qwen3", sizes, DEVICE, seed=3)
+    assert type(b).__name__ == "Qwen3MoeSparseMoeBlock" and b.gate.norm_topk_prob and not b.training
+    assert b.experts.gate_up_proj.shape == (8, 64, 64) and b.experts.down_proj.shape == (8, 64, 32)
+    assert all(p.dtype == torch.bfloat16 and p.abs().sum() > 0 for p in b.parameters())  # no zero router
+    assert torch.equal(b.gate.weight, moe_module.build_block("qwen3", sizes, DEVICE, seed=3).gate.weight)
+    m = moe_module.build_block("mixtral", sizes, DEVICE)
+    assert type(m).__name__ == "MixtralSparseMoeBlock" and m.gate.top_k == 2
+
+
+def test_quick_module_prints_the_block_table(tmp_path):
+    pytest.importorskip("transformers")
+    out = tmp_path / "moe.json"
+    r = bench("--quick", "--module", "--reps", "1", "--dtype", "bf16", "--routing", "uniform", "--json", str(out))
+    assert r.returncode == 0, r.stdout + r.stderr
+    head = "model  tokens   path  block eager us  FusedMoE us  speedup  rel diff  check"
+    assert head in r.stdout and "FusedMoE.from_module(block)" in r.stdout
+    rows = json.loads(out.read_text())["module_rows"]
+    assert [r["model"] for r in rows] == ["quick-qwen3", "quick-mixtral"]
+    for row in rows:
+        assert row["check"] == "ok" and row["rel_diff"] < 5e-2 and row["tokens"] == 16, row
+        assert row["block_us"] > 0 and row["fused_us"] > 0 and row["speedup"] > 0
+        assert row["path"] == ("fused" if HAS_GPU else "block")
+    if not HAS_GPU:
+        assert 0 < rows[0]["rel_diff"]  # the fused reference, not the block compared with itself
+
+
+def test_quick_module_flags_a_wrong_fused_output_and_exits_1(monkeypatch):
+    pytest.importorskip("transformers")
+    from fusedgemm.nn import FusedMoE
+
+    real = FusedMoE._fused_forward
+    monkeypatch.setattr(FusedMoE, "_fused_forward", lambda self, x: real(self, x) * 1.5)
+    r = bench("--quick", "--module", "--reps", "1", "--dtype", "bf16", "--routing", "uniform")
+    assert r.returncode == 1
+    assert "FAIL" in r.stdout and "2 row(s) FAIL or ERROR" in r.stdout
+    assert "module quick-qwen3 tokens 16: FAIL" in r.stderr
+
+
+def test_module_rows_skip_deepseek_and_say_why(monkeypatch, capsys):
+    pytest.importorskip("transformers")
+    import argparse
+
+    from fusedgemm.bench import moe_module
+
+    tiny = dict(hidden=64, inter=32, experts=8, topk=2)
+    monkeypatch.setattr(moe_module, "MODULE_MODELS", {"qwen3-30b-a3b": ("qwen3", tiny),
+                                                      "mixtral-8x7b": ("mixtral", tiny)})
+    args = argparse.Namespace(models=["deepseek-v3", "mixtral-8x7b"], seed=0)
+    rows, failed = moe_module.run_module_rows(args, DEVICE, 1, [1, 4], quick=False)
+    assert not failed and [(r["model"], r["tokens"]) for r in rows] == [("mixtral-8x7b", 1), ("mixtral-8x7b", 4)]
+    out = capsys.readouterr().out
+    assert "deepseek-v3" in out and "skipped" in out and "DeepseekV3MoE routes differently" in out

@@ -22,6 +22,9 @@ Times: medians of CUDA-event pairs, L2 flushed before each run, fg and its basel
 rows, flagged FAIL past a loose bound (a broken kernel, not a rounding difference). Baselines the installed torch
 lacks or cannot run here are listed at the start and left out ('-'). x(p) = p time / fg time (> 1: fg faster).
 --quick: tiny shapes for a CPU smoke test (fusedgemm's CPU reference ops; times are host times, mean nothing).
+--module: also whole blocks, transformers' Qwen3-MoE / Mixtral sparse MoE block (random init at the model's real
+sizes, experts_implementation eager) against fg.nn.FusedMoE.from_module(block), bf16, inference_mode, one table
+(bench/moe_module.py; deepseek-v3 is skipped there: its transformers block routes differently).
 Exit status 1 when a row is FAIL or ERROR.
 """
 from __future__ import annotations
@@ -329,6 +332,10 @@ def _parser():
     p.add_argument("--quick", action="store_true",
                    help="CI smoke: one tiny model (hidden 256, I 128, 8 experts, top-2), 16 tokens, 3 reps; runs on "
                         "the CPU (fusedgemm's reference ops) when there is no usable GPU; its times mean nothing")
+    p.add_argument("--module", action="store_true",
+                   help="also time whole MoE blocks per token count: transformers' Qwen3-MoE / Mixtral block "
+                        "(random init at the model's sizes, experts eager) vs fg.nn.FusedMoE.from_module(block), "
+                        "bf16, with a max rel diff check (FAIL past 5e-2); deepseek-v3 is skipped (other routing)")
     p.add_argument("--json", metavar="FILE", help="write device, baselines found, rows and summaries as JSON here")
     return p
 
@@ -418,10 +425,16 @@ def run(argv=None) -> int:
     errors = sorted({(p, r[f"{p}_error"]) for r in rows for p in PATHS if f"{p}_error" in r})
     for p, err in errors:
         print(f"  {LABELS[p]} failed on some rows: {err}")
+    module_rows = []
+    if args.module:
+        from .moe_module import run_module_rows
+
+        module_rows, module_failed = run_module_rows(args, device, timer, tokens, args.quick)
+        failed += module_failed
     if failed:
         print(f"{len(failed)} row(s) FAIL or ERROR (left out of the medians)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": info, "copy_gbs": bw, "baselines": have, "args": vars(args), "rows": rows,
-                       "summary": summaries}, f, indent=1)
+                       "summary": summaries, "module_rows": module_rows}, f, indent=1)
     return 1 if failed else 0

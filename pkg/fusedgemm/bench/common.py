@@ -262,3 +262,24 @@ def sustained(fn, seconds: float):
     mhz = statistics.median(x[0] for x in samples) if samples else float("nan")
     watts = statistics.median(x[1] for x in samples) if samples else float("nan")
     return start.elapsed_time(end) * 1e3 / calls, mhz, watts
+
+
+def error_line(exc: Exception) -> str:
+    """An exception as one short line for a table cell."""
+    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
+
+
+def time_paths(timer, fns: dict, device: str) -> tuple[dict, dict]:
+    """time_what_runs on a GPU; on the CPU (--quick) each path's median host time per call (warm_host_us): the CPU
+    calls are synchronous, so that is their run time -- of torch reference ops, not of any kernel."""
+    if device == "cuda":
+        return time_what_runs(timer, fns)
+    runs, errors = {}, {}
+    for label, fn in fns.items():
+        if fn is None:
+            continue
+        try:
+            runs[label] = warm_host_us(fn, timer)
+        except Exception as exc:  # noqa: BLE001 - a path that cannot run this shape: the caller reports it
+            errors[label] = exc
+    return runs, errors

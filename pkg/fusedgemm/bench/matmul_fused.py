@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from .cli import add_dtype
-from .common import (Timer, copy_bandwidth_gbs, device_info, geomean, gpu_problem, host_us_interleaved, kernel_us,
-                     print_table, progress, time_what_runs)
+from .common import (Timer, copy_bandwidth_gbs, device_info, error_line, geomean, gpu_problem, host_us_interleaved,
+                     kernel_us, print_table, progress, time_what_runs)
 from .gemm_a8 import ACTS, BANDS, load_grid
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
@@ -145,10 +145,6 @@ def _cases(args, grid_ms, grid_shapes):
     return [cs for cs in cases if not args.only or cs[0] in args.only]
 
 
-def _error_line(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
-
-
 def measure_row(fg, timer, args, name, m, n, k, bw, peak, quack_gemm_act) -> dict:
     dtype = DTYPES[args.dtype]
     row = dict(shape=name, M=m, N=n, K=k)
@@ -174,7 +170,7 @@ def measure_row(fg, timer, args, name, m, n, k, bw, peak, quack_gemm_act) -> dic
         if tuple(y.shape) != (m, n):
             raise ValueError(f"output shape {tuple(y.shape)}, expected {(m, n)}")
     except Exception as exc:  # noqa: BLE001 - report the row, go on with the next
-        row.update(check="ERROR", error=_error_line(exc))
+        row.update(check="ERROR", error=error_line(exc))
         return row
     from fusedgemm.reference import rel_error
     import fusedgemm.epilogue as E
@@ -191,7 +187,7 @@ def measure_row(fg, timer, args, name, m, n, k, bw, peak, quack_gemm_act) -> dic
     timed = {"fg": ours, **paths}
     times, errors = time_what_runs(timer, timed)  # ours and the baselines rep by rep (common.py says why)
     row.update((f"{key}_us", t) for key, t in times.items())
-    row.update((f"{key}_error", _error_line(exc)) for key, exc in errors.items())  # say so in the JSON
+    row.update((f"{key}_error", error_line(exc)) for key, exc in errors.items())  # say so in the JSON
     if args.kernel_time:
         for key in times:
             row[f"{key}_kus"] = kernel_us(timed[key], timer)
@@ -402,7 +398,7 @@ def _run(fg, args) -> int:
     try:
         host = host_us_interleaved(fns)  # batches interleaved: one slow phase of the machine hits all alike
     except Exception as exc:  # noqa: BLE001 - informational only
-        print(f"host time: {_error_line(exc)}")
+        print(f"host time: {error_line(exc)}")
     print("host us per eager call (16x256x256): " + "  ".join(f"{k} {v:.1f}" for k, v in host.items()))
 
     if args.json:

@@ -38,8 +38,8 @@ import torch
 import torch.nn.functional as F
 
 from .cli import dtype_name
-from .common import (Timer, copy_bandwidth_gbs, device_info, gpu_problem, kernel_us, print_table, progress,
-                     time_what_runs, warm_host_us)
+from .common import (Timer, copy_bandwidth_gbs, device_info, error_line, gpu_problem, kernel_us, print_table,
+                     progress, time_paths, warm_host_us)
 
 # hidden size, expert intermediate size I (gate_up N = 2I), routed experts, experts per token
 MODELS = {"deepseek-v3": dict(hidden=7168, inter=2048, experts=256, topk=8),
@@ -84,10 +84,6 @@ def bounds(counts: list[int]) -> list[tuple[int, int, int]]:
     return out
 
 
-def _error_line(exc: Exception) -> str:
-    return f"{type(exc).__name__}: {str(exc).splitlines()[0][:120] if str(exc) else ''}"
-
-
 def probe_baselines(device: str, fp8_dtype) -> dict:
     """{torch op: 'runs here' or why not} on a tiny problem of this device: what the installed torch has (CPU builds
     carry the names of GPU-only ops, so only a call tells)."""
@@ -109,7 +105,7 @@ def probe_baselines(device: str, fp8_dtype) -> dict:
             call()
             found[name] = "runs here"
         except Exception as exc:  # noqa: BLE001 - a GPU-only op on the CPU, an unsupported GPU: reported, skipped
-            found[name] = "present, fails here: " + _error_line(exc)[:100]
+            found[name] = "present, fails here: " + error_line(exc)[:100]
     return found
 
 
@@ -233,22 +229,6 @@ def rel_err(y: torch.Tensor, ref: torch.Tensor, counts: list[int], layout: str) 
     return rel_error(y[idx], ref[idx])
 
 
-def time_paths(timer, fns: dict, device: str) -> tuple[dict, dict]:
-    """time_what_runs on a GPU; on the CPU (--quick) each path's median host time per call (warm_host_us): the CPU
-    calls are synchronous, so that is their run time -- of torch reference ops, not of any kernel."""
-    if device == "cuda":
-        return time_what_runs(timer, fns)
-    runs, errors = {}, {}
-    for label, fn in fns.items():
-        if fn is None:
-            continue
-        try:
-            runs[label] = warm_host_us(fn, timer)
-        except Exception as exc:  # noqa: BLE001 - a path that cannot run this shape: the caller reports it
-            errors[label] = exc
-    return runs, errors
-
-
 def measure_stage(fg, timer, args, device, stage, dtype, W, inp, have, bw, tokens) -> dict:
     row = dict(stage=stage, N=W["n"], K=W["k"])
     paths = stage_paths(fg, stage, dtype, args.layout, W, inp, have)
@@ -264,11 +244,11 @@ def measure_stage(fg, timer, args, device, stage, dtype, W, inp, have, bw, token
             row["check"] = "ok"  # nothing to compare with here
         del y
     except Exception as exc:  # noqa: BLE001 - report the row, go on with the next
-        row.update(check="ERROR", error=_error_line(exc))
+        row.update(check="ERROR", error=error_line(exc))
         return row
     times, errors = time_paths(timer, paths, device)  # ours and the baselines rep by rep (common.py says why)
     row.update((f"{p}_us", t) for p, t in times.items())
-    row.update((f"{p}_error", _error_line(exc)) for p, exc in errors.items())
+    row.update((f"{p}_error", error_line(exc)) for p, exc in errors.items())
     if args.kernel_time and device == "cuda" and "fg_us" in row:
         row["fg_kus"] = kernel_us(paths["fg"], timer)
     for p in PATHS:

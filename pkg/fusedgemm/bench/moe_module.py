@@ -62,15 +62,15 @@ def max_rel_diff(got: torch.Tensor, want: torch.Tensor) -> float:
 
 def measure_module(fusedmoe_cls, timer, device: str, name: str, kind: str, sizes: dict, tokens: list[int],
                    seed: int) -> list[dict]:
-    """One row per token count: the block's and FusedMoE's times (moe.time_paths), speedup, max rel diff, check."""
-    from .moe import _error_line, time_paths
+    """One row per token count: the block's and FusedMoE's times (common.time_paths), speedup, max rel diff, check."""
+    from .common import error_line, time_paths
 
     base = dict(model=name, kind=kind, **sizes)
     try:
         block = build_block(kind, sizes, device, seed)
         fused = fusedmoe_cls.from_module(block)
     except Exception as exc:  # noqa: BLE001 - report the model, go on with the next
-        return [dict(base, tokens=t, check="ERROR", error=_error_line(exc)) for t in tokens]
+        return [dict(base, tokens=t, check="ERROR", error=error_line(exc)) for t in tokens]
     rows = []
     gen = torch.Generator(device=device).manual_seed(seed + 1)
     for t in tokens:
@@ -86,13 +86,13 @@ def measure_module(fusedmoe_cls, timer, device: str, name: str, kind: str, sizes
                 row["check"] = "ok" if row["rel_diff"] <= MODULE_SANITY else "FAIL"  # NaN fails
                 del got, want
             except Exception as exc:  # noqa: BLE001
-                row.update(check="ERROR", error=_error_line(exc))
+                row.update(check="ERROR", error=error_line(exc))
                 rows.append(row)
                 continue
             times, errors = time_paths(timer, {"block": lambda: block(x), "fused": lambda: fused(x)}, device)
         row.update((f"{p}_us", us) for p, us in times.items())
         if errors:
-            row.update(check="ERROR", error="; ".join(f"{p}: {_error_line(e)}" for p, e in errors.items()))
+            row.update(check="ERROR", error="; ".join(f"{p}: {error_line(e)}" for p, e in errors.items()))
         if row.get("block_us") and row.get("fused_us"):
             row["speedup"] = row["block_us"] / row["fused_us"]
         rows.append(row)

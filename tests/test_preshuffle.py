@@ -44,9 +44,24 @@ def test_preshuffle_is_not_identity(seed):
     assert not torch.equal(fg.preshuffle(w).data, w)
 
 
+def test_grouped_weight_is_each_expert_preshuffled():
+    """[G, N, K] experts (grouped_gemm_a8): each expert's bytes are its own preshuffle, padding per expert, and
+    unshuffle gives the stack back; gemm_a8 refuses a grouped weight by name."""
+    w = torch.randint(-100, 100, (3, 40, 70), dtype=torch.int8)
+    q = fg.preshuffle(w)
+    assert q.groups == 3 and tuple(q.shape) == (3, 40, 70) and tuple(q.data.shape) == (3, 48, 80)
+    for g in range(3):
+        assert torch.equal(q.data[g], fg.preshuffle(w[g]).data)
+    assert torch.equal(fg.unshuffle(q), w)
+    with pytest.raises(ValueError, match="grouped_gemm_a8"):
+        fg.gemm_a8(torch.zeros(4, 70, dtype=torch.int8), q)
+    with pytest.raises(ValueError, match="G >= 1"):
+        fg.preshuffle(torch.zeros(0, 16, 16, dtype=torch.int8))
+
+
 def test_errors():
     with pytest.raises(ValueError, match="2-D"):
-        fg.preshuffle(torch.zeros(16, 16, 16, dtype=torch.int8))
+        fg.preshuffle(torch.zeros(2, 16, 16, 16, dtype=torch.int8))
     with pytest.raises(ValueError, match="2-D"):
         fg.preshuffle(torch.zeros(16, dtype=torch.int8))
     with pytest.raises(TypeError, match="already preshuffled"):

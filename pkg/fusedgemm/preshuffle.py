@@ -145,9 +145,10 @@ def preshuffle(w: torch.Tensor) -> PreshuffledWeight:
         raise ValueError(f"preshuffle: expected a 2-D weight [N, K] (or [G, N, K] experts), got shape "
                          f"{tuple(w.shape)}")
     lead, (n, k) = tuple(w.shape[:-2]), w.shape[-2:]
-    if n == 0 or k == 0 or 0 in lead:
-        raise ValueError(f"preshuffle: the weight [N, K] must have N >= 1 and K >= 1 (and G >= 1), got shape "
-                         f"{tuple(w.shape)}")
+    if 0 in lead:
+        raise ValueError(f"preshuffle: experts' weights [G, N, K] need G >= 1, got shape {tuple(w.shape)}")
+    if n == 0 or k == 0:
+        raise ValueError(f"preshuffle: the weight [N, K] must have N >= 1 and K >= 1, got N={n}, K={k}")
     np_, kpad = _round16(n), _round16(k)
     kp = _CHUNK_BYTES  # 16 one-byte elements per chunk
     raw = w.contiguous().view(torch.uint8)

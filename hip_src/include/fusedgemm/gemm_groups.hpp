@@ -31,8 +31,9 @@ struct GroupTile {
 };
 
 // Virtual row block v -> its tile; false when v is past every group's row blocks (the block has nothing to do).
-// Contiguous layout: each block walks the groups' sizes, eight loads in flight at a time (the sizes are a few
-// hundred bytes, in L2 after the first blocks).
+// Contiguous layout: each block walks the groups' sizes, kBatch loads in flight at a time: the walk waits one
+// memory round trip per kBatch groups (8 for 256 experts), and a decode-size call's blocks all pay it before
+// their first copy (the sizes are a few hundred bytes, in L2 after the first blocks).
 template <int kBlockM>
 FG_DEVICE bool group_row_block(const GroupArgs& ga, int M, int v, GroupTile& t) {
   if (ga.rows > 0) {
@@ -47,7 +48,7 @@ FG_DEVICE bool group_row_block(const GroupArgs& ga, int M, int v, GroupTile& t) 
     t.m_end = g * ga.rows + used;
     return true;
   }
-  constexpr int kBatch = 8;
+  constexpr int kBatch = 32;
   int lo = 0, before = 0;  // the group's first row; row blocks of the groups before it
   for (int g0 = 0; g0 < ga.groups; g0 += kBatch) {
     int ends[kBatch];

@@ -117,3 +117,31 @@ def test_many_groups(arch, seed):
     with poisoned_outputs(), emulate(arch), forced_config("portable_16x16_k8"):
         y = fg.grouped_matmul(x, w, offs=offs_of(sizes), bias=bias)
     assert rel(y, oracle(x, w, sizes, lambda acc, gi, _r: acc + bias[gi].double())) < 1e-2
+
+
+def test_fast_path_repeats(seed, monkeypatch):
+    """A repeated call signature takes the eager fast path (a recorded plan: addresses and the device re-checked,
+    nothing else): new data and new group sizes give the right answer; a [G, N] scale and a bias are the call's own
+    tensors each time; an [N] bias (expanded per call) is never recorded."""
+    import fusedgemm.grouped as grouped
+
+    hits = []
+    real = grouped._FastPlan.launch
+    monkeypatch.setattr(grouped._FastPlan, "launch", lambda self, *a: hits.append(1) or real(self, *a))
+    g, n, k = 4, 32, 64
+    with poisoned_outputs(), emulate("gfx942"):
+        for sizes in ((5, 0, 1, 17), (0, 9, 9, 5), (23, 0, 0, 0)):
+            x8 = torch.randn(23, k).to(FP8["gfx942"])
+            w8 = torch.randn(g, n, k).to(FP8["gfx942"])
+            sb, bias = torch.rand(g, n) / 16, torch.randn(g, n)
+            y = fg.grouped_gemm_a8(x8, fg.preshuffle(w8), scale_b=sb, bias=bias, offs=offs_of(sizes),
+                                   epilogue="bias_relu")
+            ref = oracle(x8, w8, sizes, lambda acc, gi, _r: torch.relu(acc * sb[gi].double() + bias[gi].double()))
+            assert rel(y, ref) < 1e-2, sizes
+        assert len(hits) == 2  # the second and third calls
+        before = len(grouped._PLANS)
+        x = torch.randn(23, k).bfloat16()
+        w = torch.randn(g, n, k).bfloat16()
+        for _ in range(2):
+            fg.grouped_matmul(x, w, offs=offs_of((5, 0, 1, 17)), bias=torch.randn(n))
+        assert len(grouped._PLANS) == before  # an [N] bias is expanded per call: not recorded

@@ -35,11 +35,65 @@ from .epilogue.presets import activation_name, resolve as resolve_epilogue
 from .preshuffle import PreshuffledWeight, preshuffle, unshuffle
 from .runtime.device import device_guard
 from .swiglu import ACTIVATIONS as GLU_ACTIVATIONS, glu_expression
-from .util import cached_on, warn_once
+from .plan import forced as _forced_plan
+from .plan.call import signature as _sig
+from .runtime.device import current_device_index
+from .util import PlanCache, cached_on, warn_once
 
 _EIGHT_BIT = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.int8)
 _WIDE = (torch.bfloat16, torch.float16)
 _CHECK_GROUPS = os.environ.get("FUSEDGEMM_CHECK_GROUPS", "") not in ("", "0")
+# The eager fast path: a repeat of a checked call signature (every tensor's dtype, shape, strides and device, the
+# scalars' values, the options) re-checks addresses and the current device, then launches; a decode-size MoE layer
+# is a few microseconds of GPU time per grouped GEMM, so the checks' and the plan's host time would dominate it.
+_PLANS = PlanCache(256)
+
+
+def _meta(v):
+    """What a fast-path key records of an argument: a tensor's signature, a weight's stored tensor's, else the
+    value with its type (True == 1)."""
+    if isinstance(v, torch.Tensor):
+        return _sig(v)
+    if isinstance(v, PreshuffledWeight):
+        return ("preshuffled", _sig(v.data), tuple(v.shape), v.layout)
+    if isinstance(v, dict):
+        return tuple((name, _meta(t)) for name, t in v.items())
+    return (v.__class__, v)
+
+
+def _fast_key(op: str, *args):
+    """The key of a call (None when something in it is unhashable: the checked path says what is wrong)."""
+    if _CHECK_GROUPS or _forced_plan() is not None:
+        return None
+    try:
+        key = (op, *(_meta(a) for a in args))
+        hash(key)
+        return key
+    except TypeError:
+        return None
+
+
+class _FastPlan:
+    """A checked call's launch: the plan, the output's shape and dtype, and where each per-call address comes from
+    (the call's own tensors by name, in the order the plan takes them)."""
+
+    __slots__ = ("plan", "shape", "dtype", "sources")
+
+    def __init__(self, plan, shape, dtype, sources):
+        self.plan, self.shape, self.dtype, self.sources = plan, shape, dtype, sources
+
+    def launch(self, x: torch.Tensor, w_data: torch.Tensor, index: torch.Tensor, named: dict, out):
+        """-> out, or None where an address or the device does not suit the plan (the checked path then)."""
+        plan = self.plan
+        x_ptr, w_ptr = x.data_ptr(), w_data.data_ptr()
+        if x_ptr & 15 or w_ptr & 15 or current_device_index() != plan.dev:
+            return None
+        if out is None:
+            out = torch.empty(self.shape, dtype=self.dtype, device=x.device)
+        elif out.data_ptr() & 3:
+            return None
+        plan.run(x_ptr, w_ptr, index.data_ptr(), out.data_ptr(), *(named[name].data_ptr() for name in self.sources))
+        return out
 
 
 @dataclasses.dataclass(frozen=True)
@@ -161,7 +215,7 @@ def _group_operands(expr, flat: dict, g: int, r0: int, r1: int, n_out: int) -> d
 
 # ---- the shared core -----------------------------------------------------------------------------------------
 def _run(op: str, x: torch.Tensor, w_kernel: torch.Tensor, w_ref, n: int, k: int, in_kind: str, expr, operands,
-         layout: GroupLayout, out_dtype, out):
+         layout: GroupLayout, out_dtype, out, key=None):
     """x [m, K] view, w_kernel the stacked weight as the kernel reads it ([G, N, K], preshuffled for 8-bit), w_ref
     a callable g -> expert g's [N, K] weight (the reference's). Returns out (or (out, saved))."""
     paired = _epi.is_paired(expr)
@@ -181,7 +235,9 @@ def _run(op: str, x: torch.Tensor, w_kernel: torch.Tensor, w_ref, n: int, k: int
         if arch == "cpu":
             _reference_into(x2, w_ref, expr, flat, layout, n_out, out, saved)
         else:
-            _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, n_out, out, saved)
+            plan, x_launched, pointers = _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout,
+                                                 n_out, out, saved)
+            _remember(key, plan, pointers, x_launched is x2, flat, operands, tuple(out.shape), out_dtype, saved)
     return out if saved is None else (out, saved)
 
 
@@ -198,7 +254,20 @@ def _reference_into(x2, w_ref, expr, flat, layout, n_out, out, saved) -> None:
             s2[r0:r1] = round_to(pre, saved.dtype)
 
 
-def _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, n_out, out, saved) -> None:
+def _remember(key, plan, pointers, x_in_place: bool, flat: dict, operands: dict, shape, dtype, saved) -> None:
+    """Record the fast path's entry where every tensor the kernel read is the call's own (no copy made)."""
+    if key is None or saved is not None or not x_in_place:
+        return
+    sources = []
+    for field in pointers[1:]:  # after out: the tensor operands, in the order of `flat`
+        name = next(n for n, v in flat.items() if isinstance(v, torch.Tensor) and field in (f"op_{n}", f"op_{n}_ptr"))
+        if not isinstance(operands.get(name), torch.Tensor) or operands[name].data_ptr() != flat[name].data_ptr():
+            return  # an expanded or reshaped copy: the fast path would pass the call's own tensor
+        sources.append(name)
+    _PLANS.remember(key, _FastPlan(plan, shape, dtype, tuple(sources)))
+
+
+def _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, n_out, out, saved):
     from .plan.call import expression_pointers
     from .plan.grouped_call import GroupedCallPlan
 
@@ -213,6 +282,7 @@ def _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, 
                                pointers, n_out, op)
         plan.run(x2.data_ptr(), w_kernel.data_ptr(), layout.index.data_ptr(), *(t.data_ptr() for t in tensors),
                  *(binding.values[f] for f in pointers[len(tensors):]))
+    return plan, x2, pointers
 
 
 def _expression(op: str, activation, epilogue, bias, operands):
@@ -257,6 +327,13 @@ def grouped_matmul(x: torch.Tensor, w: torch.Tensor, *, offs=None, masked_m=None
     rows per group, a plan hint (default M / G, or Mmax). out_dtype: bf16 / fp16 / fp32 / the arch's fp8, default
     x's dtype. Returns [M, N] (masked: [G, Mmax, N]; rows past masked_m[g] are not written)."""
     op = "grouped_matmul"
+    key = _fast_key(op, x, w, offs, masked_m, expected_m, bias, activation, epilogue, operands, out_dtype, out)
+    hit = _PLANS.get(key) if key is not None else None
+    if hit is not None and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)):
+        y = hit.launch(x, w, offs if masked_m is None else masked_m, operands if operands is not None else
+                       {"bias": bias}, out)
+        if y is not None:
+            return y
     x = _x_tensor(op, x)
     if x.dtype not in (*_WIDE, torch.float32):
         raise TypeError(f"{op}: x must be bfloat16, float16 or float32 (TF32 products; 8-bit x: grouped_gemm_a8), got "
@@ -273,7 +350,7 @@ def grouped_matmul(x: torch.Tensor, w: torch.Tensor, *, offs=None, masked_m=None
     out_dtype = out_dtype_of(op, out, out_dtype, (*OUT_DTYPES,), x.dtype)
     wk = w if w.is_contiguous() else w.contiguous()
     return _run(op, x, wk, lambda g: w[g], n, k, {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(x.dtype, "tf32"),
-                expr, ops, layout, out_dtype, out)
+                expr, ops, layout, out_dtype, out, key=key if wk is w else None)
 
 
 def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scale_b=None, bias=None, offs=None,
@@ -286,6 +363,13 @@ def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scal
     a preset name ('silu', 'bias_gelu', ...) or an expression (its operands by name; then no scale / bias args).
     out_dtype: default bfloat16."""
     op = "grouped_gemm_a8"
+    key = _fast_key(op, x, w, offs, masked_m, expected_m, scale_a, scale_b, bias, epilogue, operands, out_dtype, out)
+    hit = _PLANS.get(key) if key is not None else None
+    if hit is not None:
+        y = hit.launch(x, w.data, offs if masked_m is None else masked_m, operands if operands is not None else
+                       {"scale_a": scale_a, "scale_b": scale_b, "bias": bias}, out)
+        if y is not None:
+            return y
     x = _x_tensor(op, x)
     if not isinstance(w, PreshuffledWeight) or w.groups is None:
         raise TypeError(f"{op}: w must be fusedgemm.preshuffle(w8) of the experts' [G, N, K] weights, got "
@@ -318,7 +402,7 @@ def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scal
         raise TypeError(f"{op}: {arch} needs fp8 as {FP8_DTYPE_FOR_ARCH[arch]}, got {x.dtype}")
     out_dtype = out_dtype_of(op, out, out_dtype, OUT_DTYPES, torch.bfloat16)
     return _run(op, x, w.data, lambda g: unshuffle_group(w, g).to(torch.float32), n, k,
-                "int8" if x.dtype == torch.int8 else "fp8", expr, ops, layout, out_dtype, out)
+                "int8" if x.dtype == torch.int8 else "fp8", expr, ops, layout, out_dtype, out, key=key)
 
 
 def unshuffle_group(w: PreshuffledWeight, g: int) -> torch.Tensor:

@@ -74,6 +74,7 @@ class GroupedCallPlan:
         self.block_m, self.block_n = cfg.block_m, cfg.block_n
         self.config = cfg.name
         warp = 64 if vendor_of(arch) == "amd" else 32
+        self.a_map = self.b_map = (None, None)  # (address, encoded tensor map): the last one used
         self.launch = kernel.bind((-(-n // cfg.block_n), blocks, 1), (1, 1, 1), cfg.warps * warp, cfg.smem)
 
     def run(self, a_ptr: int, b_ptr: int, index_ptr: int, *pointers: int) -> None:
@@ -84,10 +85,17 @@ class GroupedCallPlan:
         if not self.tma:
             self.launch(stream, a_ptr, b_ptr, *args)
             return
-        rows_b = self.groups * self.n  # B: the groups' weights stacked, [G * N, K]
-        a_map = _tensor_map_a(a_ptr, self.m, self.k, self.block_m, _TMAP_L2_256B, self.kind)
-        if self.kind in MATMUL_IN:
-            b_map = _tensor_map_k_major(b_ptr, rows_b, self.k, self.block_n, _TMAP_L2_256B, self.kind, self.k)
-        else:
-            b_map = _tensor_map_b(b_ptr, rows_b, self.k, self.block_n, _TMAP_L2_256B)
+        # Tensor maps hold the address: the last one per operand is kept (the weights' never changes)
+        a_last, a_map = self.a_map
+        if a_last != a_ptr:
+            a_map = _tensor_map_a(a_ptr, self.m, self.k, self.block_m, _TMAP_L2_256B, self.kind)
+            self.a_map = (a_ptr, a_map)
+        b_last, b_map = self.b_map
+        if b_last != b_ptr:
+            rows_b = self.groups * self.n  # B: the groups' weights stacked, [G * N, K]
+            if self.kind in MATMUL_IN:
+                b_map = _tensor_map_k_major(b_ptr, rows_b, self.k, self.block_n, _TMAP_L2_256B, self.kind, self.k)
+            else:
+                b_map = _tensor_map_b(b_ptr, rows_b, self.k, self.block_n, _TMAP_L2_256B)
+            self.b_map = (b_ptr, b_map)
         self.launch(stream, a_map, b_map, *args)

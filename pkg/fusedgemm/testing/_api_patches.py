@@ -49,7 +49,8 @@ def patches(arch: str) -> list[tuple[object, str, object]]:
     # (matmul_fused's fast-path plans are keyed by device index, -1 for every CPU tensor: without a fresh cache a
     # plan made for one emulated arch would serve another context, or a CPU call after the context)
     for name, attrs in (("fusedgemm.plan.call", ("_KERNELS",)), ("fusedgemm.tiny_bmm", ("_FAST", "_LAUNCHES")),
-                        ("fusedgemm.quant", ("_LAUNCHES",)), ("fusedgemm.matmul", ("_PLANS",))):
+                        ("fusedgemm.quant", ("_LAUNCHES",)), ("fusedgemm.matmul", ("_PLANS",)),
+                        ("fusedgemm.grouped", ("_PLANS",))):
         m = _mod(name)
         for attr in attrs:
             old = getattr(m, attr, None) if m is not None else None

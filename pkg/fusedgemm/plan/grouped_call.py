@@ -2,7 +2,7 @@
 kernel argument with the groups' fields (gemm_groups.hpp).
 
 Group sizes stay on the device, so the grid is sized for the worst case: the contiguous layout's G groups of M
-rows in all have at most (M + G (BM - 1)) / BM row blocks of BM rows; the masked layout's G x ceil(rows / BM).
+rows in all have at most (M + min(G, M) (BM - 1)) / BM row blocks of BM rows; the masked layout's G x ceil(rows / BM).
 Blocks past the last group's rows exit at once.
 """
 from __future__ import annotations
@@ -43,10 +43,13 @@ def choose_grouped(arch: str, rows_per_group: int, n: int, k: int, in_kind: str)
 
 
 def row_blocks(layout, block_m: int) -> int:
-    """The grid's virtual row blocks (an upper bound of the groups' row blocks)."""
+    """The grid's virtual row blocks: an upper bound of the groups' row blocks whatever the sizes are. Contiguous:
+    a group of r > 0 rows takes ceil(r / BM) <= (r + BM - 1) / BM blocks, and at most min(G, M) groups have rows,
+    so all take at most (M + min(G, M) (BM - 1)) / BM. (The min matters at decode: 8 rows over 128 experts need 8
+    blocks, not 126 -- every block past the last group still walks the sizes before it exits.)"""
     if layout.rows:
         return layout.groups * -(-layout.rows // block_m)
-    return (layout.m + layout.groups * (block_m - 1)) // block_m
+    return (layout.m + min(layout.groups, layout.m) * (block_m - 1)) // block_m
 
 
 class GroupedCallPlan:

@@ -145,15 +145,15 @@ def test_cuda_graph_replays_new_routing():
 
 
 def test_debug_checks(monkeypatch):
-    import fusedgemm.grouped as grouped
+    import fusedgemm.grouped_checks as grouped
 
     x = torch.randn(10, 64, device="cuda").bfloat16()
     w = torch.randn(2, 32, 64, device="cuda").bfloat16()
     bad = torch.tensor([7, 3], dtype=torch.int32, device="cuda")
-    monkeypatch.setattr(grouped, "_CHECK_GROUPS", True)
+    monkeypatch.setattr(grouped, "CHECK_GROUPS", True)
     with pytest.raises(ValueError, match="non-decreasing"):
         fg.grouped_matmul(x, w, offs=bad)
-    monkeypatch.setattr(grouped, "_CHECK_GROUPS", False)
+    monkeypatch.setattr(grouped, "CHECK_GROUPS", False)
     y = fg.grouped_matmul(x, w, offs=bad)  # unchecked: clamped in the kernel, nothing outside the tensors touched
     torch.cuda.synchronize()
     assert y.shape == (10, 32)

@@ -22,9 +22,6 @@ reference per group (no kernel runs).
 """
 from __future__ import annotations
 
-import dataclasses
-import os
-
 import torch
 
 from . import epilogue as _epi
@@ -32,6 +29,8 @@ from .checks import arch_of, keyword_form, out_dtype_of, FP8_DTYPE_FOR_ARCH, OUT
 from .epilogue.bind import bind as _bind_epilogue
 from .epilogue.evaluate import evaluate_outputs, round_to
 from .epilogue.presets import activation_name, resolve as resolve_epilogue
+from . import grouped_checks as _checks
+from .grouped_checks import GroupLayout, check_weight, flat_operands, group_layout, group_operands, x_tensor
 from .preshuffle import PreshuffledWeight, preshuffle, unshuffle
 from .runtime.device import device_guard
 from .swiglu import ACTIVATIONS as GLU_ACTIVATIONS, glu_expression
@@ -42,7 +41,6 @@ from .util import PlanCache, cached_on, warn_once
 
 _EIGHT_BIT = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.int8)
 _WIDE = (torch.bfloat16, torch.float16)
-_CHECK_GROUPS = os.environ.get("FUSEDGEMM_CHECK_GROUPS", "") not in ("", "0")
 # The eager fast path: a repeat of a checked call signature (every tensor's dtype, shape, strides and device, the
 # scalars' values, the options) re-checks addresses and the current device, then launches; a decode-size MoE layer
 # is a few microseconds of GPU time per grouped GEMM, so the checks' and the plan's host time would dominate it.
@@ -63,7 +61,7 @@ def _meta(v):
 
 def _fast_key(op: str, *args):
     """The key of a call (None when something in it is unhashable: the checked path says what is wrong)."""
-    if _CHECK_GROUPS or _forced_plan() is not None:
+    if _checks.CHECK_GROUPS or _forced_plan() is not None:
         return None
     try:
         key = (op, *(_meta(a) for a in args))
@@ -96,123 +94,6 @@ class _FastPlan:
         return out
 
 
-@dataclasses.dataclass(frozen=True)
-class GroupLayout:
-    """Where each group's rows are: contiguous (rows == 0: index = offs) or masked (rows = Mmax: index = masked_m)."""
-    groups: int
-    m: int  # rows of x as the kernel sees it ([M, K] or [G * Mmax, K])
-    rows: int  # masked: Mmax; contiguous: 0
-    index: torch.Tensor  # offs or masked_m, int32 [G]
-    lead: tuple  # the output's leading dims: (M,) or (G, Mmax)
-    rows_hint: int  # rows a group has about (the plan's M)
-
-    def spans(self) -> list[tuple[int, int]]:
-        """Each group's rows [r0, r1) of the [m, K] view (host values: syncs; the reference and the checks)."""
-        idx = self.index.tolist()
-        if self.rows:
-            return [(g * self.rows, g * self.rows + v) for g, v in enumerate(idx)]
-        return [(0 if g == 0 else idx[g - 1], v) for g, v in enumerate(idx)]
-
-
-def _layout(op: str, x: torch.Tensor, offs, masked_m, expected_m, groups: int) -> GroupLayout:
-    if (offs is None) == (masked_m is None):
-        raise ValueError(f"{op}: give exactly one of offs (x [M, K], rows grouped by expert) and masked_m (x [G, "
-                         f"Mmax, K]), got {'both' if offs is not None else 'neither'}")
-    index, what = (offs, "offs") if offs is not None else (masked_m, "masked_m")
-    if not isinstance(index, torch.Tensor):
-        raise TypeError(f"{op}: {what} must be an int32 tensor [G={groups}] on x's device, got {type(index).__name__}")
-    if index.dtype != torch.int32 or tuple(index.shape) != (groups,):
-        raise ValueError(f"{op}: {what} must be int32 of shape [G={groups}] (the weight's experts), got "
-                         f"{index.dtype} of shape {list(index.shape)}")
-    if index.device != x.device:
-        raise ValueError(f"{op}: {what} is on {index.device}, expected {x.device} (the device of x)")
-    if not index.is_contiguous():
-        index = index.contiguous()
-    if expected_m is not None and (isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m < 0):
-        raise ValueError(f"{op}: expected_m must be a non-negative int (rows per group, a plan hint), got "
-                         f"{expected_m!r}")
-    if offs is not None:
-        if x.dim() != 2:
-            raise ValueError(f"{op}: with offs, x must be [M, K] (rows grouped by expert), got shape {list(x.shape)}")
-        m = x.shape[0]
-        layout = GroupLayout(groups, m, 0, index, (m,), expected_m if expected_m is not None else -(-m // groups))
-    else:
-        if x.dim() != 3 or x.shape[0] != groups:
-            raise ValueError(f"{op}: with masked_m, x must be [G={groups}, Mmax, K], got shape {list(x.shape)}")
-        rows = x.shape[1]
-        layout = GroupLayout(groups, groups * rows, rows, index, (groups, rows),
-                             min(expected_m, rows) if expected_m is not None else rows)
-    if x.device.type == "cpu" or _CHECK_GROUPS:
-        _check_sizes(op, layout)
-    return layout
-
-
-def _check_sizes(op: str, layout: GroupLayout) -> None:
-    """The checks that read the group sizes (a host sync on a GPU: FUSEDGEMM_CHECK_GROUPS=1 only)."""
-    v = layout.index.tolist()
-    if layout.rows:
-        bad = [g for g, s in enumerate(v) if not 0 <= s <= layout.rows]
-        if bad:
-            raise ValueError(f"{op}: masked_m[{bad[0]}] = {v[bad[0]]} is outside [0, Mmax={layout.rows}]")
-        return
-    bad = [g for g in range(len(v)) if v[g] < (0 if g == 0 else v[g - 1])]
-    if bad:
-        raise ValueError(f"{op}: offs must be non-decreasing and >= 0 (cumulative group ends), but offs[{bad[0]}] = "
-                         f"{v[bad[0]]} < {0 if bad[0] == 0 else v[bad[0] - 1]}")
-    if v and v[-1] != layout.m:
-        raise ValueError(f"{op}: offs must end at M={layout.m} (offs[-1] = {v[-1]}); every row of x belongs to a group")
-
-
-# ---- operands ------------------------------------------------------------------------------------------------
-def _flat_operands(op: str, expr, operands: dict, layout: GroupLayout, n_out: int) -> dict:
-    """A grouped call's operands -> the kernel's: n_vec [G, n_out] (or [n_out], expanded) -> [G * n_out]; m_vec [M]
-    (masked: [G, Mmax]) -> [m]; aux [M, n_out] ([G, Mmax, n_out]) -> [m, n_out]; scalars as given."""
-    kinds = {name: o.kind for name, o in _epi.operands(expr).items()}
-    out = {}
-    g = layout.groups
-    for name, v in operands.items():
-        kind = kinds.get(name)
-        if not isinstance(v, torch.Tensor) or kind == "scalar" or v.numel() == 1:
-            out[name] = v
-            continue
-        shape = tuple(v.shape)
-        if kind == "n_vec":
-            if shape in ((g, n_out), (g * n_out,)):
-                out[name] = v.reshape(g * n_out)
-            elif shape in ((n_out,), (1, n_out)):  # one vector for every expert
-                out[name] = v.reshape(1, n_out).expand(g, n_out).reshape(g * n_out)
-            else:
-                raise ValueError(f"{op}: n_vec({name}) must be [G={g}, N={n_out}] (per expert) or [N={n_out}], got "
-                                 f"{list(shape)}")
-        elif kind == "m_vec":
-            if v.numel() != layout.m or not (v.dim() == 1 or shape in (layout.lead, (layout.m, 1))):
-                raise ValueError(f"{op}: m_vec({name}) must be {list(layout.lead)} (one value per row of x), got "
-                                 f"{list(shape)}")
-            out[name] = v.reshape(layout.m)
-        elif kind == "aux":
-            if shape not in ((*layout.lead, n_out), (layout.m, n_out)):
-                raise ValueError(f"{op}: aux({name}) must be {[*layout.lead, n_out]}, got {list(shape)}")
-            out[name] = v.reshape(layout.m, n_out)
-        else:
-            out[name] = v  # not used by the expression: bind names it
-    return out
-
-
-def _group_operands(expr, flat: dict, g: int, r0: int, r1: int, n_out: int) -> dict:
-    """Group g's slice of the kernel's operands (the reference evaluates each group on its own)."""
-    kinds = {name: o.kind for name, o in _epi.operands(expr).items()}
-    out = {}
-    for name, v in flat.items():
-        kind = kinds.get(name)
-        if not isinstance(v, torch.Tensor) or v.numel() == 1 or kind == "scalar":
-            out[name] = v
-        elif kind == "n_vec":
-            out[name] = v[g * n_out:(g + 1) * n_out]
-        else:  # m_vec, aux: by row
-            out[name] = v[r0:r1]
-    return out
-
-
 # ---- the shared core -----------------------------------------------------------------------------------------
 def _run(op: str, x: torch.Tensor, w_kernel: torch.Tensor, w_ref, n: int, k: int, in_kind: str, expr, operands,
          layout: GroupLayout, out_dtype, out, key=None):
@@ -220,7 +101,7 @@ def _run(op: str, x: torch.Tensor, w_kernel: torch.Tensor, w_ref, n: int, k: int
     a callable g -> expert g's [N, K] weight (the reference's). Returns out (or (out, saved))."""
     paired = _epi.is_paired(expr)
     n_out = n // 2 if paired else n
-    flat = _flat_operands(op, expr, operands, layout, n_out)
+    flat = flat_operands(op, expr, operands, layout, n_out)
     device = x.device
     arch = arch_of(op, device, None)
     binding = _bind_epilogue(expr, flat, layout.m, n_out, device, op=op, n_len=layout.groups * n_out)
@@ -248,7 +129,7 @@ def _reference_into(x2, w_ref, expr, flat, layout, n_out, out, saved) -> None:
         if r1 <= r0:
             continue
         acc = x2[r0:r1].to(torch.float64) @ w_ref(g).to(torch.float64).T
-        y, pre = evaluate_outputs(expr, acc, _group_operands(expr, flat, g, r0, r1, n_out))
+        y, pre = evaluate_outputs(expr, acc, group_operands(expr, flat, g, r0, r1, n_out))
         o2[r0:r1] = round_to(y, out.dtype)
         if s2 is not None:
             s2[r0:r1] = round_to(pre, saved.dtype)
@@ -298,26 +179,6 @@ def _expression(op: str, activation, epilogue, bias, operands):
     return (y if act == "none" else _epi.unary(act, y)), ({} if bias is None else {"bias": bias})
 
 
-def _check_weight(op: str, w, dtype, k: int) -> tuple[int, int]:
-    if not isinstance(w, torch.Tensor) or w.dim() != 3:
-        raise ValueError(f"{op}: w must be the experts' weights [G, N, K] (nn.Linear weights stacked), got "
-                         f"{list(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__}")
-    if w.dtype != dtype:
-        raise TypeError(f"{op}: w is {w.dtype} but x is {dtype}; they must match")
-    g, n, kw = w.shape
-    if kw != k:
-        raise ValueError(f"{op}: x has K={k} but w is [G={g}, N={n}, K={kw}]; K must agree")
-    return g, n
-
-
-def _x_tensor(op: str, x) -> torch.Tensor:
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"{op}: x must be a tensor, got {type(x).__name__}")
-    if torch.is_grad_enabled() and x.requires_grad:
-        raise NotImplementedError(f"{op} is not differentiable yet: call it under torch.no_grad() / inference_mode()")
-    return x
-
-
 # ---- the public ops -------------------------------------------------------------------------------------------
 def grouped_matmul(x: torch.Tensor, w: torch.Tensor, *, offs=None, masked_m=None, expected_m: int | None = None,
                    bias=None, activation=None, epilogue=None, operands: dict | None = None, out_dtype=None, out=None):
@@ -334,15 +195,15 @@ def grouped_matmul(x: torch.Tensor, w: torch.Tensor, *, offs=None, masked_m=None
                        {"bias": bias}, out)
         if y is not None:
             return y
-    x = _x_tensor(op, x)
+    x = x_tensor(op, x)
     if x.dtype not in (*_WIDE, torch.float32):
         raise TypeError(f"{op}: x must be bfloat16, float16 or float32 (TF32 products; 8-bit x: grouped_gemm_a8), got "
                         f"{x.dtype}")
     k = x.shape[-1]
-    groups, n = _check_weight(op, w, x.dtype, k)
+    groups, n = check_weight(op, w, x.dtype, k)
     if torch.is_grad_enabled() and w.requires_grad:
         raise NotImplementedError(f"{op} is not differentiable yet: call it under torch.no_grad() / inference_mode()")
-    layout = _layout(op, x, offs, masked_m, expected_m, groups)
+    layout = group_layout(op, x, offs, masked_m, expected_m, groups)
     if n % 8 or (k * x.element_size()) % 16:
         raise ValueError(f"{op}: the grouped kernels need N % 8 == 0 and rows of K that are 16-byte multiples, got "
                          f"N={n}, K={k} ({x.dtype})")
@@ -370,7 +231,7 @@ def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scal
                        {"scale_a": scale_a, "scale_b": scale_b, "bias": bias}, out)
         if y is not None:
             return y
-    x = _x_tensor(op, x)
+    x = x_tensor(op, x)
     if not isinstance(w, PreshuffledWeight) or w.groups is None:
         raise TypeError(f"{op}: w must be fusedgemm.preshuffle(w8) of the experts' [G, N, K] weights, got "
                         f"{type(w).__name__}{'' if not isinstance(w, PreshuffledWeight) else ' of one [N, K] weight'}")
@@ -384,7 +245,7 @@ def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scal
         raise ValueError(f"{op}: x has K={k} but w is [G={groups}, N={n}, K={kw}]; K must agree")
     if n % 16 or k % 16:
         raise ValueError(f"{op}: the grouped 8-bit kernels need N % 16 == 0 and K % 16 == 0, got N={n}, K={k}")
-    layout = _layout(op, x, offs, masked_m, expected_m, groups)
+    layout = group_layout(op, x, offs, masked_m, expected_m, groups)
     form = resolve_epilogue(op, epilogue)
     if isinstance(form, _epi.Node):
         if any(v is not None for v in (scale_a, scale_b, bias)):
@@ -446,7 +307,7 @@ def grouped_swiglu(x: torch.Tensor, w_gate_up, *, offs=None, masked_m=None, expe
     [G, 2I, K] tensor (interleaved and preshuffled once, cached), scale_a [M] / one value, scale_b [G] / [G, 2I]
     (merged order) / one value. bias: [G, 2I] merged order. Returns [M, I] (masked: [G, Mmax, I])."""
     op = "grouped_swiglu"
-    x = _x_tensor(op, x)
+    x = x_tensor(op, x)
     act = activation_name(op, activation, GLU_ACTIVATIONS)
     if not isinstance(w_gate_up, torch.Tensor) or w_gate_up.dim() != 3 or w_gate_up.shape[1] % 2:
         raise ValueError(f"{op}: w_gate_up must be [G, 2I, K] (each expert's gate rows, then up rows), got "

@@ -1,0 +1,151 @@
+"""The checks of the grouped ops (grouped.py): where each group's rows are (GroupLayout: the contiguous and the
+masked layouts), the group sizes' values (a host sync: CPU tensors always, a GPU under FUSEDGEMM_CHECK_GROUPS=1),
+the experts' weights, and a grouped call's epilogue operands in the kernel's form (per-expert [G, N] column
+operands flattened to [G * N], per-row ones to [M]) and in each group's (the reference's)."""
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+
+from . import epilogue as _epi
+
+CHECK_GROUPS = os.environ.get("FUSEDGEMM_CHECK_GROUPS", "") not in ("", "0")
+
+
+@dataclasses.dataclass(frozen=True)
+class GroupLayout:
+    """Where each group's rows are: contiguous (rows == 0: index = offs) or masked (rows = Mmax: index = masked_m)."""
+    groups: int
+    m: int  # rows of x as the kernel sees it ([M, K] or [G * Mmax, K])
+    rows: int  # masked: Mmax; contiguous: 0
+    index: torch.Tensor  # offs or masked_m, int32 [G]
+    lead: tuple  # the output's leading dims: (M,) or (G, Mmax)
+    rows_hint: int  # rows a group has about (the plan's M)
+
+    def spans(self) -> list[tuple[int, int]]:
+        """Each group's rows [r0, r1) of the [m, K] view (host values: syncs; the reference and the checks)."""
+        idx = self.index.tolist()
+        if self.rows:
+            return [(g * self.rows, g * self.rows + v) for g, v in enumerate(idx)]
+        return [(0 if g == 0 else idx[g - 1], v) for g, v in enumerate(idx)]
+
+
+def group_layout(op: str, x: torch.Tensor, offs, masked_m, expected_m, groups: int) -> GroupLayout:
+    if (offs is None) == (masked_m is None):
+        raise ValueError(f"{op}: give exactly one of offs (x [M, K], rows grouped by expert) and masked_m (x [G, "
+                         f"Mmax, K]), got {'both' if offs is not None else 'neither'}")
+    index, what = (offs, "offs") if offs is not None else (masked_m, "masked_m")
+    if not isinstance(index, torch.Tensor):
+        raise TypeError(f"{op}: {what} must be an int32 tensor [G={groups}] on x's device, got {type(index).__name__}")
+    if index.dtype != torch.int32 or tuple(index.shape) != (groups,):
+        raise ValueError(f"{op}: {what} must be int32 of shape [G={groups}] (the weight's experts), got "
+                         f"{index.dtype} of shape {list(index.shape)}")
+    if index.device != x.device:
+        raise ValueError(f"{op}: {what} is on {index.device}, expected {x.device} (the device of x)")
+    if not index.is_contiguous():
+        index = index.contiguous()
+    if expected_m is not None and (isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m < 0):
+        raise ValueError(f"{op}: expected_m must be a non-negative int (rows per group, a plan hint), got "
+                         f"{expected_m!r}")
+    if offs is not None:
+        if x.dim() != 2:
+            raise ValueError(f"{op}: with offs, x must be [M, K] (rows grouped by expert), got shape {list(x.shape)}")
+        m = x.shape[0]
+        layout = GroupLayout(groups, m, 0, index, (m,), expected_m if expected_m is not None else -(-m // groups))
+    else:
+        if x.dim() != 3 or x.shape[0] != groups:
+            raise ValueError(f"{op}: with masked_m, x must be [G={groups}, Mmax, K], got shape {list(x.shape)}")
+        rows = x.shape[1]
+        layout = GroupLayout(groups, groups * rows, rows, index, (groups, rows),
+                             min(expected_m, rows) if expected_m is not None else rows)
+    if x.device.type == "cpu" or CHECK_GROUPS:
+        check_sizes(op, layout)
+    return layout
+
+
+def check_sizes(op: str, layout: GroupLayout) -> None:
+    """The checks that read the group sizes (a host sync on a GPU: FUSEDGEMMCHECK_GROUPS=1 only)."""
+    v = layout.index.tolist()
+    if layout.rows:
+        bad = [g for g, s in enumerate(v) if not 0 <= s <= layout.rows]
+        if bad:
+            raise ValueError(f"{op}: masked_m[{bad[0]}] = {v[bad[0]]} is outside [0, Mmax={layout.rows}]")
+        return
+    bad = [g for g in range(len(v)) if v[g] < (0 if g == 0 else v[g - 1])]
+    if bad:
+        raise ValueError(f"{op}: offs must be non-decreasing and >= 0 (cumulative group ends), but offs[{bad[0]}] = "
+                         f"{v[bad[0]]} < {0 if bad[0] == 0 else v[bad[0] - 1]}")
+    if v and v[-1] != layout.m:
+        raise ValueError(f"{op}: offs must end at M={layout.m} (offs[-1] = {v[-1]}); every row of x belongs to a group")
+
+
+# ---- operands ------------------------------------------------------------------------------------------------
+def flat_operands(op: str, expr, operands: dict, layout: GroupLayout, n_out: int) -> dict:
+    """A grouped call's operands -> the kernel's: n_vec [G, n_out] (or [n_out], expanded) -> [G * n_out]; m_vec [M]
+    (masked: [G, Mmax]) -> [m]; aux [M, n_out] ([G, Mmax, n_out]) -> [m, n_out]; scalars as given."""
+    kinds = {name: o.kind for name, o in _epi.operands(expr).items()}
+    out = {}
+    g = layout.groups
+    for name, v in operands.items():
+        kind = kinds.get(name)
+        if not isinstance(v, torch.Tensor) or kind == "scalar" or v.numel() == 1:
+            out[name] = v
+            continue
+        shape = tuple(v.shape)
+        if kind == "n_vec":
+            if shape in ((g, n_out), (g * n_out,)):
+                out[name] = v.reshape(g * n_out)
+            elif shape in ((n_out,), (1, n_out)):  # one vector for every expert
+                out[name] = v.reshape(1, n_out).expand(g, n_out).reshape(g * n_out)
+            else:
+                raise ValueError(f"{op}: n_vec({name}) must be [G={g}, N={n_out}] (per expert) or [N={n_out}], got "
+                                 f"{list(shape)}")
+        elif kind == "m_vec":
+            if v.numel() != layout.m or not (v.dim() == 1 or shape in (layout.lead, (layout.m, 1))):
+                raise ValueError(f"{op}: m_vec({name}) must be {list(layout.lead)} (one value per row of x), got "
+                                 f"{list(shape)}")
+            out[name] = v.reshape(layout.m)
+        elif kind == "aux":
+            if shape not in ((*layout.lead, n_out), (layout.m, n_out)):
+                raise ValueError(f"{op}: aux({name}) must be {[*layout.lead, n_out]}, got {list(shape)}")
+            out[name] = v.reshape(layout.m, n_out)
+        else:
+            out[name] = v  # not used by the expression: bind names it
+    return out
+
+
+def group_operands(expr, flat: dict, g: int, r0: int, r1: int, n_out: int) -> dict:
+    """Group g's slice of the kernel's operands (the reference evaluates each group on its own)."""
+    kinds = {name: o.kind for name, o in _epi.operands(expr).items()}
+    out = {}
+    for name, v in flat.items():
+        kind = kinds.get(name)
+        if not isinstance(v, torch.Tensor) or v.numel() == 1 or kind == "scalar":
+            out[name] = v
+        elif kind == "n_vec":
+            out[name] = v[g * n_out:(g + 1) * n_out]
+        else:  # m_vec, aux: by row
+            out[name] = v[r0:r1]
+    return out
+
+
+def check_weight(op: str, w, dtype, k: int) -> tuple[int, int]:
+    if not isinstance(w, torch.Tensor) or w.dim() != 3:
+        raise ValueError(f"{op}: w must be the experts' weights [G, N, K] (nn.Linear weights stacked), got "
+                         f"{list(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__}")
+    if w.dtype != dtype:
+        raise TypeError(f"{op}: w is {w.dtype} but x is {dtype}; they must match")
+    g, n, kw = w.shape
+    if kw != k:
+        raise ValueError(f"{op}: x has K={k} but w is [G={g}, N={n}, K={kw}]; K must agree")
+    return g, n
+
+
+def x_tensor(op: str, x) -> torch.Tensor:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{op}: x must be a tensor, got {type(x).__name__}")
+    if torch.is_grad_enabled() and x.requires_grad:
+        raise NotImplementedError(f"{op} is not differentiable yet: call it under torch.no_grad() / inference_mode()")
+    return x

@@ -37,7 +37,7 @@ from .swiglu import ACTIVATIONS as GLU_ACTIVATIONS, glu_expression
 from .plan import forced as _forced_plan
 from .plan.call import signature as _sig
 from .runtime.device import current_device_index
-from .util import PlanCache, cached_on, warn_once
+from .util import PlanCache, cached_on, join_operands, split_operands, warn_once
 
 _EIGHT_BIT = (torch.float8_e4m3fn, torch.float8_e4m3fnuz, torch.int8)
 _WIDE = (torch.bfloat16, torch.float16)
@@ -188,6 +188,9 @@ def grouped_matmul(x: torch.Tensor, w: torch.Tensor, *, offs=None, masked_m=None
     rows per group, a plan hint (default M / G, or Mmax). out_dtype: bf16 / fp16 / fp32 / the arch's fp8, default
     x's dtype. Returns [M, N] (masked: [G, Mmax, N]; rows past masked_m[g] are not written)."""
     op = "grouped_matmul"
+    if torch.compiler.is_compiling():
+        expr, ops = _expression(op, activation, epilogue, bias, operands)
+        return _via_op("matmul", x, w, w.shape[-2], w.shape[-1], offs, masked_m, expected_m, expr, ops, out_dtype, out)
     key = _fast_key(op, x, w, offs, masked_m, expected_m, bias, activation, epilogue, operands, out_dtype, out)
     hit = _PLANS.get(key) if key is not None else None
     if hit is not None and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)):
@@ -224,6 +227,16 @@ def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scal
     a preset name ('silu', 'bias_gelu', ...) or an expression (its operands by name; then no scale / bias args).
     out_dtype: default bfloat16."""
     op = "grouped_gemm_a8"
+    if torch.compiler.is_compiling():
+        if not isinstance(w, PreshuffledWeight) or w.groups is None:
+            raise TypeError(f"{op}: w must be fusedgemm.preshuffle(w8) of the experts' [G, N, K] weights")
+        form = resolve_epilogue(op, epilogue)
+        if isinstance(form, _epi.Node):
+            expr, ops = form, dict(operands or {})
+        else:
+            expr, ops = _scaled_expression(op, form[1], scale_a, scale_b, bias, w.shape[0], w.shape[1])
+        return _via_op("a8", x, w.data, w.shape[1], w.shape[2], offs, masked_m, expected_m, expr, ops,
+                       out_dtype or torch.bfloat16, out)
     key = _fast_key(op, x, w, offs, masked_m, expected_m, scale_a, scale_b, bias, epilogue, operands, out_dtype, out)
     hit = _PLANS.get(key) if key is not None else None
     if hit is not None:
@@ -351,10 +364,52 @@ def interleave_groups(w: torch.Tensor) -> torch.Tensor:
 
 def _cached_interleaved_groups(w: torch.Tensor, shuffle: bool = False):
     make = (lambda: preshuffle(interleave_groups(w.detach()))) if shuffle else (lambda: interleave_groups(w.detach()))
-    if w.is_inference():
+    if torch.compiler.is_compiling() or w.is_inference():  # (traced: the interleave is part of the graph)
         return make()
     key = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, w.device, w._version, shuffle)
     return cached_on(w, "_fusedgemm_grouped_gate_up", key, make)
+
+
+# ---- torch.compile: one op for the grouped GEMMs ------------------------------------------------------------------
+def _via_op(kind, x, w, n, k, offs, masked_m, expected_m, expr, operands, out_dtype, out):
+    """A grouped call as fusedgemm::grouped_gemm (traced by torch.compile; eager inside the op)."""
+    if (offs is None) == (masked_m is None):
+        raise ValueError("grouped GEMM: give exactly one of offs and masked_m")
+    if _epi.saved_node(expr) is not None:
+        raise NotImplementedError("grouped GEMM: save() outputs are not traced by torch.compile yet")
+    tensors, scalars = split_operands(operands)
+    y = torch.ops.fusedgemm.grouped_gemm(
+        x, w, offs if masked_m is None else masked_m, masked_m is not None, -1 if expected_m is None else expected_m,
+        kind, n, k, str(expr), ",".join(tensors), list(tensors.values()), ",".join(scalars), list(scalars.values()),
+        out_dtype if out_dtype is not None else (out.dtype if out is not None else x.dtype))
+    if out is not None:
+        out.copy_(y)
+        return out
+    return y
+
+
+@torch.library.custom_op("fusedgemm::grouped_gemm", mutates_args=())
+def grouped_gemm_op(x: torch.Tensor, w: torch.Tensor, index: torch.Tensor, masked: bool, expected_m: int, kind: str,
+                    n: int, k: int, epilogue: str, tensor_names: str, tensors: list[torch.Tensor], scalar_names: str,
+                    scalar_values: list[float], out_dtype: torch.dtype) -> torch.Tensor:
+    """grouped_matmul (kind 'matmul': w [G, N, K]) or grouped_gemm_a8 (kind 'a8': w the preshuffled data, n, k the
+    true N, K) with an epilogue expression's canonical text and its operands."""
+    operands = join_operands(tensor_names, tensors, scalar_names, scalar_values)
+    where = dict(masked_m=index) if masked else dict(offs=index)
+    hint = None if expected_m < 0 else expected_m
+    if kind == "a8":
+        wq = PreshuffledWeight(w, n=n, k=k)
+        return grouped_gemm_a8(x, wq, epilogue=_epi.parse(epilogue), operands=operands, out_dtype=out_dtype,
+                               expected_m=hint, **where)
+    return grouped_matmul(x, w, epilogue=_epi.parse(epilogue), operands=operands, out_dtype=out_dtype,
+                          expected_m=hint, **where)
+
+
+@grouped_gemm_op.register_fake
+def _grouped_gemm_fake(x, w, index, masked, expected_m, kind, n, k, epilogue, tensor_names, tensors, scalar_names,
+                       scalar_values, out_dtype):
+    n_out = n // 2 if _epi.is_paired(_epi.parse(epilogue)) else n
+    return x.new_empty((*x.shape[:-1], n_out), dtype=out_dtype)
 
 
 __all__ = ["GroupLayout", "grouped_gemm_a8", "grouped_matmul", "grouped_swiglu", "interleave_groups"]

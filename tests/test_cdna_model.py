@@ -258,3 +258,27 @@ def test_llvm_mca_cross_check_runs_on_the_loop():
     spec.loader.exec_module(mod)
     line = mod.mca_summary(mod.mca("gfx942", "portable_128x128", "fp8"))
     assert "cycles/iteration" in line and "XDL 64" in line, line  # 16 MFMAs x 4 passes
+
+
+def test_grouped_prediction_and_plan():
+    """predict_grouped: the tiles of the groups' row blocks, each non-empty group's weight once from HBM, a walk over
+    the sizes per workgroup; at one token the routed experts' weights bound it (a few rows per expert stream their
+    weight); more rows per expert never predict faster; the grouped plan takes the least predicted config, and the
+    CLI's --moe table says PREDICTED."""
+    import subprocess
+    import sys
+
+    n, k = 4096, 7168
+    one = cm.predict_grouped("gfx942", "fp8", "portable_16x16_k8", (1,) * 8 + (0,) * 248, n, k)
+    floor = 8 * n * k / cm.HARDWARE["gfx942"].hbm_bytes_s
+    assert one.bound == "HBM" and one.seconds == pytest.approx(floor, rel=0.02)
+    times = [cm.predict_grouped("gfx942", "fp8", "cdna_lds_128x128", (r,) * 256, n, k).seconds
+             for r in (1, 16, 128, 512)]
+    assert times == sorted(times)
+    name = cdna.choose_grouped_name(32768, 256, n, k, "gfx942", "fp8")
+    best = min(cdna.candidates("gfx942", "fp8"),
+               key=lambda c: cm.predict_grouped("gfx942", "fp8", c, (128,) * 256, n, k).seconds)
+    assert name == best
+    out = subprocess.run([sys.executable, "-m", "fusedgemm.bench", "predict", "--moe", "--arch", "gfx950", "--kind",
+                          "bf16"], capture_output=True, text=True, check=True).stdout
+    assert "grouped GEMMs: PREDICTED, not measured" in out and "qwen3-30b-a3b" in out and "weights floor" in out

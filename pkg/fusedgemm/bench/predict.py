@@ -3,8 +3,10 @@
 For each LLM-grid row (llm_shapes.json) and the square sizes: the config plan/cdna.py chooses, its predicted time,
 TFLOP/s, fraction of the dense MFMA peak, what bounds it (plan/cdna_model.py's terms), and for the decode rows
 (M <= 64) the HBM floor and the ratio to it. --redesign adds the same for the hypothetical LDS-staged kernel of
-issue 41 (cdna_model.redesign: counts written by hand, no such kernel exists). Runs on any machine; with no --arch it
-takes the GPU's arch when torch sees an AMD one, else both gfx942 and gfx950.
+issue 41 (cdna_model.redesign: counts written by hand, no such kernel exists). --moe predicts the grouped GEMMs of
+the MoE bench's models instead (cdna_model.predict_grouped; uniform routing, the rows spread evenly over the
+experts). Runs on any machine; with no --arch it takes the GPU's arch when torch sees an AMD one, else both gfx942
+and gfx950.
 """
 from __future__ import annotations
 
@@ -62,6 +64,44 @@ def rows_for(arch: str, kind: str, with_redesign: bool = False, l1=None) -> list
                      redesign_bound=q.bound)
         out.append(r)
     return out
+
+
+MOE_TOKENS = (1, 16, 64, 256, 1024, 4096)
+
+
+def moe_rows(arch: str, kind: str) -> list[dict]:
+    """The MoE bench's models (bench/moe.py MODELS), gate_up and down, at MOE_TOKENS with uniform routing: each
+    expert gets tokens x top-k / experts rows (the remainder one more each), and only experts with rows count."""
+    from .moe import MODELS
+
+    out = []
+    for model, spec in MODELS.items():
+        e, topk = spec["experts"], spec["topk"]
+        for tokens in MOE_TOKENS:
+            rows = tokens * topk
+            sizes = tuple(rows // e + (1 if i < rows % e else 0) for i in range(e))
+            for stage, n, k in (("gate_up", 2 * spec["inter"], spec["hidden"]), ("down", spec["hidden"], spec["inter"])):
+                name = cdna.choose_grouped_name(rows, e, n, k, arch, kind)  # what the grouped plan takes
+                p = cdna_model.predict_grouped(arch, kind, name, sizes, n, k)
+                active = sum(1 for s_ in sizes if s_)
+                floor = (active * n * k * cdna_model.IN_BYTES[kind]) / cdna_model.HARDWARE[arch].hbm_bytes_s
+                out.append({"arch": arch, "kind": kind, "model": model, "tokens": tokens, "stage": stage, "N": n,
+                            "K": k, "rows_per_expert": rows / e, "active": active, "config": name,
+                            "predicted_us": p.seconds * 1e6, "predicted_frac_peak": p.fraction_of_peak,
+                            "bound": p.bound, "weights_floor_us": floor * 1e6, "predicted_x_floor": p.seconds / floor})
+    return out
+
+
+def _moe_table(rows: list[dict]) -> None:
+    cols = [("model", "model", ""), ("tokens", "tokens", "d"), ("stage", "stage", ""), ("rows_per_expert", "rows/exp",
+            ".1f"), ("active", "active", "d"), ("config", "config", ""), ("predicted_us", "pred us", ".1f"),
+            ("predicted_frac_peak", "pred %peak", ".1%"), ("bound", "bound (pred)", ""),
+            ("weights_floor_us", "weights floor us", ".1f"), ("predicted_x_floor", "pred x floor", ".2f")]
+    cells = [[format(r[k], f) for k, _h, f in cols] for r in rows]
+    widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (_k, h, _f) in enumerate(cols)]
+    print("  ".join(h.rjust(w) for (_k, h, _f), w in zip(cols, widths)))
+    for c in cells:
+        print("  ".join(x.rjust(w) for x, w in zip(c, widths)))
 
 
 def geomean(xs) -> float:
@@ -124,6 +164,8 @@ def run(argv) -> int:
                         + ", ".join(REDESIGN_BLOCKS) + ")")
     p.add_argument("--l1-bytes-clk", type=float, default=None,
                    help="override the assumed vector L1 bandwidth per CU (bytes/clock; the model's default 64)")
+    p.add_argument("--moe", action="store_true",
+                   help="predict the MoE bench's grouped GEMMs (bench moe's models, uniform routing) instead of the grid")
     p.add_argument("--json", type=Path, default=None, help="also write the rows and summaries as JSON")
     args = p.parse_args(argv)
     arches = args.arch or _default_arches()
@@ -135,6 +177,17 @@ def run(argv) -> int:
     for arch in arches:
         hw = cdna_model.HARDWARE[arch]
         for kind in args.kind or ["fp8", "bf16"]:
+            if args.moe:
+                rows = moe_rows(arch, kind)
+                print(f"\n{arch} ({hw.name}) {kind} grouped GEMMs: PREDICTED, not measured (HBM "
+                      f"{hw.hbm_bytes_s / 1e12:.1f} TB/s; floor: the active experts' weights once)")
+                _moe_table(rows)
+                dec = [r["predicted_x_floor"] for r in rows if r["tokens"] <= DECODE_MAX_M]
+                big = [r["predicted_frac_peak"] for r in rows if r["tokens"] >= 1024]
+                print(f"predicted: decode (<= {DECODE_MAX_M} tokens) geomean {geomean(dec):.2f}x the weights floor; "
+                      f">= 1024 tokens geomean {geomean(big):.1%} of dense MFMA peak")
+                out["tables"].append({"arch": arch, "kind": kind, "moe": True, "rows": rows})
+                continue
             rows = rows_for(arch, kind, args.redesign, args.l1_bytes_clk)
             s = summary(rows)
             print(f"\n{arch} ({hw.name}) {kind}: PREDICTED, not measured (dense MFMA peak "

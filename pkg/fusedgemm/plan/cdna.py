@@ -48,3 +48,18 @@ def choose_name(m: int, n: int, k: int, arch: str = DEFAULT_ARCH, in_kind: str =
 def choose(m: int, n: int, k: int, arch: str = DEFAULT_ARCH, in_kind: str = "fp8") -> tuple[kernels.TileConfig, int]:
     """-> (tile config, split-K factor 1) with the least predicted time on `arch` for input kind `in_kind`."""
     return kernels.GEMM_CONFIGS[choose_name(m, n, k, arch, in_kind)], 1
+
+
+@functools.lru_cache(maxsize=4096)
+def choose_grouped_name(rows: int, groups: int, n: int, k: int, arch: str = DEFAULT_ARCH, in_kind: str = "fp8") -> str:
+    """A grouped GEMM's config (gemm_groups.hpp): the least predicted time (cdna_model.predict_grouped) for `rows`
+    rows spread evenly over min(groups, rows) experts -- what the call knows before its sizes are read."""
+    arch = arch if arch in cdna_model.HARDWARE else DEFAULT_ARCH
+    names = candidates(arch, in_kind)
+    active = min(groups, rows)
+    if not names or min(active, n, k) <= 0:
+        return by_m(-(-max(rows, 1) // max(groups, 1)))
+    sizes = tuple(rows // active + (1 if i < rows % active else 0) for i in range(active))
+    return min(names, key=lambda c: (cdna_model.predict_grouped(arch, in_kind, c, sizes, n, k).seconds,
+                                     CONFIGS.index(c)))
+

@@ -407,8 +407,10 @@ def _fabric_bytes(hw: Hardware, g: Geometry, m: int, n: int, k_bytes: int, conc:
 
 @functools.lru_cache(maxsize=4096)
 def predict(arch: str, kind: str, config: str, m: int, n: int, k: int, *, hot: HotLoop | None = None,
-            geom: Geometry | None = None, l1_bytes_clk: float | None = None) -> Prediction:
-    """PREDICTED time of C[M, N] = A[M, K] . B[N, K]^T on `config` (or a hypothetical kernel: `hot` + `geom`)."""
+            geom: Geometry | None = None, l1_bytes_clk: float | None = None,
+            from_hbm: bool | None = None) -> Prediction:
+    """PREDICTED time of C[M, N] = A[M, K] . B[N, K]^T on `config` (or a hypothetical kernel: `hot` + `geom`).
+    from_hbm: whether the loads wait out HBM latency (default: decode, M <= 64; a grouped call says so itself)."""
     hw = HARDWARE[arch]
     if l1_bytes_clk is not None:
         hw = dataclasses.replace(hw, l1_bytes_clk=l1_bytes_clk)
@@ -436,7 +438,8 @@ def predict(arch: str, kind: str, config: str, m: int, n: int, k: int, *, hot: H
     conc = min(occ, wg_per_cu)
     rounds = -(-wg_per_cu // conc)
     w = conc * waves / hw.simds  # waves per SIMD at once
-    from_hbm = m <= 64  # decode: the weight streams from HBM once; prefill: mostly L2 / MALL hits
+    if from_hbm is None:
+        from_hbm = m <= 64  # decode: the weight streams from HBM once; prefill: mostly L2 / MALL hits
     lat = hw.lat_hbm if from_hbm else hw.lat_l2
 
     # One iteration of the K loop on one CU, cycles, each limit alone.
@@ -462,6 +465,32 @@ def predict(arch: str, kind: str, config: str, m: int, n: int, k: int, *, hot: H
     terms["HBM"] = (m * k_bytes + n * k_bytes + out_bytes) / hw.hbm_bytes_s
     bound = max(terms, key=terms.get)
     return Prediction(arch, kind, config, m, n, k, terms[bound], bound, tuple((t, terms[t]) for t in TERMS), occ, w)
+
+
+def predict_grouped(arch: str, kind: str, config: str, sizes: tuple, n: int, k: int) -> Prediction:
+    """PREDICTED time of a grouped GEMM (gemm_groups.hpp): groups of `sizes` rows, each times its own [N, K] weight.
+    The tiles are those of one GEMM whose rows are the groups' row blocks; its HBM bytes are every row of A and each
+    non-empty group's weight once (a group of a few rows streams its weight from HBM, as decode does); each
+    workgroup first walks the sizes, a round trip per 32 groups, before its first load."""
+    g = geometry(config)
+    blocks = sum(-(-s // g.block_m) for s in sizes if s)
+    m, active = sum(sizes), sum(1 for s in sizes if s)
+    if blocks == 0:
+        raise ValueError("predict_grouped: every group is empty")
+    small = max(sizes) <= 64
+    base = predict(arch, kind, config, blocks * g.block_m, n, k, from_hbm=small)
+    hw = HARDWARE[arch]
+    kb = IN_BYTES[kind]
+    tiles = blocks * -(-n // g.block_n)
+    rounds = -(-tiles // (hw.cus * max(base.occupancy, 1)))
+    walk = rounds * -(-len(sizes) // 32) * hw.lat_l2 / hw.clock_hz
+    hbm_bytes = (m * k + active * n * k) * kb + 2 * m * n
+    terms = {t: v + (walk if t not in ("MALL", "HBM") else 0.0) for t, v in base.terms}  # the walk: per workgroup
+    terms["HBM"] = hbm_bytes / hw.hbm_bytes_s
+    terms["MALL"] = max(terms["MALL"], hbm_bytes / hw.mall_bytes_s)
+    bound = max(terms, key=terms.get)
+    return Prediction(arch, kind, config, m, n, k, terms[bound], bound, tuple((t, terms[t]) for t in TERMS),
+                      base.occupancy, base.waves_per_simd)
 
 
 def hbm_floor(arch: str, kind: str, m: int, n: int, k: int, out_bytes: int = 2) -> float:

@@ -27,8 +27,9 @@ def grouped_config_ok(name: str) -> bool:
     return not (cfg.swap_ab or cfg.pair_b or cfg.one_wave)
 
 
-def choose_grouped(arch: str, rows_per_group: int, n: int, k: int, in_kind: str):
-    """-> the tile config of a grouped call whose groups have about `rows_per_group` rows each."""
+def choose_grouped(arch: str, rows_per_group: int, n: int, k: int, in_kind: str, rows: int = 0, groups: int = 1):
+    """-> the tile config of a grouped call whose groups have about `rows_per_group` rows each (`rows` in all over
+    `groups` groups: the CDNA plan predicts the grouped kernel on them)."""
     pinned = forced()
     if pinned is not None:
         name, splits = pinned
@@ -39,7 +40,7 @@ def choose_grouped(arch: str, rows_per_group: int, n: int, k: int, in_kind: str)
         return GEMM_CONFIGS[name]
     if arch == "sm_90a":
         return GEMM_CONFIGS["tile_64x128" if rows_per_group <= 64 else "tile_128x128"]
-    return cdna.choose(max(rows_per_group, 1), n, k, arch, in_kind)[0]
+    return GEMM_CONFIGS[cdna.choose_grouped_name(rows, groups, n, k, arch, in_kind)]
 
 
 def row_blocks(layout, block_m: int) -> int:
@@ -58,7 +59,8 @@ class GroupedCallPlan:
 
     def __init__(self, dev: int, arch: str, in_kind: str, layout, n: int, k: int, out_dtype, epi, values: dict,
                  pointers: tuple[str, ...], n_out: int, op: str):
-        cfg = choose_grouped(arch, layout.rows_hint, n, k, in_kind)
+        rows = layout.rows_hint * layout.groups if layout.rows else layout.m  # masked: the hint's, not Mmax's
+        cfg = choose_grouped(arch, layout.rows_hint, n, k, in_kind, rows, layout.groups)
         if not cfg.serves(in_kind) or (in_kind in MATMUL_IN and arch == "sm_90a" and not cfg.sm90):
             raise ValueError(f"{op}: config {cfg.name} has no {in_kind} grouped kernel on {arch}")
         self.dev, self.m, self.n, self.k, self.kind, self.groups = dev, layout.m, n, k, in_kind, layout.groups

@@ -183,8 +183,8 @@ def test_quick_module_prints_the_block_table(tmp_path):
     out = tmp_path / "moe.json"
     r = bench("--quick", "--module", "--reps", "1", "--dtype", "bf16", "--routing", "uniform", "--json", str(out))
     assert r.returncode == 0, r.stdout + r.stderr
-    head = "model  tokens   path  block eager us  FusedMoE us  speedup  rel diff  check"
-    assert head in r.stdout and "FusedMoE.from_module(block)" in r.stdout
+    head = "experts  tokens   path  block eager us  FusedMoE us  speedup  rel diff  check"
+    assert head in r.stdout and "FusedMoE.from_module(block, dtype=experts)" in r.stdout
     rows = json.loads(out.read_text())["module_rows"]
     assert [r["model"] for r in rows] == ["quick-qwen3", "quick-mixtral"]
     for row in rows:

@@ -28,3 +28,18 @@ def test_fused_forward_matches_the_block(kind, norm, shape, monkeypatch):
     assert calls, "forward fell back to the block on a GPU"
     assert got.shape == want.shape and got.dtype == want.dtype
     moe_cpu.close(got, want, 3e-2)
+
+
+@pytest.mark.parametrize("kind,norm", moe_cpu.CASES)
+@pytest.mark.parametrize("dtype", ["fp8", "int8"])
+def test_8bit_experts_on_the_gpu(kind, norm, dtype):
+    """FusedMoE.from_module(block, dtype=...) on a GPU: quantize_rows + the 8-bit grouped kernels, within 8-bit
+    rounding of the bf16 block (the CPU test holds the pipeline to its torch transcription exactly)."""
+    b = moe_cpu.block(kind, norm, torch.bfloat16).cuda()
+    moe = FusedMoE.from_module(b, dtype=dtype)
+    x = moe_cpu.inputs((3, 37), torch.bfloat16).cuda()
+    with torch.inference_mode():
+        got = moe(x)
+        want = b(x)
+    want = want[0] if isinstance(want, tuple) else want
+    moe_cpu.close(got, want, 0.15 if dtype == "fp8" else 0.06)

@@ -27,6 +27,7 @@ QUICK_MODULE_MODELS = {  # --quick: tiny blocks of both kinds, seconds on a CPU
 SKIPPED = {"deepseek-v3": "transformers' DeepseekV3MoE routes differently (sigmoid scores, grouped top-k, a bias "
                           "correction, shared experts): FusedMoE.from_module does not take it"}
 MODULE_SANITY = 5e-2  # bf16: the block rounds each expert's add, FusedMoE sums in float32; a bug lands far above
+MODULE_SANITY_8BIT = 0.15  # 8-bit experts: x, the weights and the SwiGLU output each rounded to 8 bits
 
 
 def build_block(kind: str, sizes: dict, device: str, seed: int = 0) -> torch.nn.Module:
@@ -61,14 +62,16 @@ def max_rel_diff(got: torch.Tensor, want: torch.Tensor) -> float:
 
 
 def measure_module(fusedmoe_cls, timer, device: str, name: str, kind: str, sizes: dict, tokens: list[int],
-                   seed: int) -> list[dict]:
-    """One row per token count: the block's and FusedMoE's times (common.time_paths), speedup, max rel diff, check."""
+                   seed: int, experts: str = "bf16") -> list[dict]:
+    """One row per token count: the block's and FusedMoE's times (common.time_paths), speedup, max rel diff, check.
+    experts 'fp8': FusedMoE.from_module(block, dtype='fp8') (8-bit expert GEMMs; the block stays bf16)."""
     from .common import error_line, time_paths
 
-    base = dict(model=name, kind=kind, **sizes)
+    base = dict(model=name, kind=kind, experts_dtype=experts, **sizes)
+    sanity = MODULE_SANITY if experts == "bf16" else MODULE_SANITY_8BIT
     try:
         block = build_block(kind, sizes, device, seed)
-        fused = fusedmoe_cls.from_module(block)
+        fused = fusedmoe_cls.from_module(block, dtype=None if experts == "bf16" else experts)
     except Exception as exc:  # noqa: BLE001 - report the model, go on with the next
         return [dict(base, tokens=t, check="ERROR", error=error_line(exc)) for t in tokens]
     rows = []
@@ -83,7 +86,7 @@ def measure_module(fusedmoe_cls, timer, device: str, name: str, kind: str, sizes
                 want = block(x)
                 got = fused(x) if device == "cuda" else fused._fused_forward(x)  # CPU: forward IS the block
                 row["rel_diff"] = max_rel_diff(got, want)
-                row["check"] = "ok" if row["rel_diff"] <= MODULE_SANITY else "FAIL"  # NaN fails
+                row["check"] = "ok" if row["rel_diff"] <= sanity else "FAIL"  # NaN fails
                 del got, want
             except Exception as exc:  # noqa: BLE001
                 row.update(check="ERROR", error=error_line(exc))
@@ -119,15 +122,19 @@ def run_module_rows(args, device: str, timer, tokens: list[int], quick: bool) ->
     models = QUICK_MODULE_MODELS if quick else {m: MODULE_MODELS[m] for m in args.models if m in MODULE_MODELS}
     skipped = [] if quick else [m for m in args.models if m in SKIPPED]
     rows = []
-    for name, (kind, sizes) in progress(models.items(), len(models), "moe --module"):
-        rows += measure_module(FusedMoE, timer, device, name, kind, sizes, tokens, args.seed)
+    runs = [(name, kind, sizes, experts) for name, (kind, sizes) in models.items()
+            for experts in (["bf16"] if quick else getattr(args, "dtype", None) or ["bf16"])]
+    for name, kind, sizes, experts in progress(runs, len(runs), "moe --module"):
+        rows += measure_module(FusedMoE, timer, device, name, kind, sizes, tokens, args.seed, experts)
     table = rows + [dict(model=m, check="skipped") for m in skipped]
-    print(f"\nmodule: transformers block (experts_implementation eager) vs fg.nn.FusedMoE.from_module(block), bf16, "
-          f"inference_mode; rel diff = max |fused - block| / max |block|, FAIL past {MODULE_SANITY:g}")
+    print(f"\nmodule: transformers block (experts_implementation eager, bf16) vs fg.nn.FusedMoE.from_module(block, "
+          f"dtype=experts), inference_mode; rel diff = max |fused - block| / max |block|, FAIL past "
+          f"{MODULE_SANITY:g} (8-bit experts: {MODULE_SANITY_8BIT:g})")
     if device == "cpu":
         print("--quick on the CPU: FusedMoE.forward falls back to the block (speedup ~1, meaningless); rel diff "
               "checks FusedMoE._fused_forward")
-    print_table(table, [("model", "model", "s"), ("tokens", "tokens", "d"), ("path", "path", "s"),
+    print_table(table, [("model", "model", "s"), ("experts_dtype", "experts", "s"), ("tokens", "tokens", "d"),
+                        ("path", "path", "s"),
                         ("block_us", "block eager us", ".1f"), ("fused_us", "FusedMoE us", ".1f"),
                         ("speedup", "speedup", ".2f"), ("rel_diff", "rel diff", ".1e"), ("check", "check", "s")])
     for m in skipped:

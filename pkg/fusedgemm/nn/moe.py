@@ -10,7 +10,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ..grouped import grouped_matmul, grouped_swiglu
+from ..grouped import grouped_gemm_a8, grouped_matmul, grouped_swiglu
+from ..preshuffle import PreshuffledWeight, preshuffle
+from ..quant import quantize_rows, quantize_weight
 from .gated_mlp import activation_name
 
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
@@ -66,9 +68,11 @@ class FusedMoE(torch.nn.Module):
         On the CPU, `_fused_forward(x)` runs the fused path through the grouped ops' torch reference, for tests.
     float32 input runs the kernels with TF32 products (as fg.matmul_fused), not the block's full float32 F.linear."""
 
-    def __init__(self, block: torch.nn.Module):
+    def __init__(self, block: torch.nn.Module, dtype: str | None = None):
         super().__init__()
         self._check(block)
+        if dtype not in (None, "fp8", "int8"):
+            raise ValueError(f"FusedMoE: dtype must be None (the experts' own), 'fp8' or 'int8', got {dtype!r}")
         # Not registered as a submodule (its keys would gain a "block." prefix): kept to run its own forward.
         object.__setattr__(self, "_block", block)
         for name, child in block.named_children():
@@ -84,12 +88,57 @@ class FusedMoE(torch.nn.Module):
         self.activation = activation_name(experts.act_fn)
         self.has_shared_expert = _BLOCKS[type(block).__name__][2]
         self.training = block.training
+        self.dtype8 = dtype
+        if dtype is not None:
+            self._quantize_experts(dtype)
 
     @classmethod
-    def from_module(cls, block: torch.nn.Module) -> "FusedMoE":
+    def from_module(cls, block: torch.nn.Module, dtype: str | None = None) -> "FusedMoE":
         """A FusedMoE sharing `block`'s parameters (not copies). TypeError naming the class for anything but the
-        transformers >= 5 MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock and Qwen3MoeSparseMoeBlock."""
-        return cls(block)
+        transformers >= 5 MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock and Qwen3MoeSparseMoeBlock.
+        dtype 'fp8' / 'int8': the experts run as 8-bit GEMMs (see _quantize_experts); None: in their own dtype."""
+        return cls(block, dtype)
+
+    def _quantize_experts(self, dtype: str) -> None:
+        """8-bit experts: each expert's weights quantized per output channel (fg.quantize_weight's rule), kept as
+        non-persistent buffers beside the block's parameters (state_dict keeps the block's keys and its 16-bit
+        weights: this is a runtime copy, about half their size more; requantize_experts() after the weights
+        change). Per call the sorted rows are quantized per row (fg.quantize_rows), gate/up run as one 8-bit
+        grouped SwiGLU GEMM (bf16 out), its output is quantized per row again, and the down GEMM applies both
+        scales and the routing weight in its epilogue."""
+        e, two_i, h = self.experts.gate_up_proj.shape
+        gu8, gu_s = quantize_weight(self.experts.gate_up_proj.reshape(e * two_i, h), dtype)
+        dn8, dn_s = quantize_weight(self.experts.down_proj.reshape(e * h, two_i // 2), dtype)
+        self.register_buffer("gate_up_q", gu8.reshape(e, two_i, h), persistent=False)
+        self.register_buffer("gate_up_scale", gu_s.reshape(e, two_i), persistent=False)
+        self.register_buffer("down_q", preshuffle(dn8.reshape(e, h, two_i // 2)).data, persistent=False)
+        self.register_buffer("down_scale", dn_s.reshape(e, h), persistent=False)
+        self._down_wq = None
+
+    _QUANTIZED = ("gate_up_q", "gate_up_scale", "down_q", "down_scale")
+
+    def _down_weight(self) -> PreshuffledWeight:
+        """The down_q buffer as grouped_gemm_a8's weight (the same storage), re-wrapped when the buffer is replaced."""
+        if self._down_wq is None or self._down_wq.data is not self.down_q:
+            self._down_wq = PreshuffledWeight(self.down_q)
+        return self._down_wq
+
+    def _apply(self, fn, recurse=True):
+        # The 8-bit codes and their fp32 scales keep their dtypes whatever fn converts (model.half() would turn
+        # fp8 codes into fp16 numbers); only a device move applies to them (as Linear8 does).
+        kept = {name: self._buffers.pop(name) for name in self._QUANTIZED if name in self._buffers}
+        try:
+            super()._apply(fn, recurse)
+        finally:
+            for name, t in kept.items():
+                moved = fn(t)
+                self._buffers[name] = moved if moved.dtype == t.dtype else t.to(device=moved.device)
+        return self
+
+    def requantize_experts(self) -> None:
+        """Quantize the experts' weights again (after load_state_dict or an in-place update, for dtype fp8 / int8)."""
+        if self.dtype8 is not None:
+            self._quantize_experts(self.dtype8)
 
     @staticmethod
     def _check(block) -> None:
@@ -149,8 +198,8 @@ class FusedMoE(torch.nn.Module):
         w = self.experts.gate_up_proj
         if x.device.type != "cuda" or x.dtype not in _KERNEL_DTYPES or x.dtype != w.dtype or x.numel() == 0:
             return True
-        if self.hidden % 8 or self.intermediate % 8:
-            return True  # the grouped kernels need N % 8 == 0 and 16-byte rows of K (H and I are both N and K)
+        if self.hidden % (16 if self.dtype8 else 8) or self.intermediate % (16 if self.dtype8 else 8):
+            return True  # the grouped kernels' alignment: N % 8 (16 for 8-bit) and 16-byte rows of K
         if torch.is_autocast_enabled(x.device.type):
             return True  # autocast would cast the block's F.linear inputs; the grouped ops would not
         if self.training and getattr(self._block, "jitter_noise", 0) > 0:
@@ -182,9 +231,17 @@ class FusedMoE(torch.nn.Module):
         offs = torch.searchsorted(sorted_e, experts, right=True, out_int32=True)
         rows = x.index_select(0, order // k)
         rw = scores.reshape(-1).index_select(0, order).float()  # the weights the block multiplies by, exactly
-        h = grouped_swiglu(rows, self.experts.gate_up_proj, offs=offs, activation=self.activation)
-        y = grouped_matmul(h, self.experts.down_proj, offs=offs, epilogue="acc * m_vec(rw)", operands={"rw": rw},
-                           out_dtype=torch.float32)
+        if self.dtype8 is None:
+            h = grouped_swiglu(rows, self.experts.gate_up_proj, offs=offs, activation=self.activation)
+            y = grouped_matmul(h, self.experts.down_proj, offs=offs, epilogue="acc * m_vec(rw)", operands={"rw": rw},
+                               out_dtype=torch.float32)
+        else:
+            x8, sx = quantize_rows(rows, self.dtype8)
+            h = grouped_swiglu(x8, self.gate_up_q, offs=offs, activation=self.activation, scale_a=sx,
+                               scale_b=self.gate_up_scale, out_dtype=torch.bfloat16)
+            h8, sh = quantize_rows(h, self.dtype8)
+            y = grouped_gemm_a8(h8, self._down_weight(), offs=offs, epilogue="acc * m_vec(s) * n_vec(sb)",
+                                operands={"s": sh * rw, "sb": self.down_scale}, out_dtype=torch.float32)
         # Undo the sort (order holds each pair once: a deterministic copy, no atomics), then add each token's k
         # contributions in float32 in slot order.
         out = torch.empty_like(y).index_copy_(0, order, y).view(t, k, self.hidden).sum(dim=1)
@@ -196,7 +253,7 @@ class FusedMoE(torch.nn.Module):
     def extra_repr(self) -> str:
         return (f"block={type(self._block).__name__}, experts={self.num_experts}, top_k={self.top_k}, "
                 f"hidden={self.hidden}, intermediate={self.intermediate}, activation={self.activation!r}, "
-                f"shared_expert={self.has_shared_expert}")
+                f"shared_expert={self.has_shared_expert}" + (f", experts in {self.dtype8}" if self.dtype8 else ""))
 
 
 __all__ = ["FusedMoE"]

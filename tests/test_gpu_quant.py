@@ -256,3 +256,24 @@ def test_quantize_a_model_on_the_gpu(seed):
     y = q[:3](x).float()
     # e4m3 keeps 3 mantissa bits: up to 2^-4 relative per operand value, about 2^-5.5 rms, over two layers
     assert math.isfinite(rel_error(y, y0)) and rel_error(y, y0) < 0.08
+
+
+@pytest.mark.parametrize("m", [1, 100, 1000])
+def test_block_scaled_linear8_on_the_gpu(m, seed):
+    """Linear8 with 128 x 128 weight blocks (from_linear(block=128)): quantize_rows(group=128) on the GPU equals its
+    CPU rule bit for bit, and the block-scaled gemm_a8 is within fp8 accumulation of the float64 block oracle."""
+    from fusedgemm.reference import gemm_a8_block_reference
+
+    if arch() != "sm_90a":
+        pytest.skip("block-scaled gemm_a8 is sm_90a's")
+    k, n = 1024, 768
+    lin = torch.nn.Linear(k, n, device="cuda")
+    mod = Linear8.from_linear(lin, "fp8", activation="silu", block=128)
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    y = mod(x)
+    xq, sx = fg.quantize_rows(x, "fp8", group=128)
+    xq_c, sx_c = fg.quantize_rows(x.cpu(), "fp8", group=128)
+    assert torch.equal(xq.cpu().view(torch.uint8), xq_c.view(torch.uint8)) and torch.equal(sx.cpu(), sx_c)
+    wq, ws = fg.quantize_weight(lin.weight, "fp8", block=128)
+    ref = gemm_a8_block_reference(xq, wq, lin.bias, scale_a=sx, scale_b=ws, epilogue="bias_silu", unrounded=True)
+    assert rel_error(y, ref) < 1e-2

@@ -207,3 +207,61 @@ def test_quantize_skip_predicate_root_linear_and_plain_return():
     assert isinstance(lin8, Linear8) and rows == [("", "swapped")]
     meta = torch.nn.Linear(32, 32, device="meta")
     assert fg.quantize(meta) is meta
+
+
+# ---- block scales (DeepSeek-V3 / Qwen3 FP8 checkpoints) ---------------------------------------------------------
+def test_quantize_rows_group_is_per_group_quantize_rows():
+    """group=128: each row's 128-value groups quantized as rows of their own (a ragged last group included)."""
+    x = torch.randn(5, 300) * torch.logspace(-3, 3, 300)
+    q, s = fg.quantize_rows(x, "fp8", group=128)
+    assert q.shape == (5, 300) and s.shape == (5, 3)
+    for j, c in enumerate(range(0, 300, 128)):
+        qj, sj = fg.quantize_rows(x[:, c:c + 128], "fp8")
+        assert torch.equal(q[:, c:c + 128].view(torch.uint8), qj.view(torch.uint8)) and torch.equal(s[:, j], sj)
+    with pytest.raises(ValueError, match="group must be a positive int"):
+        fg.quantize_rows(x, "fp8", group=0)
+
+
+def test_quantize_weight_blocks():
+    w = torch.randn(300, 260)
+    wq, ws = fg.quantize_weight(w, "fp8", block=128)
+    assert wq.shape == (300, 260) and ws.shape == (3, 3)
+    for i in range(3):
+        for j in range(3):
+            blk = w[128 * i:128 * (i + 1), 128 * j:128 * (j + 1)]
+            q, s = fg.quantize_rows(blk.reshape(1, -1), "fp8")
+            assert torch.equal(wq[128 * i:128 * (i + 1), 128 * j:128 * (j + 1)].reshape(1, -1).view(torch.uint8),
+                               q.view(torch.uint8)) and s.item() == ws[i, j].item()
+
+
+@pytest.mark.parametrize("activation", [None, "silu"])
+def test_block_scaled_linear8(activation):
+    """from_linear(block=128) and from_quantized(weight_q, weight_scale_inv [N/128, K/128]) give the block-scaled
+    module: x per 1 x 128 group, the block-scaled oracle; its state_dict round-trips; quantize(block=128) swaps."""
+    from fusedgemm.reference import gemm_a8_block_reference
+
+    lin = torch.nn.Linear(256, 272)
+    m = fg.nn.Linear8.from_linear(lin, "fp8", activation=activation, block=128)
+    assert m.block == 128 and m.weight_scale.shape == (3, 2)
+    x = torch.randn(3, 5, 256)
+    y = m(x)
+    xq, sx = fg.quantize_rows(x, "fp8", group=128)
+    wq, ws = fg.quantize_weight(lin.weight, "fp8", block=128)
+    ref = gemm_a8_block_reference(xq, wq, lin.bias, scale_a=sx, scale_b=ws,
+                                  epilogue="bias" if activation is None else "bias_silu", out_dtype=torch.float32)
+    assert torch.equal(y.reshape(15, 272), ref)
+    full = lin(x) if activation is None else torch.nn.functional.silu(lin(x))
+    assert ((y - full).norm() / full.norm()).item() < 0.06
+    m2 = fg.nn.Linear8.from_quantized(wq, ws, lin.bias.detach(), activation=activation)
+    assert m2.block == 128 and torch.equal(m2(x), y)
+    m3 = fg.nn.Linear8(256, 272, block=128, activation=activation)
+    m3.load_state_dict(m.state_dict())
+    assert torch.equal(m3(x), y)
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        fg.nn.Linear8(256, 272, activation=activation).load_state_dict(m.state_dict())
+    with pytest.raises(ValueError, match=r"\[272\] \(per output channel\) or \[3, 2\]"):
+        fg.nn.Linear8.from_quantized(wq, ws[:, :1])
+    with pytest.raises(ValueError, match="block must be None"):
+        fg.nn.Linear8(256, 272, block=64)
+    model = fg.quantize(torch.nn.Sequential(torch.nn.Linear(256, 272)), "fp8", block=128)
+    assert isinstance(model[0], fg.nn.Linear8) and model[0].block == 128

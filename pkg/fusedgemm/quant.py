@@ -206,7 +206,7 @@ def quantize_rows_forward(x: torch.Tensor, qdtype: torch.dtype) -> tuple[torch.T
     return quantize_rows_torch(x2, qdtype)
 
 
-def quantize_rows(x: torch.Tensor, dtype="fp8") -> tuple[torch.Tensor, torch.Tensor]:
+def quantize_rows(x: torch.Tensor, dtype="fp8", *, group: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-row absmax quantization: x [..., K] (float32 / bfloat16 / float16; leading dims flattened; any row
     stride with a unit last stride is read in place, other layouts are copied first) -> (xq [M, K] 8-bit,
     scale [M] float32) with x ~= xq * scale[:, None].
@@ -216,9 +216,15 @@ def quantize_rows(x: torch.Tensor, dtype="fp8") -> tuple[torch.Tensor, torch.Ten
     scale = absmax / qmax (1 for a zero row, at least 2^-126), xq = round_nearest_even(x * (1 / scale)) saturated
     at +-qmax.
     GPU: one kernel on the current stream, no host synchronisation, CUDA-graph capturable; CPU: torch ops,
-    same results bit for bit."""
+    same results bit for bit.
+    group (DeepSeek-V3's 1 x 128 activation blocks: group=128): one scale per `group` consecutive values of a row,
+    scale [M, ceil(K / group)] (what gemm_a8 takes as a block scale_a). The same rule per group: the row's groups are
+    quantized as rows of their own (the same kernel over the [M * K / group, group] view; a K that is not a multiple
+    of group is copied into a zero-padded buffer first, zeros changing no group's absmax)."""
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"quantize_rows: expected a torch.Tensor, got {type(x).__name__}")
+    if group is not None:
+        return _quantize_groups(x, dtype, group)
     qdtype = resolve_dtype(dtype, x.device)
     if torch.compiler.is_compiling():
         xq, scale = torch.ops.fusedgemm.quantize_rows(x, qdtype)  # registered below
@@ -226,17 +232,47 @@ def quantize_rows(x: torch.Tensor, dtype="fp8") -> tuple[torch.Tensor, torch.Ten
     return quantize_rows_forward(x, qdtype)
 
 
-def quantize_weight(w: torch.Tensor, dtype="fp8") -> tuple[torch.Tensor, torch.Tensor]:
+def _quantize_groups(x: torch.Tensor, dtype, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """quantize_rows(x, dtype, group=group): each row's groups of `group` values as rows of their own."""
+    if isinstance(group, bool) or not isinstance(group, int) or group < 1:
+        raise ValueError(f"quantize_rows: group must be a positive int (128: DeepSeek-V3's 1 x 128 blocks), got "
+                         f"{group!r}")
+    if x.dim() == 0:
+        raise ValueError("quantize_rows: x must have at least one dimension [..., K]")
+    k = x.shape[-1]
+    x2 = x.reshape(-1, k)
+    kp = -(-k // group) * group
+    if kp != k:
+        x2 = torch.nn.functional.pad(x2, (0, kp - k))
+    q, scale = quantize_rows(x2.reshape(-1, group), dtype)
+    q = q.reshape(-1, kp)
+    return (q if kp == k else q[:, :k].contiguous()), scale.reshape(-1, kp // group)
+
+
+def quantize_weight(w: torch.Tensor, dtype="fp8", *, block: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-output-channel weight quantization: w [N, K] (nn.Linear layout) -> (wq [N, K] 8-bit, scale [N]
     float32), the quantize_rows rule over w's rows, so w ~= wq * scale[:, None]. float64 weights are rounded
-    to float32 first. Returns the plain layout: fusedgemm.preshuffle(wq) is what gemm_a8 reads."""
+    to float32 first. Returns the plain layout: fusedgemm.preshuffle(wq) is what gemm_a8 reads.
+    block=128 (DeepSeek-V3's 128 x 128 weight blocks): one scale per block, scale [ceil(N/128), ceil(K/128)] (what
+    gemm_a8 takes as a block scale_b), the same rule over each block's values (torch ops: a load-time step)."""
     if not isinstance(w, torch.Tensor) or w.dim() != 2:
         raise ValueError(f"quantize_weight: expected a 2-D weight [N, K], got "
                          f"{tuple(w.shape) if isinstance(w, torch.Tensor) else type(w).__name__}")
     w = w.detach()
     if w.dtype == torch.float64:
         w = w.to(torch.float32)
-    return quantize_rows(w, resolve_dtype(dtype, w.device, "quantize_weight"))
+    qdtype = resolve_dtype(dtype, w.device, "quantize_weight")
+    if block is None:
+        return quantize_rows(w, qdtype)
+    if isinstance(block, bool) or not isinstance(block, int) or block < 1:
+        raise ValueError(f"quantize_weight: block must be a positive int (128: 128 x 128 blocks), got {block!r}")
+    n, k = w.shape
+    nb, kb = -(-n // block), -(-k // block)
+    wf = torch.nn.functional.pad(w.to(torch.float32), (0, kb * block - k, 0, nb * block - n))
+    blocks = wf.reshape(nb, block, kb, block).permute(0, 2, 1, 3).reshape(nb * kb, block * block)
+    q, scale = quantize_rows_torch(blocks, qdtype)  # the rule per block (as quantize_rows per row)
+    q = q.reshape(nb, kb, block, block).permute(0, 2, 1, 3).reshape(nb * block, kb * block)[:n, :k].contiguous()
+    return q, scale.reshape(nb, kb)
 
 
 # ---- torch.library op: what torch.compile records of quantize_rows ---------------------------------------------

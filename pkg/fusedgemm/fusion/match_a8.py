@@ -139,6 +139,8 @@ def gemm_a8_of(node: torch.fx.Node, modules: dict):
             return None
         if len(node.args) != 1 or node.kwargs:
             return "Linear8 called with more than x"
+        if getattr(mod, "block", None) is not None:
+            return "Linear8 with block scales (x quantized per 1 x 128 group): not fused yet, runs as its module"
         return (f"linear8:{mod.activation}", [node.args[0], f"{node.target}.weight", f"{node.target}.weight_scale",
                                              None if mod.bias is None else f"{node.target}.bias"], 1.0, 1.0)
     if node.op != "call_function":

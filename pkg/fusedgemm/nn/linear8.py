@@ -16,7 +16,8 @@ from ..epilogue.presets import ACTIVATIONS, activation_name
 from ..gemm_a8 import gemm_a8
 from ..preshuffle import PreshuffledWeight, preshuffle, unshuffle
 from ..quant import quantize_rows, quantize_weight, resolve_dtype
-from ..reference import gemm_a8_reference
+from ..blockscale import BLOCK
+from ..reference import gemm_a8_block_reference, gemm_a8_reference
 from ..runtime.device import emulated_arch
 
 
@@ -36,7 +37,9 @@ class Linear8(torch.nn.Module):
                     gemm_a8 reads): saving and loading are byte copies and nothing is re-laid out at load.
                     fusedgemm.unshuffle(fusedgemm.PreshuffledWeight(m.weight)) gives the nn.Linear layout;
                     Linear8.from_quantized takes a plain-layout one.
-      weight_scale  [out] float32: W ~= unshuffled(weight) * weight_scale[:, None]
+      weight_scale  [out] float32: W ~= unshuffled(weight) * weight_scale[:, None]; or, block-scaled (block=128,
+                    DeepSeek-V3 / Qwen3 FP8 checkpoints' weight_scale_inv), [ceil(out/128), ceil(in/128)]: one
+                    scale per 128 x 128 block of W, and x quantized per 1 x 128 group at each call
       bias          [out] float32 parameter (requires_grad=False), or None
     A dtype cast of the module (model.half(), .to(torch.bfloat16)) moves but never converts weight and
     weight_scale; a state_dict whose weight has another 8-bit dtype is refused rather than converted.
@@ -49,7 +52,7 @@ class Linear8(torch.nn.Module):
     _version = 1
 
     def __init__(self, in_features: int, out_features: int, bias: bool = True, device=None, *, dtype="fp8",
-                 activation: str | None = None):
+                 activation: str | None = None, block: int | None = None):
         super().__init__()
         if in_features <= 0 or out_features <= 0 or in_features % 16 or out_features % 16:
             raise ValueError(f"Linear8: in_features (K) and out_features (N) must be positive multiples of 16 "
@@ -59,7 +62,12 @@ class Linear8(torch.nn.Module):
         qdtype = resolve_dtype(dtype, device, "Linear8")
         self.in_features, self.out_features, self.activation = in_features, out_features, activation
         self.register_buffer("weight", torch.zeros((out_features, in_features), dtype=qdtype, device=device))
-        self.register_buffer("weight_scale", torch.ones(out_features, dtype=torch.float32, device=device))
+        if block not in (None, BLOCK):
+            raise ValueError(f"Linear8: block must be None (per-channel scales) or {BLOCK} (128 x 128 weight blocks, "
+                             f"1 x 128 activation groups), got {block!r}")
+        self.block = block
+        scale_shape = (out_features,) if block is None else (-(-out_features // BLOCK), -(-in_features // BLOCK))
+        self.register_buffer("weight_scale", torch.ones(scale_shape, dtype=torch.float32, device=device))
         if bias:
             self.bias = torch.nn.Parameter(torch.zeros(out_features, dtype=torch.float32, device=device),
                                            requires_grad=False)
@@ -69,14 +77,16 @@ class Linear8(torch.nn.Module):
 
     # ---- construction ---------------------------------------------------------------------------------------
     @classmethod
-    def from_linear(cls, linear: torch.nn.Linear, dtype="fp8", activation: str | None = None) -> "Linear8":
+    def from_linear(cls, linear: torch.nn.Linear, dtype="fp8", activation: str | None = None,
+                    block: int | None = None) -> "Linear8":
         """Quantize an nn.Linear (on its device; 'fp8' is that device's variant). activation: None/'none',
-        'relu', 'silu', 'gelu' (tanh approximation), 'gelu_erf' (exact), fused after the bias."""
+        'relu', 'silu', 'gelu' (tanh approximation), 'gelu_erf' (exact), fused after the bias. block=128: 128 x 128
+        weight blocks and 1 x 128 activation groups (block-scaled gemm_a8: sm_90a fp8)."""
         if not isinstance(linear, torch.nn.Linear):
             raise TypeError(f"Linear8.from_linear: expected an nn.Linear, got {type(linear).__name__}")
         w = linear.weight.detach()
         qdtype = resolve_dtype(dtype, w.device, "Linear8.from_linear")
-        wq, sw = quantize_weight(w, qdtype)
+        wq, sw = quantize_weight(w, qdtype, block=block)
         return cls.from_quantized(wq, sw, None if linear.bias is None else linear.bias.detach(),
                                   activation=activation)
 
@@ -84,14 +94,19 @@ class Linear8(torch.nn.Module):
     def from_quantized(cls, weight_q: torch.Tensor, weight_scale: torch.Tensor, bias: torch.Tensor | None = None,
                        activation: str | None = None) -> "Linear8":
         """From an already quantized weight in the plain nn.Linear layout: weight_q [out, in] fp8 / int8,
-        weight_scale [out] (W ~= weight_q * weight_scale[:, None]), bias [out] or None."""
+        weight_scale [out] (W ~= weight_q * weight_scale[:, None]) or a checkpoint's block scales
+        [ceil(out/128), ceil(in/128)] (DeepSeek-V3 / Qwen3 FP8's weight_scale_inv: W ~= weight_q times its 128 x 128
+        block's scale; the module is then block-scaled), bias [out] or None."""
         if not isinstance(weight_q, torch.Tensor) or weight_q.dim() != 2:
             raise ValueError("Linear8.from_quantized: weight_q must be a 2-D [out, in] tensor")
         n, k = weight_q.shape
-        if tuple(weight_scale.shape) != (n,):
-            raise ValueError(f"Linear8.from_quantized: weight_scale must be [{n}], got {tuple(weight_scale.shape)}")
+        blocks = (-(-n // BLOCK), -(-k // BLOCK))
+        if not isinstance(weight_scale, torch.Tensor) or tuple(weight_scale.shape) not in ((n,), blocks):
+            got = tuple(weight_scale.shape) if isinstance(weight_scale, torch.Tensor) else type(weight_scale).__name__
+            raise ValueError(f"Linear8.from_quantized: weight_scale must be [{n}] (per output channel) or "
+                             f"{list(blocks)} (128 x 128 blocks), got {got}")
         mod = cls(k, n, bias is not None, device=weight_q.device, dtype=weight_q.dtype,
-                  activation=activation)
+                  activation=activation, block=BLOCK if weight_scale.dim() == 2 else None)
         with torch.no_grad():
             mod.weight.copy_(preshuffle(weight_q).data)
             mod.weight_scale.copy_(weight_scale)
@@ -112,7 +127,7 @@ class Linear8(torch.nn.Module):
         if x.shape[-1] != self.in_features:
             raise ValueError(f"Linear8: x must be [..., {self.in_features}], got {tuple(x.shape)}")
         return linear8_forward(x, self.weight, self.weight_scale, self.bias, self.activation,
-                               self.preshuffled_weight())
+                               self.preshuffled_weight())  # (block-scaled when weight_scale is [NB, KB])
 
     # ---- state ----------------------------------------------------------------------------------------------
     def _apply(self, fn, recurse=True):
@@ -139,22 +154,28 @@ class Linear8(torch.nn.Module):
 
     def extra_repr(self) -> str:
         return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
-                f"dtype={self.weight.dtype}, activation={self.activation!r}")
+                f"dtype={self.weight.dtype}, activation={self.activation!r}"
+                + ("" if self.block is None else f", block={self.block}"))
 
 
 def linear8_forward(x: torch.Tensor, weight: torch.Tensor, weight_scale: torch.Tensor, bias, activation: str,
                     wq: PreshuffledWeight | None = None) -> torch.Tensor:
     """Linear8's forward on its state tensors (weight: the preshuffled codes; wq: a PreshuffledWeight of them, made
     here when None): quantize_rows(x), then gemm_a8 on the GPU or the float64 oracle on the CPU. The fusion pass
-    runs a Linear8 region's unfused meaning with it (fusedgemm.fusion.program_a8)."""
+    runs a Linear8 region's unfused meaning with it (fusedgemm.fusion.program_a8). A 2-D weight_scale [NB, KB]
+    is block-scaled: x is quantized per 1 x 128 group and gemm_a8 takes both block scales."""
     lead = x.shape[:-1]
-    xq, sx = quantize_rows(x, weight.dtype)
+    block = weight_scale.dim() == 2
+    xq, sx = quantize_rows(x, weight.dtype, group=BLOCK if block else None)
     epilogue = _epilogue_name(activation, bias is not None)
     if x.is_cuda or emulated_arch() is not None:  # (CPU tensors inside fusedgemm.testing.emulate: the kernels)
         if bias is not None and bias.dtype not in (torch.float32, x.dtype):
             bias = bias.float()  # a module cast to another 16-bit type than x's: gemm_a8 takes fp32 too
         y = gemm_a8(xq, PreshuffledWeight(weight) if wq is None else wq, bias, scale_a=sx, scale_b=weight_scale,
                     epilogue=epilogue, out_dtype=x.dtype)
+    elif block:
+        y = gemm_a8_block_reference(xq, unshuffle(PreshuffledWeight(weight)), bias, scale_a=sx, scale_b=weight_scale,
+                                    epilogue=epilogue, out_dtype=x.dtype)
     else:
         y = gemm_a8_reference(xq, unshuffle(PreshuffledWeight(weight)), bias, scale_a=sx, scale_b=weight_scale,
                               epilogue=epilogue, out_dtype=x.dtype)
@@ -188,7 +209,7 @@ def why_not_quantized(name: str, module: torch.nn.Module, skip=None) -> str | No
     return None
 
 
-def quantize(model: torch.nn.Module, dtype="fp8", *, skip=None, report: bool = False):
+def quantize(model: torch.nn.Module, dtype="fp8", *, skip=None, report: bool = False, block: int | None = None):
     """Swap every eligible nn.Linear of `model` for a Linear8 (weights quantized per output channel on their
     device), IN PLACE: each full-precision weight is released as its layer is swapped, so memory never holds
     two copies of the model (copy.deepcopy(model) first to keep the original). Returns the model, or
@@ -198,7 +219,8 @@ def quantize(model: torch.nn.Module, dtype="fp8", *, skip=None, report: bool = F
     multiples of 16, a float weight not on the meta device, and not matched by `skip`: a callable
     (name, module) -> bool, or names (a string or a list of them) matching a module's qualified name or its
     last components (skip=["lm_head"] matches "lm_head" and "model.lm_head"). A module shared by several
-    parents becomes one shared Linear8. If `model` itself is an eligible nn.Linear, the new Linear8 is returned."""
+    parents becomes one shared Linear8. If `model` itself is an eligible nn.Linear, the new Linear8 is returned.
+    block=128: block-scaled Linear8s (Linear8.from_linear's block)."""
     resolve_dtype(dtype, None, "quantize")  # a bad dtype is named before any layer is looked at
     rows: list[tuple[str, str]] = []
     done: dict[int, Linear8 | None] = {}  # id of an nn.Linear -> its Linear8 (None: left as is)
@@ -207,7 +229,7 @@ def quantize(model: torch.nn.Module, dtype="fp8", *, skip=None, report: bool = F
         if id(module) not in done:
             why = why_not_quantized(name, module, skip)
             rows.append((name, "swapped" if why is None else why))
-            done[id(module)] = None if why is not None else Linear8.from_linear(module, dtype)
+            done[id(module)] = None if why is not None else Linear8.from_linear(module, dtype, block=block)
         return done[id(module)]
 
     def visit(parent: torch.nn.Module, prefix: str):

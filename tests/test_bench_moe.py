@@ -161,7 +161,7 @@ def test_module_models_are_the_grouped_rows_sizes():
 
     assert set(moe_module.MODULE_MODELS) | set(moe_module.SKIPPED) == set(moe.MODELS)
     for name, (kind, sizes) in moe_module.MODULE_MODELS.items():
-        assert sizes == moe.MODELS[name] and kind in ("qwen3", "mixtral")
+        assert sizes == moe.MODELS[name] and kind in ("qwen3", "mixtral", "deepseek")
 
 
 def test_module_block_is_random_seeded_bf16_with_the_config():
@@ -207,17 +207,18 @@ def test_quick_module_flags_a_wrong_fused_output_and_exits_1(monkeypatch):
     assert "module quick-qwen3 tokens 16: FAIL" in r.stderr
 
 
-def test_module_rows_skip_deepseek_and_say_why(monkeypatch, capsys):
+def test_module_rows_measure_every_model(monkeypatch, capsys):
+    """--module measures DeepSeek-V3's block (its own grouped top-k router, a shared expert) beside the others."""
     pytest.importorskip("transformers")
     import argparse
 
     from fusedgemm.bench import moe_module
 
     tiny = dict(hidden=64, inter=32, experts=8, topk=2)
-    monkeypatch.setattr(moe_module, "MODULE_MODELS", {"qwen3-30b-a3b": ("qwen3", tiny),
+    monkeypatch.setattr(moe_module, "MODULE_MODELS", {"deepseek-v3": ("deepseek", tiny), "qwen3-30b-a3b": ("qwen3", tiny),
                                                       "mixtral-8x7b": ("mixtral", tiny)})
     args = argparse.Namespace(models=["deepseek-v3", "mixtral-8x7b"], seed=0)
     rows, failed = moe_module.run_module_rows(args, DEVICE, 1, [1, 4], quick=False)
-    assert not failed and [(r["model"], r["tokens"]) for r in rows] == [("mixtral-8x7b", 1), ("mixtral-8x7b", 4)]
-    out = capsys.readouterr().out
-    assert "deepseek-v3" in out and "skipped" in out and "DeepseekV3MoE routes differently" in out
+    assert not failed and [(r["model"], r["tokens"]) for r in rows] == [("deepseek-v3", 1), ("deepseek-v3", 4),
+                                                                        ("mixtral-8x7b", 1), ("mixtral-8x7b", 4)]
+    assert "skipped" not in capsys.readouterr().out

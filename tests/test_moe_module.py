@@ -30,6 +30,9 @@ def block(kind="mixtral", norm_topk_prob=False, dtype=torch.float32, seed=0):
                        norm_topk_prob=norm_topk_prob)),
         "qwen3": ("qwen3_moe", "Qwen3MoeConfig", "Qwen3MoeSparseMoeBlock",
                   dict(moe_intermediate_size=I, num_experts=E, norm_topk_prob=norm_topk_prob)),
+        "deepseek": ("deepseek_v3", "DeepseekV3Config", "DeepseekV3MoE",
+                     dict(moe_intermediate_size=I, n_routed_experts=E, n_group=4, topk_group=2, n_shared_experts=1,
+                          norm_topk_prob=norm_topk_prob, routed_scaling_factor=2.5)),
     }[kind]
     cfg = getattr(transformers, cfg_cls)(hidden_size=H, num_experts_per_tok=K, experts_implementation="eager", **kw)
     b = getattr(importlib.import_module(f"transformers.models.{mod}.modeling_{mod}"), cls)(cfg)
@@ -40,7 +43,8 @@ def block(kind="mixtral", norm_topk_prob=False, dtype=torch.float32, seed=0):
     return b.to(dtype).eval()
 
 
-CASES = [("mixtral", False), ("qwen3", True), ("qwen3", False), ("qwen2", False), ("qwen2", True)]
+CASES = [("mixtral", False), ("qwen3", True), ("qwen3", False), ("qwen2", False), ("qwen2", True), ("deepseek", True),
+         ("deepseek", False)]
 
 
 def inputs(shape=(2, 5), dtype=torch.float32, seed=1):
@@ -93,9 +97,16 @@ def _reference(b, x, scores, idx):
             e = idx[t, j]
             g, u = (gu[e] @ x[t]).chunk(2)
             out[t] += scores[t, j] * (down[e] @ (act(g) * u))
+    return out + _shared(b, x)
+
+
+def _shared(b, x):
+    """The block's shared expert on x (0 without one): Qwen2-MoE's gated one, DeepSeek-V3's plain one."""
     if hasattr(b, "shared_expert"):
-        out += torch.sigmoid(b.shared_expert_gate(x)) * b.shared_expert(x)
-    return out
+        return torch.sigmoid(b.shared_expert_gate(x)) * b.shared_expert(x)
+    if hasattr(b, "shared_experts"):
+        return b.shared_experts(x)
+    return torch.zeros_like(x)
 
 
 @pytest.mark.parametrize("kind,norm", CASES)
@@ -299,9 +310,8 @@ def test_8bit_experts(kind, norm, dtype):
             h = (torch.nn.functional.silu(a[:, :I]) * a[:, I:]).to(torch.bfloat16)
             h8, sh = quantize_rows_torch(h, q)
             out[t] += ((h8.double() @ dq[e].double().T) * sh.double()[:, None] * ds[e].double() * scores[t, j])[0]
-    if moe.has_shared_expert:
-        with torch.no_grad():
-            out += (torch.sigmoid(b.shared_expert_gate(xs)) * b.shared_expert(xs)).double()
+    with torch.no_grad():
+        out += _shared(b, xs).double()
     close(got.reshape(-1, H), out, 1e-5)
     moe.half()
     assert moe.gate_up_q.dtype == q and moe.down_scale.dtype == torch.float32 and b.experts.down_proj.dtype == \

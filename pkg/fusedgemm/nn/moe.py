@@ -1,5 +1,5 @@
-"""FusedMoE: transformers' sparse mixture-of-experts blocks (Mixtral, Qwen2-MoE, Qwen3-MoE) with every expert's
-gate/up projection as ONE grouped swiglu GEMM and every expert's down projection, scaled by the routing weight,
+"""FusedMoE: transformers' sparse mixture-of-experts blocks (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3) with every
+expert's gate/up projection as ONE grouped swiglu GEMM and every expert's down projection, scaled by the routing weight,
 as ONE grouped GEMM, instead of a Python loop over the experts.
 
     layer.mlp = fg.nn.FusedMoE.from_module(layer.mlp)    # MixtralSparseMoeBlock / Qwen2MoeSparseMoeBlock / ...
@@ -21,11 +21,17 @@ _KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 # class, its experts class, and whether it adds a sigmoid-gated shared expert. Matched by exact class name (and a
 # transformers module), so a subclass or a look-alike from another model -- whose routing may differ (grouped
 # top-k, sigmoid scores, bias correction) -- is refused rather than silently routed the wrong way.
+# The shared expert: None, "gated" (Qwen2-MoE: sigmoid(shared_expert_gate(x)) * shared_expert(x)) or "plain"
+# (DeepSeek-V3: shared_experts(x), added as is).
 _BLOCKS = {
-    "MixtralSparseMoeBlock": ("MixtralTopKRouter", "MixtralExperts", False),
-    "Qwen2MoeSparseMoeBlock": ("Qwen2MoeTopKRouter", "Qwen2MoeExperts", True),
-    "Qwen3MoeSparseMoeBlock": ("Qwen3MoeTopKRouter", "Qwen3MoeExperts", False),
+    "MixtralSparseMoeBlock": ("MixtralTopKRouter", "MixtralExperts", None),
+    "Qwen2MoeSparseMoeBlock": ("Qwen2MoeTopKRouter", "Qwen2MoeExperts", "gated"),
+    "Qwen3MoeSparseMoeBlock": ("Qwen3MoeTopKRouter", "Qwen3MoeExperts", None),
+    # sigmoid scores, grouped top-k with the score-correction bias, routed_scaling_factor: all inside its router,
+    # whose (logits, weights, indices) FusedMoE uses as the block does
+    "DeepseekV3MoE": ("DeepseekV3TopkRouter", "DeepseekV3Experts", "plain"),
 }
+_SHARED_MODULES = {"gated": ("shared_expert", "shared_expert_gate"), "plain": ("shared_experts",)}
 # The layout flags transformers' @use_experts_implementation sets on an experts module; the grouped ops take the
 # default layout only ([E, 2I, H] gate rows then up rows, [E, H, I], no bias).
 _LAYOUT = {"is_transposed": False, "is_concatenated": True, "has_bias": False, "has_gate": True,
@@ -59,7 +65,8 @@ class FusedMoE(torch.nn.Module):
         projection with the routing weight applied in its epilogue (float32 out), and the k contributions of each
         token are summed in float32 and rounded once (the block adds them in its own dtype, one rounding per add).
         Qwen2-MoE's shared expert runs through its own submodule (replace it with fg.nn.GatedMLP to fuse it too),
-        scaled by sigmoid(shared_expert_gate(x)) and added in float32.
+        scaled by sigmoid(shared_expert_gate(x)) and added in float32; DeepSeek-V3's shared_experts likewise,
+        unscaled.
       * the block's own forward, unchanged: tensors not on a GPU, dtypes other than bf16 / fp16 / fp32 or not the
         experts' dtype, under torch.autocast, when grad mode is on and the input or any parameter requires grad
         (the grouped ops are not differentiable -- so run inference under torch.no_grad() / inference_mode()),
@@ -86,7 +93,8 @@ class FusedMoE(torch.nn.Module):
         self.intermediate = two_i // 2
         self.top_k = block.gate.top_k
         self.activation = activation_name(experts.act_fn)
-        self.has_shared_expert = _BLOCKS[type(block).__name__][2]
+        self.shared = _BLOCKS[type(block).__name__][2]
+        self.has_shared_expert = self.shared is not None
         self.training = block.training
         self.dtype8 = dtype
         if dtype is not None:
@@ -95,7 +103,7 @@ class FusedMoE(torch.nn.Module):
     @classmethod
     def from_module(cls, block: torch.nn.Module, dtype: str | None = None) -> "FusedMoE":
         """A FusedMoE sharing `block`'s parameters (not copies). TypeError naming the class for anything but the
-        transformers >= 5 MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock and Qwen3MoeSparseMoeBlock.
+        transformers >= 5 MixtralSparseMoeBlock, Qwen2MoeSparseMoeBlock, Qwen3MoeSparseMoeBlock and DeepseekV3MoE.
         dtype 'fp8' / 'int8': the experts run as 8-bit GEMMs (see _quantize_experts); None: in their own dtype."""
         return cls(block, dtype)
 
@@ -179,9 +187,8 @@ class FusedMoE(torch.nn.Module):
                                 f"{down.device}) must share one dtype and device")
         if getattr(gate, "num_experts", e) != e or not isinstance(getattr(gate, "top_k", None), int):
             raise _refuse(name, f"its router must have an int top_k and num_experts == E = {e}")
-        if shared and not all(isinstance(getattr(block, a, None), torch.nn.Module)
-                              for a in ("shared_expert", "shared_expert_gate")):
-            raise _refuse(name, "it has no shared_expert / shared_expert_gate module")
+        if shared and not all(isinstance(getattr(block, a, None), torch.nn.Module) for a in _SHARED_MODULES[shared]):
+            raise _refuse(name, f"it has no {' / '.join(_SHARED_MODULES[shared])} module")
         try:
             activation_name(experts.act_fn)
         except (AttributeError, ValueError) as err:
@@ -245,9 +252,10 @@ class FusedMoE(torch.nn.Module):
         # Undo the sort (order holds each pair once: a deterministic copy, no atomics), then add each token's k
         # contributions in float32 in slot order.
         out = torch.empty_like(y).index_copy_(0, order, y).view(t, k, self.hidden).sum(dim=1)
-        if self.has_shared_expert:
-            shared = F.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)
-            out = out + shared.float()
+        if self.shared == "gated":
+            out = out + (F.sigmoid(self.shared_expert_gate(x)) * self.shared_expert(x)).float()
+        elif self.shared == "plain":
+            out = out + self.shared_experts(x).float()
         return out.to(hidden_states.dtype).reshape(shape)
 
     def extra_repr(self) -> str:

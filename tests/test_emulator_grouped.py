@@ -163,3 +163,27 @@ def test_decode_grid_bound(sizes, seed):
     with poisoned_outputs(), emulate("gfx942"), forced_config("portable_16x16_k8"):
         y = fg.grouped_matmul(x, w, offs=offs_of(sizes))
     assert rel(y, oracle(x, w, sizes, lambda acc, _g, _r: acc)) < 1e-2
+
+
+@pytest.mark.parametrize("kind", ["qwen3", "deepseek"])
+def test_fused_moe_on_emulated_gfx942(kind, monkeypatch):
+    """fg.nn.FusedMoE's fused path on the emulated gfx942 kernels (two grouped GEMMs per call, the second and third
+    calls through the eager fast path) against the transformers block's own forward, bf16."""
+    pytest.importorskip("transformers")
+    import fusedgemm.grouped as grouped
+    import test_moe_module as blocks
+    from fusedgemm.nn import FusedMoE
+
+    hits = []
+    real = grouped._FastPlan.launch
+    monkeypatch.setattr(grouped._FastPlan, "launch", lambda self, *a: hits.append(1) or real(self, *a))
+    b = blocks.block(kind, True, torch.bfloat16)
+    moe = FusedMoE.from_module(b)
+    x = blocks.inputs((1, 6), torch.bfloat16)
+    with poisoned_outputs(), emulate("gfx942") as dev, torch.no_grad():
+        for _ in range(3):
+            got = moe._fused_forward(x)
+    want = b(x)
+    assert any("_grouped_" in name for name, _g, _b in dev.launches)
+    assert len(hits) == 4  # calls 2 and 3, each with its two grouped GEMMs
+    blocks.close(got, want[0] if isinstance(want, tuple) else want, 3e-2)

@@ -340,6 +340,9 @@ def grouped_swiglu(x: torch.Tensor, w_gate_up, *, offs=None, masked_m=None, expe
         if scale_a is not None or scale_b is not None:
             raise ValueError(f"{op}: scale_a / scale_b are for 8-bit x, got them with {x.dtype} x")
         expr = glu_expression(act, bias=bias is not None)
+        if torch.compiler.is_compiling():  # the merged weight into the op: interleaved (and cached) inside it
+            return _via_op("swiglu", x, w_gate_up, n2, w_gate_up.shape[2], offs, masked_m, expected_m, expr, ops,
+                           out_dtype, out)
         return grouped_matmul(x, _cached_interleaved_groups(w_gate_up), offs=offs, masked_m=masked_m,
                               expected_m=expected_m, epilogue=expr, operands=ops, out_dtype=out_dtype, out=out)
     alpha = 1.0
@@ -352,6 +355,9 @@ def grouped_swiglu(x: torch.Tensor, w_gate_up, *, offs=None, masked_m=None, expe
     if isinstance(scale_a, torch.Tensor):
         ops["scale_a"] = scale_a
     expr = glu_expression(act, bias=bias is not None, scaled=True)
+    if torch.compiler.is_compiling():
+        return _via_op("swiglu_a8", x, w_gate_up, n2, w_gate_up.shape[2], offs, masked_m, expected_m, expr, ops,
+                       out_dtype or torch.bfloat16, out)
     return grouped_gemm_a8(x, _cached_interleaved_groups(w_gate_up, shuffle=True), offs=offs, masked_m=masked_m,
                            expected_m=expected_m, epilogue=expr, operands=ops, out_dtype=out_dtype, out=out)
 
@@ -364,7 +370,7 @@ def interleave_groups(w: torch.Tensor) -> torch.Tensor:
 
 def _cached_interleaved_groups(w: torch.Tensor, shuffle: bool = False):
     make = (lambda: preshuffle(interleave_groups(w.detach()))) if shuffle else (lambda: interleave_groups(w.detach()))
-    if torch.compiler.is_compiling() or w.is_inference():  # (traced: the interleave is part of the graph)
+    if w.is_inference():
         return make()
     key = (w.data_ptr(), tuple(w.shape), w.stride(), w.dtype, w.device, w._version, shuffle)
     return cached_on(w, "_fusedgemm_grouped_gate_up", key, make)
@@ -393,10 +399,17 @@ def grouped_gemm_op(x: torch.Tensor, w: torch.Tensor, index: torch.Tensor, maske
                     n: int, k: int, epilogue: str, tensor_names: str, tensors: list[torch.Tensor], scalar_names: str,
                     scalar_values: list[float], out_dtype: torch.dtype) -> torch.Tensor:
     """grouped_matmul (kind 'matmul': w [G, N, K]) or grouped_gemm_a8 (kind 'a8': w the preshuffled data, n, k the
-    true N, K) with an epilogue expression's canonical text and its operands."""
+    true N, K) with an epilogue expression's canonical text and its operands; 'swiglu' / 'swiglu_a8': w the merged
+    gate/up weight [G, 2I, K], interleaved (and preshuffled) here, eagerly and cached on it, not in the graph."""
     operands = join_operands(tensor_names, tensors, scalar_names, scalar_values)
     where = dict(masked_m=index) if masked else dict(offs=index)
     hint = None if expected_m < 0 else expected_m
+    if kind == "swiglu":
+        w, kind = _cached_interleaved_groups(w), "matmul"
+    elif kind == "swiglu_a8":
+        wq = _cached_interleaved_groups(w, shuffle=True)
+        return grouped_gemm_a8(x, wq, epilogue=_epi.parse(epilogue), operands=operands, out_dtype=out_dtype,
+                               expected_m=hint, **where)
     if kind == "a8":
         wq = PreshuffledWeight(w, n=n, k=k)
         return grouped_gemm_a8(x, wq, epilogue=_epi.parse(epilogue), operands=operands, out_dtype=out_dtype,

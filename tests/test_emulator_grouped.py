@@ -187,3 +187,33 @@ def test_fused_moe_on_emulated_gfx942(kind, monkeypatch):
     assert any("_grouped_" in name for name, _g, _b in dev.launches)
     assert len(hits) == 4  # calls 2 and 3, each with its two grouped GEMMs
     blocks.close(got, want[0] if isinstance(want, tuple) else want, 3e-2)
+
+
+def m_indices_of(sizes, align=128):
+    """DeepGEMM's contiguous layout: each expert's rows, then -1 up to the next multiple of `align`."""
+    idx = []
+    for g, s in enumerate(sizes):
+        if s:
+            idx += [g] * s + [-1] * (-s % align)
+    return torch.tensor(idx, dtype=torch.int32)
+
+
+@pytest.mark.parametrize("arch", ("gfx942", "gfx950"))
+@pytest.mark.parametrize("config", CONFIGS)
+def test_m_indices_layout(arch, config, seed):
+    """m_indices (DeepGEMM's layout): experts' rows at multiples of 128, -1 padding rows after them (never written:
+    still poisoned), an expert with more than one 128-row run, empty experts, per-expert bias; every config (block
+    heights 16, 64, 128 inside the aligned runs)."""
+    sizes = (5, 0, 130, 1)
+    g, n, k = len(sizes), 32, 64
+    idx = m_indices_of(sizes)
+    x = torch.randn(idx.numel(), k).bfloat16()
+    w = (torch.randn(g, n, k) / 8).bfloat16()
+    bias = torch.randn(g, n)
+    with poisoned_outputs(), emulate(arch), forced_config(config):
+        y = fg.grouped_matmul(x, w, m_indices=idx, bias=bias)
+    real = idx >= 0
+    ref = torch.stack([x[r].double() @ w[int(idx[r])].double().T + bias[int(idx[r])].double()
+                       for r in range(idx.numel()) if idx[r] >= 0])
+    assert rel(y[real], ref) < 1e-2
+    assert torch.isnan(y[~real]).all(), "padding rows were written"

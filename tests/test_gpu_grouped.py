@@ -157,3 +157,37 @@ def test_debug_checks(monkeypatch):
     y = fg.grouped_matmul(x, w, offs=bad)  # unchecked: clamped in the kernel, nothing outside the tensors touched
     torch.cuda.synchronize()
     assert y.shape == (10, 32)
+
+
+@pytest.mark.parametrize("config", [None, *range(2)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float8_e4m3fn])
+def test_m_indices_layout(config, dtype):
+    """DeepGEMM's m_indices layout: experts' rows at multiples of 128, -1 padding after them (left NaN in out=),
+    an expert spanning several 128-row runs, empty experts; bf16 and fp8 with per-row / per-expert scales."""
+    sizes = [5, 0, 300, 1, 128]
+    g, n, k = len(sizes), 256, 256
+    idx = []
+    for e, s in enumerate(sizes):
+        if s:
+            idx += [e] * s + [-1] * (-s % 128)
+    idx = torch.tensor(idx, dtype=torch.int32, device="cuda")
+    m = idx.numel()
+    x = torch.randn(m, k, device="cuda")
+    w = torch.randn(g, n, k, device="cuda") / 16
+    real = idx >= 0
+    out = nan_out((m, n), torch.bfloat16)
+    ctx = forced_config(configs()[config]) if config is not None else torch.no_grad()
+    with ctx:
+        if dtype == torch.bfloat16:
+            xq, wq = x.bfloat16(), w.bfloat16()
+            fg.grouped_matmul(xq, wq, m_indices=idx, out=out)
+            scale = torch.ones(g, n, device="cuda")
+        else:
+            xq, wq = x.to(dtype), (w * 16).to(dtype)
+            scale = torch.rand(g, n, device="cuda") / 16
+            fg.grouped_gemm_a8(xq, fg.preshuffle(wq), scale_b=scale, m_indices=idx, out=out)
+    rows = real.nonzero().flatten()
+    e = idx[rows].long()
+    ref = torch.einsum("mk,mnk->mn", xq[rows].double(), wq[e].double()) * scale[e].double()
+    assert rel(out[rows], ref) < 1e-2
+    assert torch.isnan(out[~real].float()).all(), "padding rows were written"

@@ -169,3 +169,32 @@ def test_torch_compile_traces_one_op(layout):
         if layout == "masked":  # rows past masked_m are not written: compare the used ones
             a, b = a[0, :5], b[0, :5]
         torch.testing.assert_close(a, b)
+
+
+def test_m_indices_layout_reference_and_checks():
+    """DeepGEMM's m_indices: each row's expert or -1; experts' rows at multiples of 128, padding after them, never
+    written; the layout's value checks name the row."""
+    g, n, k = 3, 8, 16
+    idx = torch.tensor([0] * 3 + [-1] * 125 + [2] * 128 + [2] * 7 + [-1] * 121, dtype=torch.int32)
+    x, w = torch.randn(384, k), torch.randn(g, n, k)
+    out = torch.full((384, n), 5.0)
+    fg.grouped_matmul(x, w, m_indices=idx, out=out)
+    for r in range(384):
+        if idx[r] >= 0:
+            torch.testing.assert_close(out[r].double(), x[r].double() @ w[int(idx[r])].double().T)
+        else:
+            assert (out[r] == 5.0).all()
+    with pytest.raises(ValueError, match="multiple of 128"):
+        fg.grouped_matmul(x[:200], w, m_indices=idx[:200])
+    with pytest.raises(ValueError, match=r"int32 of shape \[M=384\]"):
+        fg.grouped_matmul(x, w, m_indices=idx[:128])
+    bad = idx.clone()
+    bad[5] = 1  # a second expert inside the first run
+    with pytest.raises(ValueError, match="one expert's rows and then -1 padding"):
+        fg.grouped_matmul(x, w, m_indices=bad)
+    bad = idx.clone()
+    bad[0] = 3
+    with pytest.raises(ValueError, match=r"outside \[-1, G=3\)"):
+        fg.grouped_matmul(x, w, m_indices=bad)
+    with pytest.raises(ValueError, match="exactly one of offs"):
+        fg.grouped_matmul(x, w, m_indices=idx, offs=torch.tensor([3, 3, 384], dtype=torch.int32))

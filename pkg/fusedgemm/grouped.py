@@ -6,9 +6,11 @@ with the epilogue fused.
     y = fg.grouped_gemm_a8(x8, fg.preshuffle(w8), scale_a=sa, scale_b=sb, offs=offs, epilogue="silu")
     y = fg.grouped_matmul(h, w_down, offs=offs, epilogue="acc * m_vec(rw)", operands={"rw": routing_weight})
 
-Layouts (DeepGEMM's two): contiguous -- x [M, K] with its rows grouped by expert, offs int32 [G] the groups'
-cumulative row ends (offs[-1] = M, torch._grouped_mm's convention); masked (decode under CUDA graphs) -- x [G, Mmax,
-K], masked_m int32 [G] the rows each group uses (rows past it are neither read into an output nor written).
+Layouts: contiguous -- x [M, K] with its rows grouped by expert, offs int32 [G] the groups' cumulative row ends
+(offs[-1] = M, torch._grouped_mm's convention); masked (decode under CUDA graphs) -- x [G, Mmax, K], masked_m int32
+[G] the rows each group uses (rows past it are neither read into an output nor written); m_indices (DeepGEMM's
+contiguous layout) -- x [M, K], m_indices int32 [M] each row's expert or -1, experts' rows starting at multiples of
+128 (-1 padding rows are not written).
 Group sizes stay on the device: no host sync, graph-capturable, and M is never part of a kernel's compile key. The
 checks that need the sizes' values (offs non-decreasing and ending at M, 0 <= masked_m <= Mmax) sync, so they run
 on CPU tensors always and on the GPU only with FUSEDGEMM_CHECK_GROUPS=1; the kernels clamp malformed sizes so that
@@ -125,14 +127,15 @@ def _run(op: str, x: torch.Tensor, w_kernel: torch.Tensor, w_ref, n: int, k: int
 def _reference_into(x2, w_ref, expr, flat, layout, n_out, out, saved) -> None:
     """Each group: its rows times its weight in float64, the epilogue on them, rounded once into out."""
     o2, s2 = out.view(layout.m, n_out), None if saved is None else saved.view(layout.m, n_out)
-    for g, (r0, r1) in enumerate(layout.spans()):
-        if r1 <= r0:
+    for g, span in enumerate(layout.spans()):
+        rows = span.to(x2.device) if isinstance(span, torch.Tensor) else slice(*span)
+        if (span.numel() if isinstance(span, torch.Tensor) else span[1] - span[0]) <= 0:
             continue
-        acc = x2[r0:r1].to(torch.float64) @ w_ref(g).to(torch.float64).T
-        y, pre = evaluate_outputs(expr, acc, group_operands(expr, flat, g, r0, r1, n_out))
-        o2[r0:r1] = round_to(y, out.dtype)
+        acc = x2[rows].to(torch.float64) @ w_ref(g).to(torch.float64).T
+        y, pre = evaluate_outputs(expr, acc, group_operands(expr, flat, g, rows, n_out))
+        o2[rows] = round_to(y, out.dtype).to(out.dtype)
         if s2 is not None:
-            s2[r0:r1] = round_to(pre, saved.dtype)
+            s2[rows] = round_to(pre, saved.dtype).to(saved.dtype)
 
 
 def _remember(key, plan, pointers, x_in_place: bool, flat: dict, operands: dict, shape, dtype, saved) -> None:
@@ -180,21 +183,25 @@ def _expression(op: str, activation, epilogue, bias, operands):
 
 
 # ---- the public ops -------------------------------------------------------------------------------------------
-def grouped_matmul(x: torch.Tensor, w: torch.Tensor, *, offs=None, masked_m=None, expected_m: int | None = None,
-                   bias=None, activation=None, epilogue=None, operands: dict | None = None, out_dtype=None, out=None):
+def grouped_matmul(x: torch.Tensor, w: torch.Tensor, *, offs=None, masked_m=None, m_indices=None,
+                   expected_m: int | None = None, bias=None, activation=None, epilogue=None, operands: dict | None = None,
+                   out_dtype=None, out=None):
     """y[rows of group g] = act(x[rows] @ w[g].T + bias[g]) -- or any epilogue expression -- for every group, one
-    kernel. x: [M, K] with offs (int32 [G] cumulative row ends) or [G, Mmax, K] with masked_m (int32 [G]); bf16 /
-    fp16. w: [G, N, K] of x's dtype; N % 8 == 0 and K % 8 == 0. bias: [G, N] (or [N], every expert's). expected_m:
+    kernel. x: [M, K] with offs (int32 [G] cumulative row ends), [G, Mmax, K] with masked_m (int32 [G]), or [M, K]
+    with m_indices (int32 [M]: DeepGEMM's layout, each row's expert or -1, experts' rows starting at multiples of
+    128, M too; -1 rows are not written); bf16 / fp16. w: [G, N, K] of x's dtype; N % 8 == 0 and K % 8 == 0. bias: [G, N] (or [N], every expert's). expected_m:
     rows per group, a plan hint (default M / G, or Mmax). out_dtype: bf16 / fp16 / fp32 / the arch's fp8, default
     x's dtype. Returns [M, N] (masked: [G, Mmax, N]; rows past masked_m[g] are not written)."""
     op = "grouped_matmul"
     if torch.compiler.is_compiling():
         expr, ops = _expression(op, activation, epilogue, bias, operands)
-        return _via_op("matmul", x, w, w.shape[-2], w.shape[-1], offs, masked_m, expected_m, expr, ops, out_dtype, out)
-    key = _fast_key(op, x, w, offs, masked_m, expected_m, bias, activation, epilogue, operands, out_dtype, out)
+        return _via_op("matmul", x, w, w.shape[-2], w.shape[-1], (offs, masked_m, m_indices), expected_m, expr, ops,
+                       out_dtype, out)
+    key = _fast_key(op, x, w, offs, masked_m, m_indices, expected_m, bias, activation, epilogue, operands, out_dtype,
+                    out)
     hit = _PLANS.get(key) if key is not None else None
     if hit is not None and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad)):
-        y = hit.launch(x, w, offs if masked_m is None else masked_m, operands if operands is not None else
+        y = hit.launch(x, w, _index(offs, masked_m, m_indices), operands if operands is not None else
                        {"bias": bias}, out)
         if y is not None:
             return y
@@ -206,7 +213,7 @@ def grouped_matmul(x: torch.Tensor, w: torch.Tensor, *, offs=None, masked_m=None
     groups, n = check_weight(op, w, x.dtype, k)
     if torch.is_grad_enabled() and w.requires_grad:
         raise NotImplementedError(f"{op} is not differentiable yet: call it under torch.no_grad() / inference_mode()")
-    layout = group_layout(op, x, offs, masked_m, expected_m, groups)
+    layout = group_layout(op, x, offs, masked_m, expected_m, groups, m_indices)
     if n % 8 or (k * x.element_size()) % 16:
         raise ValueError(f"{op}: the grouped kernels need N % 8 == 0 and rows of K that are 16-byte multiples, got "
                          f"N={n}, K={k} ({x.dtype})")
@@ -218,8 +225,8 @@ def grouped_matmul(x: torch.Tensor, w: torch.Tensor, *, offs=None, masked_m=None
 
 
 def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scale_b=None, bias=None, offs=None,
-                    masked_m=None, expected_m: int | None = None, epilogue=None, operands: dict | None = None,
-                    out_dtype=None, out=None):
+                    masked_m=None, m_indices=None, expected_m: int | None = None, epilogue=None,
+                    operands: dict | None = None, out_dtype=None, out=None):
     """8-bit grouped GEMM: y[rows of group g] = act(x[rows] @ w[g].T * scale_a[row] * scale_b[g] + bias[g]).
     x: fp8 (the arch's variant) / int8, [M, K] with offs or [G, Mmax, K] with masked_m. w: fusedgemm.preshuffle of
     the experts' [G, N, K] weights; N % 16 == 0, K % 16 == 0. scale_a: None, a number, or float32 [M] (per row;
@@ -235,12 +242,13 @@ def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scal
             expr, ops = form, dict(operands or {})
         else:
             expr, ops = _scaled_expression(op, form[1], scale_a, scale_b, bias, w.shape[0], w.shape[1])
-        return _via_op("a8", x, w.data, w.shape[1], w.shape[2], offs, masked_m, expected_m, expr, ops,
+        return _via_op("a8", x, w.data, w.shape[1], w.shape[2], (offs, masked_m, m_indices), expected_m, expr, ops,
                        out_dtype or torch.bfloat16, out)
-    key = _fast_key(op, x, w, offs, masked_m, expected_m, scale_a, scale_b, bias, epilogue, operands, out_dtype, out)
+    key = _fast_key(op, x, w, offs, masked_m, m_indices, expected_m, scale_a, scale_b, bias, epilogue, operands,
+                    out_dtype, out)
     hit = _PLANS.get(key) if key is not None else None
     if hit is not None:
-        y = hit.launch(x, w.data, offs if masked_m is None else masked_m, operands if operands is not None else
+        y = hit.launch(x, w.data, _index(offs, masked_m, m_indices), operands if operands is not None else
                        {"scale_a": scale_a, "scale_b": scale_b, "bias": bias}, out)
         if y is not None:
             return y
@@ -258,7 +266,7 @@ def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scal
         raise ValueError(f"{op}: x has K={k} but w is [G={groups}, N={n}, K={kw}]; K must agree")
     if n % 16 or k % 16:
         raise ValueError(f"{op}: the grouped 8-bit kernels need N % 16 == 0 and K % 16 == 0, got N={n}, K={k}")
-    layout = group_layout(op, x, offs, masked_m, expected_m, groups)
+    layout = group_layout(op, x, offs, masked_m, expected_m, groups, m_indices)
     form = resolve_epilogue(op, epilogue)
     if isinstance(form, _epi.Node):
         if any(v is not None for v in (scale_a, scale_b, bias)):
@@ -312,8 +320,9 @@ def _scaled_expression(op, act, scale_a, scale_b, bias, groups, n):
     return (y if act == "none" else _epi.unary(act, y)), ops
 
 
-def grouped_swiglu(x: torch.Tensor, w_gate_up, *, offs=None, masked_m=None, expected_m: int | None = None,
-                   activation: str = "silu", bias=None, scale_a=None, scale_b=None, out_dtype=None, out=None):
+def grouped_swiglu(x: torch.Tensor, w_gate_up, *, offs=None, masked_m=None, m_indices=None,
+                   expected_m: int | None = None, activation: str = "silu", bias=None, scale_a=None, scale_b=None,
+                   out_dtype=None, out=None):
     """h[rows of group g] = act(x @ Wg[g].T + bg[g]) * (x @ Wu[g].T + bu[g]): the experts' gate and up projections
     as one grouped GEMM with the product fused. w_gate_up: [G, 2I, K], each expert's gate rows then up rows
     (torch.cat([gate, up]) per expert; interleaved once and cached on the tensor); 8-bit x (fp8 / int8): an 8-bit
@@ -341,9 +350,10 @@ def grouped_swiglu(x: torch.Tensor, w_gate_up, *, offs=None, masked_m=None, expe
             raise ValueError(f"{op}: scale_a / scale_b are for 8-bit x, got them with {x.dtype} x")
         expr = glu_expression(act, bias=bias is not None)
         if torch.compiler.is_compiling():  # the merged weight into the op: interleaved (and cached) inside it
-            return _via_op("swiglu", x, w_gate_up, n2, w_gate_up.shape[2], offs, masked_m, expected_m, expr, ops,
-                           out_dtype, out)
+            return _via_op("swiglu", x, w_gate_up, n2, w_gate_up.shape[2], (offs, masked_m, m_indices), expected_m,
+                           expr, ops, out_dtype, out)
         return grouped_matmul(x, _cached_interleaved_groups(w_gate_up), offs=offs, masked_m=masked_m,
+                              m_indices=m_indices,
                               expected_m=expected_m, epilogue=expr, operands=ops, out_dtype=out_dtype, out=out)
     alpha = 1.0
     for s in (scale_a, scale_b):
@@ -356,9 +366,10 @@ def grouped_swiglu(x: torch.Tensor, w_gate_up, *, offs=None, masked_m=None, expe
         ops["scale_a"] = scale_a
     expr = glu_expression(act, bias=bias is not None, scaled=True)
     if torch.compiler.is_compiling():
-        return _via_op("swiglu_a8", x, w_gate_up, n2, w_gate_up.shape[2], offs, masked_m, expected_m, expr, ops,
-                       out_dtype or torch.bfloat16, out)
+        return _via_op("swiglu_a8", x, w_gate_up, n2, w_gate_up.shape[2], (offs, masked_m, m_indices), expected_m,
+                       expr, ops, out_dtype or torch.bfloat16, out)
     return grouped_gemm_a8(x, _cached_interleaved_groups(w_gate_up, shuffle=True), offs=offs, masked_m=masked_m,
+                           m_indices=m_indices,
                            expected_m=expected_m, epilogue=expr, operands=ops, out_dtype=out_dtype, out=out)
 
 
@@ -377,15 +388,25 @@ def _cached_interleaved_groups(w: torch.Tensor, shuffle: bool = False):
 
 
 # ---- torch.compile: one op for the grouped GEMMs ------------------------------------------------------------------
-def _via_op(kind, x, w, n, k, offs, masked_m, expected_m, expr, operands, out_dtype, out):
-    """A grouped call as fusedgemm::grouped_gemm (traced by torch.compile; eager inside the op)."""
-    if (offs is None) == (masked_m is None):
-        raise ValueError("grouped GEMM: give exactly one of offs and masked_m")
+_LAYOUTS = ("offs", "masked_m", "m_indices")
+
+
+def _index(offs, masked_m, m_indices):
+    """The group-size tensor of whichever layout a call gives."""
+    return offs if offs is not None else masked_m if masked_m is not None else m_indices
+
+
+def _via_op(kind, x, w, n, k, where, expected_m, expr, operands, out_dtype, out):
+    """A grouped call as fusedgemm::grouped_gemm (traced by torch.compile; eager inside the op). where: (offs,
+    masked_m, m_indices), one of them given."""
+    given = [name for name, v in zip(_LAYOUTS, where) if v is not None]
+    if len(given) != 1:
+        raise ValueError("grouped GEMM: give exactly one of offs, masked_m and m_indices")
     if _epi.saved_node(expr) is not None:
         raise NotImplementedError("grouped GEMM: save() outputs are not traced by torch.compile yet")
     tensors, scalars = split_operands(operands)
     y = torch.ops.fusedgemm.grouped_gemm(
-        x, w, offs if masked_m is None else masked_m, masked_m is not None, -1 if expected_m is None else expected_m,
+        x, w, _index(*where), given[0], -1 if expected_m is None else expected_m,
         kind, n, k, str(expr), ",".join(tensors), list(tensors.values()), ",".join(scalars), list(scalars.values()),
         out_dtype if out_dtype is not None else (out.dtype if out is not None else x.dtype))
     if out is not None:
@@ -395,14 +416,14 @@ def _via_op(kind, x, w, n, k, offs, masked_m, expected_m, expr, operands, out_dt
 
 
 @torch.library.custom_op("fusedgemm::grouped_gemm", mutates_args=())
-def grouped_gemm_op(x: torch.Tensor, w: torch.Tensor, index: torch.Tensor, masked: bool, expected_m: int, kind: str,
+def grouped_gemm_op(x: torch.Tensor, w: torch.Tensor, index: torch.Tensor, layout: str, expected_m: int, kind: str,
                     n: int, k: int, epilogue: str, tensor_names: str, tensors: list[torch.Tensor], scalar_names: str,
                     scalar_values: list[float], out_dtype: torch.dtype) -> torch.Tensor:
     """grouped_matmul (kind 'matmul': w [G, N, K]) or grouped_gemm_a8 (kind 'a8': w the preshuffled data, n, k the
     true N, K) with an epilogue expression's canonical text and its operands; 'swiglu' / 'swiglu_a8': w the merged
     gate/up weight [G, 2I, K], interleaved (and preshuffled) here, eagerly and cached on it, not in the graph."""
     operands = join_operands(tensor_names, tensors, scalar_names, scalar_values)
-    where = dict(masked_m=index) if masked else dict(offs=index)
+    where = {layout: index}
     hint = None if expected_m < 0 else expected_m
     if kind == "swiglu":
         w, kind = _cached_interleaved_groups(w), "matmul"
@@ -419,7 +440,7 @@ def grouped_gemm_op(x: torch.Tensor, w: torch.Tensor, index: torch.Tensor, maske
 
 
 @grouped_gemm_op.register_fake
-def _grouped_gemm_fake(x, w, index, masked, expected_m, kind, n, k, epilogue, tensor_names, tensors, scalar_names,
+def _grouped_gemm_fake(x, w, index, layout, expected_m, kind, n, k, epilogue, tensor_names, tensors, scalar_names,
                        scalar_values, out_dtype):
     n_out = n // 2 if _epi.is_paired(_epi.parse(epilogue)) else n
     return x.new_empty((*x.shape[:-1], n_out), dtype=out_dtype)

@@ -12,36 +12,46 @@ import torch
 from . import epilogue as _epi
 
 CHECK_GROUPS = os.environ.get("FUSEDGEMM_CHECK_GROUPS", "") not in ("", "0")
+M_INDICES_ALIGN = 128  # kMIndicesAlign (gemm_groups.hpp): m_indices' groups start at multiples of it
 
 
 @dataclasses.dataclass(frozen=True)
 class GroupLayout:
-    """Where each group's rows are: contiguous (rows == 0: index = offs) or masked (rows = Mmax: index = masked_m)."""
+    """Where each group's rows are: contiguous (rows == 0: index = offs), masked (rows = Mmax: index = masked_m) or
+    DeepGEMM's m_indices (rows == -1: index = each row's group, -1 for padding)."""
     groups: int
     m: int  # rows of x as the kernel sees it ([M, K] or [G * Mmax, K])
-    rows: int  # masked: Mmax; contiguous: 0
-    index: torch.Tensor  # offs or masked_m, int32 [G]
+    rows: int  # masked: Mmax; contiguous: 0; m_indices: -1
+    index: torch.Tensor  # offs or masked_m, int32 [G]; m_indices int32 [M]
     lead: tuple  # the output's leading dims: (M,) or (G, Mmax)
     rows_hint: int  # rows a group has about (the plan's M)
 
-    def spans(self) -> list[tuple[int, int]]:
-        """Each group's rows [r0, r1) of the [m, K] view (host values: syncs; the reference and the checks)."""
+    def spans(self) -> list:
+        """Each group's rows of the [m, K] view: (r0, r1) bounds, or (m_indices) a tensor of row numbers (host
+        values: syncs; the reference and the checks)."""
+        if self.rows < 0:
+            return [(self.index == g).nonzero().flatten().cpu() for g in range(self.groups)]
         idx = self.index.tolist()
         if self.rows:
             return [(g * self.rows, g * self.rows + v) for g, v in enumerate(idx)]
         return [(0 if g == 0 else idx[g - 1], v) for g, v in enumerate(idx)]
 
 
-def group_layout(op: str, x: torch.Tensor, offs, masked_m, expected_m, groups: int) -> GroupLayout:
-    if (offs is None) == (masked_m is None):
-        raise ValueError(f"{op}: give exactly one of offs (x [M, K], rows grouped by expert) and masked_m (x [G, "
-                         f"Mmax, K]), got {'both' if offs is not None else 'neither'}")
-    index, what = (offs, "offs") if offs is not None else (masked_m, "masked_m")
+def group_layout(op: str, x: torch.Tensor, offs, masked_m, expected_m, groups: int, m_indices=None) -> GroupLayout:
+    given = [name for name, v in (("offs", offs), ("masked_m", masked_m), ("m_indices", m_indices)) if v is not None]
+    if len(given) != 1:
+        raise ValueError(f"{op}: give exactly one of offs (x [M, K], rows grouped by expert), masked_m (x [G, Mmax, "
+                         f"K]) and m_indices (x [M, K], each row's expert), got {' and '.join(given) or 'none'}")
+    what = given[0]
+    index = {"offs": offs, "masked_m": masked_m, "m_indices": m_indices}[what]
+    length = x.shape[0] if what == "m_indices" and x.dim() == 2 else groups
     if not isinstance(index, torch.Tensor):
-        raise TypeError(f"{op}: {what} must be an int32 tensor [G={groups}] on x's device, got {type(index).__name__}")
-    if index.dtype != torch.int32 or tuple(index.shape) != (groups,):
-        raise ValueError(f"{op}: {what} must be int32 of shape [G={groups}] (the weight's experts), got "
-                         f"{index.dtype} of shape {list(index.shape)}")
+        raise TypeError(f"{op}: {what} must be an int32 tensor on x's device, got {type(index).__name__}")
+    if index.dtype != torch.int32 or tuple(index.shape) != (length,):
+        axis = "M" if what == "m_indices" else "G"
+        raise ValueError(f"{op}: {what} must be int32 of shape [{axis}={length}]"
+                         f"{'' if what == 'm_indices' else ' (the weight experts)'}, got {index.dtype} of shape "
+                         f"{list(index.shape)}")
     if index.device != x.device:
         raise ValueError(f"{op}: {what} is on {index.device}, expected {x.device} (the device of x)")
     if not index.is_contiguous():
@@ -49,7 +59,14 @@ def group_layout(op: str, x: torch.Tensor, offs, masked_m, expected_m, groups: i
     if expected_m is not None and (isinstance(expected_m, bool) or not isinstance(expected_m, int) or expected_m < 0):
         raise ValueError(f"{op}: expected_m must be a non-negative int (rows per group, a plan hint), got "
                          f"{expected_m!r}")
-    if offs is not None:
+    if m_indices is not None:
+        if x.dim() != 2 or x.shape[0] % M_INDICES_ALIGN:
+            raise ValueError(f"{op}: with m_indices, x must be [M, K] with M a multiple of {M_INDICES_ALIGN} (each "
+                             f"expert's rows start at a multiple of {M_INDICES_ALIGN}, padded with -1 rows), got "
+                             f"shape {list(x.shape)}")
+        m = x.shape[0]
+        layout = GroupLayout(groups, m, -1, index, (m,), expected_m if expected_m is not None else -(-m // groups))
+    elif offs is not None:
         if x.dim() != 2:
             raise ValueError(f"{op}: with offs, x must be [M, K] (rows grouped by expert), got shape {list(x.shape)}")
         m = x.shape[0]
@@ -66,8 +83,22 @@ def group_layout(op: str, x: torch.Tensor, offs, masked_m, expected_m, groups: i
 
 
 def check_sizes(op: str, layout: GroupLayout) -> None:
-    """The checks that read the group sizes (a host sync on a GPU: FUSEDGEMMCHECK_GROUPS=1 only)."""
+    """The checks that read the group sizes (a host sync on a GPU: FUSEDGEMM_CHECK_GROUPS=1 only)."""
     v = layout.index.tolist()
+    if layout.rows < 0:
+        for r0 in range(0, layout.m, M_INDICES_ALIGN):
+            run = v[r0:r0 + M_INDICES_ALIGN]
+            bad = [r0 + i for i, e in enumerate(run) if not -1 <= e < layout.groups]
+            if bad:
+                raise ValueError(f"{op}: m_indices[{bad[0]}] = {v[bad[0]]} is outside [-1, G={layout.groups})")
+            real = [e for e in run if e >= 0]
+            pad_at = run.index(-1) if -1 in run else len(run)
+            if len(set(real)) > 1 or any(e >= 0 for e in run[pad_at:]):
+                raise ValueError(f"{op}: m_indices rows {r0}..{r0 + M_INDICES_ALIGN - 1} must hold one expert's rows "
+                                 f"and then -1 padding (each expert's rows start at a multiple of "
+                                 f"{M_INDICES_ALIGN}), got experts {sorted(set(real))} with padding at row "
+                                 f"{r0 + pad_at}")
+        return
     if layout.rows:
         bad = [g for g, s in enumerate(v) if not 0 <= s <= layout.rows]
         if bad:
@@ -116,7 +147,7 @@ def flat_operands(op: str, expr, operands: dict, layout: GroupLayout, n_out: int
     return out
 
 
-def group_operands(expr, flat: dict, g: int, r0: int, r1: int, n_out: int) -> dict:
+def group_operands(expr, flat: dict, g: int, rows, n_out: int) -> dict:
     """Group g's slice of the kernel's operands (the reference evaluates each group on its own)."""
     kinds = {name: o.kind for name, o in _epi.operands(expr).items()}
     out = {}
@@ -126,8 +157,8 @@ def group_operands(expr, flat: dict, g: int, r0: int, r1: int, n_out: int) -> di
             out[name] = v
         elif kind == "n_vec":
             out[name] = v[g * n_out:(g + 1) * n_out]
-        else:  # m_vec, aux: by row
-            out[name] = v[r0:r1]
+        else:  # m_vec, aux: by row (rows: a slice or the row numbers)
+            out[name] = v[rows]
     return out
 
 

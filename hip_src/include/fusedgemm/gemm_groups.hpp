@@ -1,19 +1,30 @@
 // The row groups of a grouped GEMM (pkg/fusedgemm/grouped.py: mixture-of-experts layers): group g multiplies its
 // rows of A by its own B (B stacked [G * N, K]), and its column operands are the g-th N-long slice of [G, N].
 //
-// Two layouts, told apart by `rows` (no separate kernels):
+// Three layouts, told apart by `rows` (no separate kernels):
 //   contiguous (rows == 0): index = offs [G], the groups' cumulative row ends; group g owns rows
 //     offs[g - 1] .. offs[g] - 1 (offs[-1] = 0).
 //   masked (rows > 0): A is [G, rows, K]; index = masked_m [G]; group g owns rows g * rows .. g * rows +
 //     masked_m[g] - 1, the rest of its rows are neither read into an output nor written.
+//   m_indices (rows < 0, DeepGEMM's contiguous layout): index = m_indices [M], each row's group or -1 (padding);
+//     every group's rows start at a multiple of kMIndicesAlign, padding rows only after them. A block (kBlockM
+//     divides the alignment) takes the group of its first row and ends after the block's last row of that group:
+//     padding rows are not written.
 // The group sizes live on the device (no host sync, CUDA-graph replays may change them), so the grid's row
 // blocks are an upper bound: a virtual row block v maps to (group, first row, row bound) here, and blocks past
 // the last group's exit at once. Malformed sizes (decreasing offs, masked_m > rows) are clamped so that no row
 // outside [0, M) is ever read or written; the host checks them only under its debug switch.
 #pragma once
-#include "platform.hpp"
+#include "arch/select.hpp"
 
 namespace fg {
+
+constexpr int kMIndicesAlign = 128;  // grouped.py M_INDICES_ALIGN
+#if defined(FG_NVIDIA)
+constexpr int kGroupLanes = 32;
+#else
+constexpr int kGroupLanes = 64;  // an AMD wave
+#endif
 
 // The kernel argument's group fields (8-aligned, 16 bytes; runtime/kernels.py packs them after the epilogue).
 struct GroupArgs {
@@ -36,6 +47,28 @@ struct GroupTile {
 // their first copy (the sizes are a few hundred bytes, in L2 after the first blocks).
 template <int kBlockM>
 FG_DEVICE bool group_row_block(const GroupArgs& ga, int M, int v, GroupTile& t) {
+  static_assert(kMIndicesAlign % kBlockM == 0, "m_indices: a block lies inside one aligned run of rows");
+  if (ga.rows < 0) {
+    const int m0 = v * kBlockM;
+    if (m0 >= M) return false;
+    const int g = ga.index[m0];
+    if (g < 0 || g >= ga.groups) return false;  // a block of padding (or an index out of range: nothing written)
+    // The block's last row of group g: each lane looks at rows lane, lane + kGroupLanes, ..., then the wave's
+    // maximum (every lane of the wave calls this: the shuffles need them all).
+    const int lane = static_cast<int>(threadIdx.x) % kGroupLanes;
+    int last = 0;
+    for (int r = lane; r < kBlockM; r += kGroupLanes)
+      if (m0 + r < M && ga.index[m0 + r] == g) last = r;
+#pragma unroll
+    for (int d = kGroupLanes / 2; d > 0; d /= 2) {
+      const int other = static_cast<int>(arch::shfl_xor(static_cast<float>(last), d));  // small ints: exact
+      last = other > last ? other : last;
+    }
+    t.group = g;
+    t.m0 = m0;
+    t.m_end = m0 + last + 1;
+    return true;
+  }
   if (ga.rows > 0) {
     const int per_group = (ga.rows + kBlockM - 1) / kBlockM;
     const int g = v / per_group;

@@ -48,6 +48,8 @@ def row_blocks(layout, block_m: int) -> int:
     a group of r > 0 rows takes ceil(r / BM) <= (r + BM - 1) / BM blocks, and at most min(G, M) groups have rows,
     so all take at most (M + min(G, M) (BM - 1)) / BM. (The min matters at decode: 8 rows over 128 experts need 8
     blocks, not 126 -- every block past the last group still walks the sizes before it exits.)"""
+    if layout.rows < 0:  # m_indices: the rows in blocks (M and every group's first row are aligned to 128)
+        return -(-layout.m // block_m)
     if layout.rows:
         return layout.groups * -(-layout.rows // block_m)
     return (layout.m + min(layout.groups, layout.m) * (block_m - 1)) // block_m
@@ -59,7 +61,7 @@ class GroupedCallPlan:
 
     def __init__(self, dev: int, arch: str, in_kind: str, layout, n: int, k: int, out_dtype, epi, values: dict,
                  pointers: tuple[str, ...], n_out: int, op: str):
-        rows = layout.rows_hint * layout.groups if layout.rows else layout.m  # masked: the hint's, not Mmax's
+        rows = layout.rows_hint * layout.groups if layout.rows > 0 else layout.m  # masked: the hint's, not Mmax's
         cfg = choose_grouped(arch, layout.rows_hint, n, k, in_kind, rows, layout.groups)
         if not cfg.serves(in_kind) or (in_kind in MATMUL_IN and arch == "sm_90a" and not cfg.sm90):
             raise ValueError(f"{op}: config {cfg.name} has no {in_kind} grouped kernel on {arch}")

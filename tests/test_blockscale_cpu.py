@@ -1,7 +1,7 @@
 """Block-scaled FP8 in gemm_a8 on CPU tensors (the torch reference path; no kernel runs) and its checks: the float64
 oracle with the block formula (reference.gemm_a8_block_reference, written apart from the CPU path's
 reference.block_scaled_acc), ragged M / N / K (K not a multiple of 128), every scale combination, outputs
-NaN-poisoned; scale shapes of no mode, non-fp32 / non-contiguous scales, int8 and AMD refused before any launch."""
+NaN-poisoned; scale shapes of no mode, non-fp32 / non-contiguous scales, and int8 refused before any launch."""
 import itertools
 import math
 
@@ -186,13 +186,14 @@ def test_int8_block_scales_are_refused():
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
-def test_amd_names_the_arch(arch):
+def test_amd_block_checks_pass(arch):
+    """AMD runs block scales (the register-direct MFMA kernels: tests/test_emulator_blockscale.py executes them)."""
     dtype = fg.FP8_DTYPE_FOR_ARCH[arch]
     a = torch.randn(4, 256).to(dtype)
     w = torch.randn(128, 256).to(dtype)
-    with pytest.raises(ValueError, match=f"block-scaled FP8 .* not yet implemented on {arch}"):
-        check_gemm_a8_args(a, fg.preshuffle(w), None, torch.ones(4, 2), torch.ones(1, 2), "none", None, None,
+    p = check_gemm_a8_args(a, fg.preshuffle(w), None, torch.ones(4, 2), torch.ones(1, 2), "none", None, None,
                            arch=arch)
+    assert p["blocks"] is not None and p["blocks"].k_blocks == 2
 
 
 def test_sm90_block_checks_pass_or_say_not_yet():

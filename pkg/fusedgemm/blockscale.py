@@ -106,11 +106,8 @@ def check_block_placement(blocks: BlockScales, device: torch.device, check_ptr: 
 
 
 def check_block_arch(blocks: BlockScales, arch: str) -> None:
-    """Where block scales run: the CPU (the torch reference) and sm_90a (the tile kernels); AMD not yet."""
-    if arch in ("gfx942", "gfx950"):
-        raise ValueError(f"gemm_a8: block-scaled FP8 (scale_a [M, ceil(K/128)] / scale_b [ceil(N/128), "
-                         f"ceil(K/128)]) is not yet implemented on {arch}; it runs on sm_90a and on CPU tensors (the "
-                         "torch reference). Use per-token / per-channel scales there.")
+    """Where block scales run: the CPU (the torch reference), sm_90a (the tile kernels) and gfx942 / gfx950 (the
+    register-direct MFMA kernels, PortableBlockScaled in portable_gemm.hpp)."""
     if arch == "sm_90a" and not SM90_KERNEL:
         raise ValueError("gemm_a8: block-scaled FP8 is not yet implemented on sm_90a; it runs on CPU tensors (the "
                          "torch reference). Use per-token / per-channel scales on the GPU.")
@@ -130,13 +127,24 @@ BLOCK_CONFIGS = ("tile_64x128", "tile_128x128", "tile_192x128", "persistent_128x
 _NEAREST = {"pair_persistent_128x128": "persistent_128x128", "tile_128x192": "tile_128x128"}
 
 
+# gfx942 / gfx950: the register-direct configs (the LDS-pipelined cdna_lds_128x128 has no block scales yet), by M as
+# the paper model's plan picks among them (plan/cdna.py by_m).
+AMD_BLOCK_CONFIGS = ("portable_16x16_k8", "portable_64x16_k8", "portable_128x128")
+
+
 def block_plan(m: int, n: int, k: int, dev: int, persistent_ok: bool = True):
     """-> (TileConfig, splits) of a block-scaled call; a pinned config (plan.forced_config) must be one of
-    BLOCK_CONFIGS (else a ValueError: never a kernel that would ignore the scales)."""
-    from .plan import forced, plan_for, sm90, sm_count
+    BLOCK_CONFIGS (AMD: AMD_BLOCK_CONFIGS; else a ValueError: never a kernel that would ignore the scales)."""
+    from . import plan as plans
+    from .plan import cdna, forced, plan_for, sm90, sm_count
     from .runtime import kernels
 
     pinned = forced()
+    if plans.device_arch(dev) in ("gfx942", "gfx950"):  # (plan's name: fusedgemm.testing.emulate points it there)
+        if pinned is not None and pinned[0] not in AMD_BLOCK_CONFIGS:
+            raise ValueError(f"gemm_a8: config {pinned[0]} has no block-scaled kernel on AMD; block scales run on "
+                             f"{', '.join(AMD_BLOCK_CONFIGS)}")
+        return kernels.GEMM_CONFIGS[pinned[0] if pinned is not None else cdna.by_m(m)], 1
     if pinned is not None and pinned[0] not in BLOCK_CONFIGS:
         raise ValueError(f"gemm_a8: config {pinned[0]} has no block-scaled kernel; block scales run on "
                          f"{', '.join(BLOCK_CONFIGS)} (unswapped tiles of N 128, no B-multicast pairs)")

@@ -29,6 +29,7 @@
 #include "epilogue.hpp"
 #include "gemm_configs.hpp"
 #include "gemm_groups.hpp"
+#include "block_scales.hpp"
 
 namespace fg {
 
@@ -58,6 +59,16 @@ struct PortableGemmConfig {
   static_assert(kWarps <= 16, "at most 16 warps per block");
   static_assert(kWarpsK == 1 || (kWarpsM == 1 && kWarpsN == 1),
                 "split-K blocks have all warps on one output tile (so the whole block exits together)");
+  static constexpr bool kBlockScaled = false;
+};
+
+// Block-scaled fp8 (block_scales.hpp) on the register-direct template, AMD's atoms: each MFMA step's partial tile
+// (a step's K chunks lie in one 128-value K block) is added into the accumulators times sa[row, kb] * sb[col / 128, kb],
+// the scales loaded with the step's operands. (The step's MFMAs start from zero: one extra VALU multiply-add per
+// accumulator per step, which the decode configs' load-bound loops hide and the 128 x 128 tiles pay.)
+template <class Cfg>
+struct PortableBlockScaled : Cfg {
+  static constexpr bool kBlockScaled = true;
 };
 
 // The kernel's one argument: the GEMM's operands and sizes, then the epilogue's Params. Its layout is the
@@ -78,7 +89,7 @@ FG_DEVICE void portable_gemm_direct_tile(const u8* __restrict__ a,  // [M, K] ro
                                   const u8* __restrict__ b,  // [N, K] preshuffled (16,16) or row-major (kPreshuffledB)
                                   int M, int N, int K,       // K in elements of In
                                   const typename Epi::Params& ep,  // the epilogue's operands and outputs
-                                  int m_block, int col_base) {
+                                  int m_block, int col_base, const BlockScaleArgs& bs = BlockScaleArgs{}) {
   using Atom = arch::MmaAtom<In>;
   constexpr bool kPreshuffledB = InTraits<In>::kPreshuffledB;
   // A run of kStoreVec columns starts at a multiple of kStoreVec: with N % 8 == 0 it is all in or all out.
@@ -86,6 +97,11 @@ FG_DEVICE void portable_gemm_direct_tile(const u8* __restrict__ a,  // [M, K] ro
   using Frag = typename Atom::Frag;
   using Acc = typename Atom::Acc;
   constexpr int kVecsPerFrag = Atom::kRowsPerLane * Atom::kChunksPerLane;
+  constexpr bool kBlockScaled = Cfg::kBlockScaled;
+  static_assert(!kBlockScaled || (kPreshuffledB && InTraits<In>::kBytes == 1 && Atom::kStoreVec == 1 &&
+                                  Atom::kAccPerLane == 4 && 8 % Atom::kChunksPerStep == 0),
+                "block scales: 8-bit preshuffled B on the CDNA atoms (a lane's 4 accumulators share a column), "
+                "steps inside one 128-byte K block");
 
   const int lane = static_cast<int>(threadIdx.x) % Atom::kWarpSize;
   const int warp_k = static_cast<int>(threadIdx.x) / Atom::kWarpSize / (Cfg::kWarpsM * Cfg::kWarpsN);
@@ -161,12 +177,44 @@ FG_DEVICE void portable_gemm_direct_tile(const u8* __restrict__ a,  // [M, K] ro
         }
       }
     }
+    // Block scales of the steps just loaded: rows of the lane's accumulators, its column's 128-row block.
+    constexpr int kScaleSteps = kBlockScaled ? Cfg::kStepsInFlight : 1;
+    float sa[kScaleSteps][Cfg::kTilesM][4];
+    float sb[kScaleSteps][Cfg::kTilesN];
+    if constexpr (kBlockScaled) {
+#pragma unroll
+      for (int s = 0; s < Cfg::kStepsInFlight; ++s) {
+        const int kb = (c0 + s * kStride) / 8;  // 8 chunks of 16 one-byte values: a 128-value K block
+        const bool kb_ok = kb < bs.k_blocks;
+#pragma unroll
+        for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
+            sa[s][tm][e] = (bs.a != nullptr && kb_ok && row < M) ? bs.a[static_cast<i64>(row) * bs.k_blocks + kb] : 1.f;
+          }
+#pragma unroll
+        for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
+          const int col = n_warp + 16 * tn + Atom::acc_col(lane, 0);
+          sb[s][tn] = (bs.b != nullptr && kb_ok && col < N) ? bs.b[(col / 128) * bs.k_blocks + kb] : 1.f;
+        }
+      }
+    }
 #pragma unroll
     for (int s = 0; s < Cfg::kStepsInFlight; ++s)
 #pragma unroll
       for (int tm = 0; tm < Cfg::kTilesM; ++tm)
 #pragma unroll
-        for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::mma(acc[tm][tn], fa[s][tm], fb[s][tn]);
+        for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
+          if constexpr (kBlockScaled) {
+            Acc part;
+            Atom::zero(part);
+            Atom::mma(part, fa[s][tm], fb[s][tn]);
+            Atom::add_scaled(acc[tm][tn], part, sa[s][tm], sb[s][tn]);
+          } else {
+            Atom::mma(acc[tm][tn], fa[s][tm], fb[s][tn]);
+          }
+        }
   }
   static_assert(kVecsPerFrag == sizeof(Frag) / sizeof(Vec16), "fragment holds rows x chunks vectors");
 
@@ -282,6 +330,25 @@ FG_DEVICE void portable_gemm_grouped_tile(const u8* __restrict__ a, const u8* __
   const u8* b_group = b + static_cast<i64>(t.group) * N * K * InTraits<In>::kBytes;
   portable_gemm_block<In, Epi, Cfg>(a, b_group, t.m_end, N, K, ep, t.m0, t.group * N);
 }
+
+// The kernel body of a block-scaled fp8 entry point (generated units only) on AMD: the register-direct template
+// with PortableBlockScaled<Config> (the LDS-pipelined CDNA template has no block scales yet).
+template <class In, class Epi, class Cfg>
+FG_DEVICE void portable_gemm_block_scaled(const u8* __restrict__ a, const u8* __restrict__ b, int M, int N, int K,
+                                          const typename Epi::Params& ep, const BlockScaleArgs& bs) {
+  static_assert(Cfg::kBlockScaled && !IsCdnaLdsGemmConfig<Cfg>::value, "PortableBlockScaled<a portable config>");
+  portable_gemm_direct_tile<In, Epi, Cfg>(a, b, M, N, K, ep, static_cast<int>(blockIdx.y) * Cfg::kBlockM, 0, bs);
+}
+
+// The argument of a block-scaled entry point: PortableGemmArgs's fields, then the block scales.
+template <class Epi>
+struct PortableGemmBlockArgs {
+  const u8* a;
+  const u8* b;
+  int M, N, K;
+  typename Epi::Params ep;
+  BlockScaleArgs bs;
+};
 
 // The argument of a grouped entry point (generated units only): PortableGemmArgs's fields, then the groups.
 template <class Epi>

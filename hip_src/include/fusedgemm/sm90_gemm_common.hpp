@@ -4,6 +4,7 @@
 // paths and split-K reduction in sm90_gemm_stores.hpp). The design is described at the top of sm90_gemm.hpp.
 #pragma once
 #include "arch/sm90_async.hpp"
+#include "block_scales.hpp"
 #include "epilogue.hpp"
 #include "gemm_configs.hpp"
 
@@ -172,13 +173,6 @@ struct BlockScaled : Cfg {
                     Cfg::kBlockN == 128 && Cfg::kBlockK == 128,
                 "block scales: the unswapped CTA-per-tile or persistent kernels, tiles of N 128 (one scale_b block "
                 "per K block), no B-multicast pairs");
-};
-
-// The block scales of a call (kernel argument; Sm90GemmBlockArgs).
-struct BlockScaleArgs {
-  const float* a;  // [M, k_blocks] or null
-  const float* b;  // [ceil(N / 128), k_blocks] or null
-  int k_blocks;    // the row stride of both (ceil(K / 128))
 };
 
 // One consumer thread's block scales: its two accumulator rows' scale_a rows and the tile's scale_b row, each

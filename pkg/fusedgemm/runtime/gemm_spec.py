@@ -104,11 +104,12 @@ class GemmKernel:
         m_off, ep_off = kernels.gemm_arg_offsets(self.cfg.unit, self.epilogue)
         bs_check = ""
         if self.block_scaled:
-            if not (sm90 and self.in_kind == "fp8" and self.b_layout == "nk"):
-                raise ValueError(f"block-scaled kernels are fp8 on the sm_90a wgmma configs, not {self.arch} "
-                                 f"{self.config} {self.in_kind}")
-            cfg = f"fg::BlockScaled<{cfg}>"
-            args = f"fg::Sm90GemmBlockArgs<{epi}>"
+            portable = not sm90 and self.cfg.unit == "portable_gemm" and self.arch in ("gfx942", "gfx950")
+            if not ((sm90 or portable) and self.in_kind == "fp8" and self.b_layout == "nk"):
+                raise ValueError(f"block-scaled kernels are fp8 on the sm_90a wgmma configs and the AMD register-direct "
+                                 f"(portable_*) ones, not {self.arch} {self.config} {self.in_kind}")
+            cfg = f"fg::{'BlockScaled' if sm90 else 'PortableBlockScaled'}<{cfg}>"
+            args = f"fg::{'Sm90GemmBlockArgs' if sm90 else 'PortableGemmBlockArgs'}<{epi}>"
             bs_type = kernels.gemm_args_type(self.cfg.unit, self.epilogue, True)
             bs_off = bs_type.offsets[[f for f, _c in bs_type.fields].index("bs_a")]
             bs_check = f" && __builtin_offsetof({args}, bs) == {bs_off} && sizeof({args}) == {bs_type.size}"
@@ -136,10 +137,11 @@ class GemmKernel:
             guard = ("#if defined(FG_NVIDIA)\n", "#endif\n")
         else:
             header = "portable_gemm.hpp"
+            body = ("block_scaled" if self.block_scaled else "grouped_tile" if self.grouped else "tile")
             entry = (f'extern "C" __global__ void __launch_bounds__({cfg}::kWarps * '
                      f"fg::arch::MmaAtom<{_IN_TYPE[self.in_kind]}>::kWarpSize)\n"
                      f"{self.kernel_name}(const {args} args) {{\n{layout}"
-                     f"  fg::portable_gemm_{'grouped_tile' if self.grouped else 'tile'}<{_IN_TYPE[self.in_kind]}, {epi}, "
+                     f"  fg::portable_gemm_{body}<{_IN_TYPE[self.in_kind]}, {epi}, "
                      f"{cfg}>(args.a, args.b, args.M, args.N, args.K, args.ep{extra});\n}}\n")
             guard = ("", "")
         op = "matmul_fused" if self.in_kind in MATMUL_IN else "gemm_a8"

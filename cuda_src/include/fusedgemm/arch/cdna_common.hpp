@@ -79,6 +79,11 @@ struct CdnaAccF32 {
   FG_DEVICE static void zero(Acc& acc) { acc.c = f32x4{0.f, 0.f, 0.f, 0.f}; }
   FG_DEVICE static float get(const Acc& acc, int e) { return acc.c[e]; }
   FG_DEVICE static void add(Acc& acc, const Acc& other) { acc.c += other.c; }
+  // acc += part * row_scale[e] * col_scale, element e being the lane's row e (block-scaled fp8, portable_gemm.hpp)
+  FG_DEVICE static void add_scaled(Acc& acc, const Acc& part, const float (&row_scale)[4], float col_scale) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc.c[e] += part.c[e] * (row_scale[e] * col_scale);
+  }
 };
 
 struct CdnaAccI32 {

@@ -77,10 +77,10 @@ class _FastPlan:
     """A checked call's launch: the plan, the output's shape and dtype, and where each per-call address comes from
     (the call's own tensors by name, in the order the plan takes them)."""
 
-    __slots__ = ("plan", "shape", "dtype", "sources")
+    __slots__ = ("plan", "shape", "dtype", "sources", "aligns")
 
-    def __init__(self, plan, shape, dtype, sources):
-        self.plan, self.shape, self.dtype, self.sources = plan, shape, dtype, sources
+    def __init__(self, plan, shape, dtype, sources, aligns):
+        self.plan, self.shape, self.dtype, self.sources, self.aligns = plan, shape, dtype, sources, aligns
 
     def launch(self, x: torch.Tensor, w_data: torch.Tensor, index: torch.Tensor, named: dict, out):
         """-> out, or None where an address or the device does not suit the plan (the checked path then)."""
@@ -92,7 +92,10 @@ class _FastPlan:
             out = torch.empty(self.shape, dtype=self.dtype, device=x.device)
         elif out.data_ptr() & 3:
             return None
-        plan.run(x_ptr, w_ptr, index.data_ptr(), out.data_ptr(), *(named[name].data_ptr() for name in self.sources))
+        ptrs = [named[name].data_ptr() for name in self.sources]
+        if any(p % a for p, a in zip(ptrs, self.aligns)):  # (a view at another offset: the checked path says so)
+            return None
+        plan.run(x_ptr, w_ptr, index.data_ptr(), out.data_ptr(), *ptrs)
         return out
 
 
@@ -118,9 +121,9 @@ def _run(op: str, x: torch.Tensor, w_kernel: torch.Tensor, w_ref, n: int, k: int
         if arch == "cpu":
             _reference_into(x2, w_ref, expr, flat, layout, n_out, out, saved)
         else:
-            plan, x_launched, pointers = _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout,
-                                                 n_out, out, saved)
-            _remember(key, plan, pointers, x_launched is x2, flat, operands, tuple(out.shape), out_dtype, saved)
+            plan, x_launched, pointers, aligns = _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr,
+                                                         layout, n_out, out, saved)
+            _remember(key, plan, pointers, aligns, x_launched is x2, flat, operands, tuple(out.shape), out_dtype, saved)
     return out if saved is None else (out, saved)
 
 
@@ -138,7 +141,8 @@ def _reference_into(x2, w_ref, expr, flat, layout, n_out, out, saved) -> None:
             s2[rows] = round_to(pre, saved.dtype).to(saved.dtype)
 
 
-def _remember(key, plan, pointers, x_in_place: bool, flat: dict, operands: dict, shape, dtype, saved) -> None:
+def _remember(key, plan, pointers, aligns, x_in_place: bool, flat: dict, operands: dict, shape, dtype,
+              saved) -> None:
     """Record the fast path's entry where every tensor the kernel read is the call's own (no copy made)."""
     if key is None or saved is not None or not x_in_place:
         return
@@ -148,7 +152,7 @@ def _remember(key, plan, pointers, x_in_place: bool, flat: dict, operands: dict,
         if not isinstance(operands.get(name), torch.Tensor) or operands[name].data_ptr() != flat[name].data_ptr():
             return  # an expanded or reshaped copy: the fast path would pass the call's own tensor
         sources.append(name)
-    _PLANS.remember(key, _FastPlan(plan, shape, dtype, tuple(sources)))
+    _PLANS.remember(key, _FastPlan(plan, shape, dtype, tuple(sources), tuple(aligns)))
 
 
 def _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, n_out, out, saved):
@@ -159,14 +163,14 @@ def _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, 
         warn_once(f"{op}-copy-x", f"{op}: x is copied to a contiguous tensor first (the kernels read dense rows of "
                                   "16-byte vectors)")
         x2 = x2.contiguous()
-    pointers, _aligns = expression_pointers(expr, flat, saved is not None)
+    pointers, aligns = expression_pointers(expr, flat, saved is not None)
     tensors = [out] if saved is None else [out, saved]
     with device_guard(x2.device):
         plan = GroupedCallPlan(x2.device.index, arch, in_kind, layout, n, k, out.dtype, binding.spec, binding.values,
                                pointers, n_out, op)
         plan.run(x2.data_ptr(), w_kernel.data_ptr(), layout.index.data_ptr(), *(t.data_ptr() for t in tensors),
                  *(binding.values[f] for f in pointers[len(tensors):]))
-    return plan, x2, pointers
+    return plan, x2, pointers, aligns
 
 
 def _expression(op: str, activation, epilogue, bias, operands):

@@ -127,9 +127,9 @@ BLOCK_CONFIGS = ("tile_64x128", "tile_128x128", "tile_192x128", "persistent_128x
 _NEAREST = {"pair_persistent_128x128": "persistent_128x128", "tile_128x192": "tile_128x128"}
 
 
-# gfx942 / gfx950: the register-direct configs (the LDS-pipelined cdna_lds_128x128 has no block scales yet), by M as
-# the paper model's plan picks among them (plan/cdna.py by_m).
-AMD_BLOCK_CONFIGS = ("portable_16x16_k8", "portable_64x16_k8", "portable_128x128")
+# gfx942 / gfx950: every AMD config (PortableBlockScaled in block_scales.hpp), the one the paper model's plan picks for
+# the per-channel call (plan/cdna.py; the scaling's own cost is not in its hot loops yet).
+AMD_BLOCK_CONFIGS = ("portable_16x16_k8", "portable_64x16_k8", "portable_128x128", "cdna_lds_128x128")
 
 
 def block_plan(m: int, n: int, k: int, dev: int, persistent_ok: bool = True):
@@ -144,7 +144,8 @@ def block_plan(m: int, n: int, k: int, dev: int, persistent_ok: bool = True):
         if pinned is not None and pinned[0] not in AMD_BLOCK_CONFIGS:
             raise ValueError(f"gemm_a8: config {pinned[0]} has no block-scaled kernel on AMD; block scales run on "
                              f"{', '.join(AMD_BLOCK_CONFIGS)}")
-        return kernels.GEMM_CONFIGS[pinned[0] if pinned is not None else cdna.by_m(m)], 1
+        name = pinned[0] if pinned is not None else cdna.choose_name(m, n, k, plans.device_arch(dev), "fp8")
+        return kernels.GEMM_CONFIGS[name], 1
     if pinned is not None and pinned[0] not in BLOCK_CONFIGS:
         raise ValueError(f"gemm_a8: config {pinned[0]} has no block-scaled kernel; block scales run on "
                          f"{', '.join(BLOCK_CONFIGS)} (unswapped tiles of N 128, no B-multicast pairs)")

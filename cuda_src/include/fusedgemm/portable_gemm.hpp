@@ -25,11 +25,11 @@
 // operands.
 #pragma once
 #include "arch/select.hpp"
+#include "block_scales.hpp"
 #include "cdna_gemm.hpp"
 #include "epilogue.hpp"
 #include "gemm_configs.hpp"
 #include "gemm_groups.hpp"
-#include "block_scales.hpp"
 
 namespace fg {
 
@@ -60,15 +60,6 @@ struct PortableGemmConfig {
   static_assert(kWarpsK == 1 || (kWarpsM == 1 && kWarpsN == 1),
                 "split-K blocks have all warps on one output tile (so the whole block exits together)");
   static constexpr bool kBlockScaled = false;
-};
-
-// Block-scaled fp8 (block_scales.hpp) on the register-direct template, AMD's atoms: each MFMA step's partial tile
-// (a step's K chunks lie in one 128-value K block) is added into the accumulators times sa[row, kb] * sb[col / 128, kb],
-// the scales loaded with the step's operands. (The step's MFMAs start from zero: one extra VALU multiply-add per
-// accumulator per step, which the decode configs' load-bound loops hide and the 128 x 128 tiles pay.)
-template <class Cfg>
-struct PortableBlockScaled : Cfg {
-  static constexpr bool kBlockScaled = true;
 };
 
 // The kernel's one argument: the GEMM's operands and sizes, then the epilogue's Params. Its layout is the
@@ -331,13 +322,21 @@ FG_DEVICE void portable_gemm_grouped_tile(const u8* __restrict__ a, const u8* __
   portable_gemm_block<In, Epi, Cfg>(a, b_group, t.m_end, N, K, ep, t.m0, t.group * N);
 }
 
-// The kernel body of a block-scaled fp8 entry point (generated units only) on AMD: the register-direct template
-// with PortableBlockScaled<Config> (the LDS-pipelined CDNA template has no block scales yet).
+// The kernel body of a block-scaled fp8 entry point (generated units only) on AMD: PortableBlockScaled<Config> of a
+// register-direct or an LDS-pipelined CDNA config (block_scales.hpp).
 template <class In, class Epi, class Cfg>
 FG_DEVICE void portable_gemm_block_scaled(const u8* __restrict__ a, const u8* __restrict__ b, int M, int N, int K,
                                           const typename Epi::Params& ep, const BlockScaleArgs& bs) {
-  static_assert(Cfg::kBlockScaled && !IsCdnaLdsGemmConfig<Cfg>::value, "PortableBlockScaled<a portable config>");
-  portable_gemm_direct_tile<In, Epi, Cfg>(a, b, M, N, K, ep, static_cast<int>(blockIdx.y) * Cfg::kBlockM, 0, bs);
+  static_assert(Cfg::kBlockScaled, "PortableBlockScaled<a portable or CDNA config>");
+  const int m_block = static_cast<int>(blockIdx.y) * Cfg::kBlockM;
+#if defined(__gfx942__) || defined(__gfx950__)
+  if constexpr (IsCdnaLdsGemmConfig<Cfg>::value) {
+    cdna_gemm_tile<In, Epi, Cfg>(a, b, M, N, K, ep, m_block, 0, bs);
+  } else
+#endif
+  {
+    portable_gemm_direct_tile<In, Epi, Cfg>(a, b, M, N, K, ep, m_block, 0, bs);
+  }
 }
 
 // The argument of a block-scaled entry point: PortableGemmArgs's fields, then the block scales.

@@ -12,4 +12,13 @@ struct BlockScaleArgs {
   int k_blocks;    // the row stride of both (ceil(K / 128))
 };
 
+// Block-scaled fp8 on AMD's templates (portable_gemm.hpp's register-direct one, cdna_gemm.hpp's LDS-pipelined one):
+// the config with kBlockScaled set. The register-direct template adds each MFMA step's partial tile into the
+// accumulators times sa[row, kb] * sb[col / 128, kb] (a step's K chunks lie in one 128-value K block); the CDNA one
+// each K block's (one K block is one scale block), the scales loaded before the block's MFMAs.
+template <class Cfg>
+struct PortableBlockScaled : Cfg {
+  static constexpr bool kBlockScaled = true;
+};
+
 }  // namespace fg

@@ -46,6 +46,7 @@
 // bytes (the descriptors' windows: K < 16M 8-bit or 8M 16-bit elements).
 #pragma once
 #include "arch/select.hpp"
+#include "block_scales.hpp"
 #include "epilogue.hpp"
 #include "gemm_configs.hpp"
 #if defined(__gfx942__) || defined(__gfx950__)
@@ -76,6 +77,7 @@ struct CdnaLdsGemmConfig {
   static_assert(kChunksPerBlockK == 8, "the LDS swizzle XORs the chunk with row % 8: K blocks of 128 bytes");
   static_assert(kBlockM * kChunksPerBlockK % kThreads == 0, "A's K block splits evenly over the block's lanes");
   static_assert(kLdsBytes <= 64 * 1024, "LDS: gfx942 has 64 KB per workgroup");
+  static constexpr bool kBlockScaled = false;
 };
 
 template <class Cfg>
@@ -86,6 +88,10 @@ template <class Tile>
 struct IsCdnaLdsGemmConfig<CdnaLdsGemmConfig<Tile>> {
   static constexpr bool value = true;
 };
+template <class Tile>
+struct IsCdnaLdsGemmConfig<PortableBlockScaled<CdnaLdsGemmConfig<Tile>>> {
+  static constexpr bool value = true;
+};
 
 #if defined(__gfx942__) || defined(__gfx950__)
 
@@ -94,7 +100,8 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
                               const u8* __restrict__ b,  // [N, K] preshuffled (16,16) or row-major (kPreshuffledB)
                               int M, int N, int K,       // K in elements of In
                               const typename Epi::Params& ep,
-                              int m_block, int col_base) {  // as portable_gemm_direct_tile's
+                              int m_block, int col_base,  // as portable_gemm_direct_tile's
+                              const BlockScaleArgs& bs = BlockScaleArgs{}) {  // Cfg::kBlockScaled only
   using Atom = arch::MmaAtom<In>;
   constexpr bool kPreshuffledB = InTraits<In>::kPreshuffledB;
   static_assert((kPreshuffledB && InTraits<In>::kBytes == 1) || (!kPreshuffledB && InTraits<In>::kBytes == 2),
@@ -195,7 +202,33 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
 #pragma unroll
     for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::zero(acc[tm][tn]);
 
-  auto mma_block = [&](int buf, const Frag (&fb)[kSteps][Cfg::kTilesN]) {
+  // K block kb's MFMAs from LDS buffer buf. Block-scaled (one K block is one scale block): into a partial tile,
+  // added times sa[row, kb] * sb[col / 128, kb], the scales loaded before the MFMAs (their latency under them).
+  auto mma_block = [&](int buf, const Frag (&fb)[kSteps][Cfg::kTilesN], int kb) {
+    constexpr int kScaled = Cfg::kBlockScaled ? 1 : 0;
+    float sa[kScaled ? Cfg::kTilesM : 1][4];
+    float sb[kScaled ? Cfg::kTilesN : 1];
+    Acc part[kScaled ? Cfg::kTilesM : 1][kScaled ? Cfg::kTilesN : 1];
+    if constexpr (Cfg::kBlockScaled) {
+      static_assert(kPreshuffledB && Atom::kAccPerLane == 4, "block scales: 8-bit preshuffled B");
+      const bool kb_ok = kb < bs.k_blocks;
+#pragma unroll
+      for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
+          sa[tm][e] = (bs.a != nullptr && kb_ok && row < M) ? bs.a[static_cast<i64>(row) * bs.k_blocks + kb] : 1.f;
+        }
+#pragma unroll
+      for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
+        const int col = n_warp + 16 * tn + Atom::acc_col(lane, 0);
+        sb[tn] = (bs.b != nullptr && kb_ok && col < N) ? bs.b[(col / 128) * bs.k_blocks + kb] : 1.f;
+      }
+#pragma unroll
+      for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+        for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::zero(part[tm][tn]);
+    }
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       Frag fa[Cfg::kTilesM];
@@ -206,7 +239,18 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
 #pragma unroll
       for (int tm = 0; tm < Cfg::kTilesM; ++tm)
 #pragma unroll
-        for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::mma(acc[tm][tn], fa[tm], fb[s][tn]);
+        for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
+          if constexpr (Cfg::kBlockScaled)
+            Atom::mma(part[tm][tn], fa[tm], fb[s][tn]);
+          else
+            Atom::mma(acc[tm][tn], fa[tm], fb[s][tn]);
+        }
+    }
+    if constexpr (Cfg::kBlockScaled) {
+#pragma unroll
+      for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+        for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::add_scaled(acc[tm][tn], part[tm][tn], sa[tm], sb[tn]);
     }
   };
 
@@ -222,13 +266,13 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   for (int kb = 0; kb < num_kblocks; kb += 2) {
     load_a(kb + 1, stage);
     load_b(kb + 1, fb1);
-    mma_block(0, fb0);
+    mma_block(0, fb0, kb);
     store_a(1, stage);
     __syncthreads();
     if (kb + 1 >= num_kblocks) break;
     load_a(kb + 2, stage);
     load_b(kb + 2, fb0);
-    mma_block(1, fb1);
+    mma_block(1, fb1, kb + 1);
     store_a(0, stage);
     __syncthreads();
   }

@@ -104,10 +104,10 @@ class GemmKernel:
         m_off, ep_off = kernels.gemm_arg_offsets(self.cfg.unit, self.epilogue)
         bs_check = ""
         if self.block_scaled:
-            portable = not sm90 and self.cfg.unit == "portable_gemm" and self.arch in ("gfx942", "gfx950")
+            portable = not sm90 and self.arch in ("gfx942", "gfx950")  # register-direct or CDNA LDS configs
             if not ((sm90 or portable) and self.in_kind == "fp8" and self.b_layout == "nk"):
-                raise ValueError(f"block-scaled kernels are fp8 on the sm_90a wgmma configs and the AMD register-direct "
-                                 f"(portable_*) ones, not {self.arch} {self.config} {self.in_kind}")
+                raise ValueError(f"block-scaled kernels are fp8 on the sm_90a wgmma configs and the AMD ones, not "
+                                 f"{self.arch} {self.config} {self.in_kind}")
             cfg = f"fg::{'BlockScaled' if sm90 else 'PortableBlockScaled'}<{cfg}>"
             args = f"fg::{'Sm90GemmBlockArgs' if sm90 else 'PortableGemmBlockArgs'}<{epi}>"
             bs_type = kernels.gemm_args_type(self.cfg.unit, self.epilogue, True)

@@ -65,3 +65,30 @@ def test_one_side_blocks_and_the_plan(arch, seed):
     ref = gemm_a8_block_reference(xg, fg.unshuffle(fg.PreshuffledWeight(mod.weight)), lin.bias, scale_a=sg,
                                   scale_b=mod.weight_scale, epilogue="bias_silu", out_dtype=torch.float32)
     assert rel(y, ref) < 1e-2  # y is rounded to x's dtype (fp32 here) once; the oracle rounded to fp32 too
+
+
+@pytest.mark.parametrize("arch", ("gfx942", "gfx950"))
+@pytest.mark.parametrize("config", AMD_BLOCK_CONFIGS)
+def test_grouped_block_scales(arch, config, seed):
+    """grouped_gemm_a8 with DeepSeek-V3's block scales (scale_a [M, ceil(K/128)], scale_b [G, ceil(N/128),
+    ceil(K/128)]): every AMD config, ragged groups (an empty one, one row, one across row blocks), each group
+    against the block formula's oracle on its own rows and its own weight's scales."""
+    sizes = (5, 0, 130, 1)
+    g, n, k = len(sizes), 272, 400
+    offs = torch.tensor(sizes).cumsum(0).to(torch.int32)
+    x, w = torch.randn(sum(sizes), k), torch.randn(g, n, k)
+    with poisoned_outputs(), emulate(arch) as dev:
+        xq, sx = fg.quantize_rows(x, "fp8", group=128)
+        per = [fg.quantize_weight(w[e], "fp8", block=128) for e in range(g)]
+        w8, sw = torch.stack([q for q, _s in per]), torch.stack([s for _q, s in per])
+        with forced_config(config):
+            y = fg.grouped_gemm_a8(xq, fg.preshuffle(w8), scale_a=sx, scale_b=sw, offs=offs, epilogue="silu",
+                                   out_dtype=torch.float32)
+    assert any("_bs_" in name and "_grouped_" in name for name, _g, _b in dev.launches)
+    r0 = 0
+    for e, s in enumerate(sizes):
+        if s:
+            ref = gemm_a8_block_reference(xq[r0:r0 + s], w8[e], scale_a=sx[r0:r0 + s], scale_b=sw[e],
+                                          epilogue="silu", unrounded=True)
+            assert rel(y[r0:r0 + s], ref) < 1e-6, e
+        r0 += s

@@ -198,3 +198,31 @@ def test_m_indices_layout_reference_and_checks():
         fg.grouped_matmul(x, w, m_indices=bad)
     with pytest.raises(ValueError, match="exactly one of offs"):
         fg.grouped_matmul(x, w, m_indices=idx, offs=torch.tensor([3, 3, 384], dtype=torch.int32))
+
+
+def test_a8_block_scales_reference():
+    """grouped_gemm_a8 with block scales on CPU tensors: each group is the block formula on its rows and its
+    expert's 128 x 128 scales; a per-row scale_a beside block scale_b stays in the epilogue; int8 is refused."""
+    from fusedgemm.reference import gemm_a8_block_reference
+
+    sizes = (3, 0, 140)
+    g, n, k = len(sizes), 144, 304
+    offs = offs_of(sizes)
+    x8 = torch.randn(143, k).to(torch.float8_e4m3fn)
+    w8 = torch.randn(g, n, k).to(torch.float8_e4m3fn)
+    sa, sb = torch.rand(143, 3) + 0.5, torch.rand(g, 2, 3)
+    y = fg.grouped_gemm_a8(x8, fg.preshuffle(w8), scale_a=sa, scale_b=sb, offs=offs, out_dtype=torch.float32)
+    sv = torch.rand(143) + 0.5
+    y2 = fg.grouped_gemm_a8(x8, fg.preshuffle(w8), scale_a=sv, scale_b=sb, offs=offs, epilogue="relu",
+                            out_dtype=torch.float32)
+    r0 = 0
+    for e, s in enumerate(sizes):
+        if s:
+            ref = gemm_a8_block_reference(x8[r0:r0 + s], w8[e], scale_a=sa[r0:r0 + s], scale_b=sb[e], unrounded=True)
+            torch.testing.assert_close(y[r0:r0 + s].double(), ref, rtol=1e-6, atol=1e-6)
+            ref2 = gemm_a8_block_reference(x8[r0:r0 + s], w8[e], scale_a=sv[r0:r0 + s], scale_b=sb[e],
+                                           epilogue="relu", unrounded=True)
+            torch.testing.assert_close(y2[r0:r0 + s].double(), ref2, rtol=1e-6, atol=1e-6)
+        r0 += s
+    with pytest.raises(TypeError, match="block scales are for fp8"):
+        fg.grouped_gemm_a8(x8.view(torch.int8), fg.preshuffle(w8.view(torch.int8)), scale_a=sa, offs=offs)

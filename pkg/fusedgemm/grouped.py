@@ -101,9 +101,10 @@ class _FastPlan:
 
 # ---- the shared core -----------------------------------------------------------------------------------------
 def _run(op: str, x: torch.Tensor, w_kernel: torch.Tensor, w_ref, n: int, k: int, in_kind: str, expr, operands,
-         layout: GroupLayout, out_dtype, out, key=None):
+         layout: GroupLayout, out_dtype, out, key=None, blocks=None):
     """x [m, K] view, w_kernel the stacked weight as the kernel reads it ([G, N, K], preshuffled for 8-bit), w_ref
-    a callable g -> expert g's [N, K] weight (the reference's). Returns out (or (out, saved))."""
+    a callable g -> expert g's [N, K] weight (the reference's); blocks: (scale_a [m, KB] or None, scale_b
+    [G, NB, KB] or None) block scales (8-bit). Returns out (or (out, saved))."""
     paired = _epi.is_paired(expr)
     n_out = n // 2 if paired else n
     flat = flat_operands(op, expr, operands, layout, n_out)
@@ -119,22 +120,31 @@ def _run(op: str, x: torch.Tensor, w_kernel: torch.Tensor, w_ref, n: int, k: int
     x2 = x.reshape(layout.m, k)
     if layout.m and n_out:
         if arch == "cpu":
-            _reference_into(x2, w_ref, expr, flat, layout, n_out, out, saved)
+            _reference_into(x2, w_ref, expr, flat, layout, n_out, out, saved, blocks)
         else:
             plan, x_launched, pointers, aligns = _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr,
-                                                         layout, n_out, out, saved)
-            _remember(key, plan, pointers, aligns, x_launched is x2, flat, operands, tuple(out.shape), out_dtype, saved)
+                                                         layout, n_out, out, saved, blocks)
+            if blocks is None:  # (block scales' addresses are in the packed values: no fast path for them yet)
+                _remember(key, plan, pointers, aligns, x_launched is x2, flat, operands, tuple(out.shape), out_dtype,
+                          saved)
     return out if saved is None else (out, saved)
 
 
-def _reference_into(x2, w_ref, expr, flat, layout, n_out, out, saved) -> None:
-    """Each group: its rows times its weight in float64, the epilogue on them, rounded once into out."""
+def _reference_into(x2, w_ref, expr, flat, layout, n_out, out, saved, blocks=None) -> None:
+    """Each group: its rows times its weight in float64 (block-scaled: reference.block_scaled_acc), the epilogue on
+    them, rounded once into out."""
+    from .reference import block_scaled_acc
+
     o2, s2 = out.view(layout.m, n_out), None if saved is None else saved.view(layout.m, n_out)
     for g, span in enumerate(layout.spans()):
         rows = span.to(x2.device) if isinstance(span, torch.Tensor) else slice(*span)
         if (span.numel() if isinstance(span, torch.Tensor) else span[1] - span[0]) <= 0:
             continue
-        acc = x2[rows].to(torch.float64) @ w_ref(g).to(torch.float64).T
+        if blocks is None:
+            acc = x2[rows].to(torch.float64) @ w_ref(g).to(torch.float64).T
+        else:
+            sa, sb = blocks
+            acc = block_scaled_acc(x2[rows], w_ref(g), None if sa is None else sa[rows], None if sb is None else sb[g])
         y, pre = evaluate_outputs(expr, acc, group_operands(expr, flat, g, rows, n_out))
         o2[rows] = round_to(y, out.dtype).to(out.dtype)
         if s2 is not None:
@@ -155,7 +165,7 @@ def _remember(key, plan, pointers, aligns, x_in_place: bool, flat: dict, operand
     _PLANS.remember(key, _FastPlan(plan, shape, dtype, tuple(sources), tuple(aligns)))
 
 
-def _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, n_out, out, saved):
+def _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, n_out, out, saved, blocks=None):
     from .plan.call import expression_pointers
     from .plan.grouped_call import GroupedCallPlan
 
@@ -166,8 +176,13 @@ def _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, 
     pointers, aligns = expression_pointers(expr, flat, saved is not None)
     tensors = [out] if saved is None else [out, saved]
     with device_guard(x2.device):
-        plan = GroupedCallPlan(x2.device.index, arch, in_kind, layout, n, k, out.dtype, binding.spec, binding.values,
-                               pointers, n_out, op)
+        values = binding.values
+        if blocks is not None:
+            sa, sb = blocks
+            values = dict(values, bs_a=0 if sa is None else sa.data_ptr(), bs_b=0 if sb is None else sb.data_ptr(),
+                          bs_k_blocks=-(-k // 128))
+        plan = GroupedCallPlan(x2.device.index, arch, in_kind, layout, n, k, out.dtype, binding.spec, values,
+                               pointers, n_out, op, block_scaled=blocks is not None)
         plan.run(x2.data_ptr(), w_kernel.data_ptr(), layout.index.data_ptr(), *(t.data_ptr() for t in tensors),
                  *(binding.values[f] for f in pointers[len(tensors):]))
     return plan, x2, pointers, aligns
@@ -271,9 +286,10 @@ def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scal
     if n % 16 or k % 16:
         raise ValueError(f"{op}: the grouped 8-bit kernels need N % 16 == 0 and K % 16 == 0, got N={n}, K={k}")
     layout = group_layout(op, x, offs, masked_m, expected_m, groups, m_indices)
+    blocks, scale_a, scale_b = _block_scales(op, x, scale_a, scale_b, layout, groups, n, k)
     form = resolve_epilogue(op, epilogue)
     if isinstance(form, _epi.Node):
-        if any(v is not None for v in (scale_a, scale_b, bias)):
+        if any(v is not None for v in (scale_a, scale_b, bias)) or blocks is not None:
             raise ValueError(f"{op}: with an epilogue expression, pass scales and bias as its operands (by name)")
         expr, ops = form, dict(operands or {})
     else:
@@ -288,7 +304,31 @@ def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scal
         raise TypeError(f"{op}: {arch} needs fp8 as {FP8_DTYPE_FOR_ARCH[arch]}, got {x.dtype}")
     out_dtype = out_dtype_of(op, out, out_dtype, OUT_DTYPES, torch.bfloat16)
     return _run(op, x, w.data, lambda g: unshuffle_group(w, g).to(torch.float32), n, k,
-                "int8" if x.dtype == torch.int8 else "fp8", expr, ops, layout, out_dtype, out, key=key)
+                "int8" if x.dtype == torch.int8 else "fp8", expr, ops, layout, out_dtype, out, key=key, blocks=blocks)
+
+
+def _block_scales(op, x, scale_a, scale_b, layout, groups: int, n: int, k: int):
+    """-> (blocks or None, scale_a, scale_b): DeepSeek-style block scales apart -- scale_a [M, ceil(K/128)] (1 x 128
+    per row; masked: [G, Mmax, ceil(K/128)]), scale_b [G, ceil(N/128), ceil(K/128)] (128 x 128 per expert) -- and the
+    scales left for the epilogue (None where a side is blocks). [M, 1] (K <= 128) stays the per-row scale."""
+    kb, nb = -(-k // 128), -(-n // 128)
+    sa_block = isinstance(scale_a, torch.Tensor) and kb > 1 and tuple(scale_a.shape) in ((layout.m, kb),
+                                                                                         (*layout.lead, kb))
+    sb_block = isinstance(scale_b, torch.Tensor) and scale_b.dim() == 3 and tuple(scale_b.shape) == (groups, nb, kb)
+    if not (sa_block or sb_block):
+        return None, scale_a, scale_b
+    if x.dtype == torch.int8:
+        raise TypeError(f"{op}: block scales are for fp8 inputs; int8 takes per-row / per-expert scales")
+    out = []
+    for name, t, is_block in (("scale_a", scale_a, sa_block), ("scale_b", scale_b, sb_block)):
+        if not is_block:
+            out.append(None)
+            continue
+        if t.dtype != torch.float32 or not t.is_contiguous() or t.device != x.device:
+            raise ValueError(f"{op}: {name} (block scales) must be contiguous float32 on x's device, got {t.dtype}, "
+                             f"strides {tuple(t.stride())}, {t.device}")
+        out.append(t.reshape(layout.m, kb) if name == "scale_a" else t)
+    return (out[0], out[1]), (None if sa_block else scale_a), (None if sb_block else scale_b)
 
 
 def unshuffle_group(w: PreshuffledWeight, g: int) -> torch.Tensor:

@@ -349,6 +349,39 @@ struct PortableGemmBlockArgs {
   BlockScaleArgs bs;
 };
 
+// A grouped GEMM's block with block-scaled fp8 (AMD): scale_a [M, k_blocks] by the rows' own index, scale_b the G
+// groups' [ceil(N / 128), k_blocks] tables stacked, group g's g * ceil(N / 128) rows on.
+template <class In, class Epi, class Cfg>
+FG_DEVICE void portable_gemm_grouped_block_scaled(const u8* __restrict__ a, const u8* __restrict__ b, int M, int N,
+                                                  int K, const typename Epi::Params& ep, const BlockScaleArgs& bs,
+                                                  const GroupArgs& ga) {
+  static_assert(Cfg::kBlockScaled, "PortableBlockScaled<a portable or CDNA config>");
+  GroupTile t;
+  if (!group_row_block<Cfg::kBlockM>(ga, M, static_cast<int>(blockIdx.y), t)) return;  // uniform: before any barrier
+  const u8* b_group = b + static_cast<i64>(t.group) * N * K;
+  BlockScaleArgs bs_group = bs;
+  if (bs.b != nullptr) bs_group.b = bs.b + static_cast<i64>(t.group) * ((N + 127) / 128) * bs.k_blocks;
+#if defined(__gfx942__) || defined(__gfx950__)
+  if constexpr (IsCdnaLdsGemmConfig<Cfg>::value) {
+    cdna_gemm_tile<In, Epi, Cfg>(a, b_group, t.m_end, N, K, ep, t.m0, t.group * N, bs_group);
+  } else
+#endif
+  {
+    portable_gemm_direct_tile<In, Epi, Cfg>(a, b_group, t.m_end, N, K, ep, t.m0, t.group * N, bs_group);
+  }
+}
+
+// The argument of a grouped block-scaled entry point: PortableGemmArgs's fields, the block scales, the groups.
+template <class Epi>
+struct PortableGemmGroupedBlockArgs {
+  const u8* a;
+  const u8* b;
+  int M, N, K;
+  typename Epi::Params ep;
+  BlockScaleArgs bs;
+  GroupArgs groups;
+};
+
 // The argument of a grouped entry point (generated units only): PortableGemmArgs's fields, then the groups.
 template <class Epi>
 struct PortableGemmGroupedArgs {

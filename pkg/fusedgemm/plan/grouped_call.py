@@ -60,7 +60,7 @@ class GroupedCallPlan:
     the values of the Params fields named by `pointers` (outputs, then tensor operands)."""
 
     def __init__(self, dev: int, arch: str, in_kind: str, layout, n: int, k: int, out_dtype, epi, values: dict,
-                 pointers: tuple[str, ...], n_out: int, op: str):
+                 pointers: tuple[str, ...], n_out: int, op: str, block_scaled: bool = False):
         rows = layout.rows_hint * layout.groups if layout.rows > 0 else layout.m  # masked: the hint's, not Mmax's
         cfg = choose_grouped(arch, layout.rows_hint, n, k, in_kind, rows, layout.groups)
         if not cfg.serves(in_kind) or (in_kind in MATMUL_IN and arch == "sm_90a" and not cfg.sm90):
@@ -70,7 +70,11 @@ class GroupedCallPlan:
         if blocks > _MAX_GRID_Y:
             raise ValueError(f"{op}: {layout.m} rows in {layout.groups} groups need {blocks} row blocks of "
                              f"{cfg.block_m}, more than one launch has ({_MAX_GRID_Y})")
-        spec = GemmKernel(arch, cfg.name, in_kind, OUT_CODEGEN[str(out_dtype).split(".")[-1]], epi, grouped=True)
+        if block_scaled and arch == "sm_90a":
+            raise ValueError(f"{op}: block-scaled grouped GEMMs run on gfx942 / gfx950 (and CPU tensors) so far, not "
+                             "sm_90a; use per-token / per-channel scales there")
+        spec = GemmKernel(arch, cfg.name, in_kind, OUT_CODEGEN[str(out_dtype).split(".")[-1]], epi, grouped=True,
+                          block_scaled=block_scaled)
         kernel = kernel_for(dev, spec)
         names = [f.split(".", 1)[-1] for f in kernel.signature.flat_names[2:]]
         self.template = kernel.signature.values_in_order(

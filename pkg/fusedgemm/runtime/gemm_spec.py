@@ -117,14 +117,17 @@ class GemmKernel:
         extra = ", args.bs" if self.block_scaled else ""
         if self.grouped:
             cfg_t = self.cfg
-            if self.b_layout != "nk" or self.block_scaled or cfg_t.swap_ab or cfg_t.pair_b or cfg_t.one_wave:
-                raise ValueError(f"grouped kernels run on CTA-per-tile configs with B as [N, K], not {self.config} "
-                                 f"({self.b_layout}{', block-scaled' if self.block_scaled else ''})")
-            args = f"fg::{'Sm90GemmGroupedArgs' if sm90 else 'PortableGemmGroupedArgs'}<{epi}>"
-            g_type = kernels.gemm_args_type(self.cfg.unit, self.epilogue, grouped=True)
+            unfit = cfg_t.swap_ab or cfg_t.pair_b or cfg_t.one_wave
+            if self.b_layout != "nk" or (self.block_scaled and sm90) or unfit:
+                raise ValueError(f"grouped kernels run on CTA-per-tile configs with B as [N, K] (block-scaled: AMD's), "
+                                 f"not {self.config} ({self.b_layout}{', block-scaled' if self.block_scaled else ''})")
+            both = self.block_scaled
+            kind = "Sm90GemmGroupedArgs" if sm90 else "PortableGemmGroupedBlockArgs" if both else "PortableGemmGroupedArgs"
+            args = f"fg::{kind}<{epi}>"
+            g_type = kernels.gemm_args_type(self.cfg.unit, self.epilogue, block_scaled=both, grouped=True)
             g_off = g_type.offsets[[f for f, _c in g_type.fields].index("grp_index")]
             bs_check = f" && __builtin_offsetof({args}, groups) == {g_off} && sizeof({args}) == {g_type.size}"
-            body, extra = "sm90_gemm_grouped", ", args.groups"
+            body, extra = "sm90_gemm_grouped", ", args.bs, args.groups" if both else ", args.groups"
         # NVRTC's front end has no __builtin_offsetof: there the metadata check alone holds the layout.
         layout = (f"#if !defined(__CUDACC_RTC__)\n  static_assert(__builtin_offsetof({args}, M) == {m_off} && "
                   f"__builtin_offsetof({args}, ep) == {ep_off}{bs_check}, \"argument packing layout\");\n#endif\n")
@@ -137,7 +140,8 @@ class GemmKernel:
             guard = ("#if defined(FG_NVIDIA)\n", "#endif\n")
         else:
             header = "portable_gemm.hpp"
-            body = ("block_scaled" if self.block_scaled else "grouped_tile" if self.grouped else "tile")
+            body = ("grouped_block_scaled" if self.grouped and self.block_scaled
+                    else "block_scaled" if self.block_scaled else "grouped_tile" if self.grouped else "tile")
             entry = (f'extern "C" __global__ void __launch_bounds__({cfg}::kWarps * '
                      f"fg::arch::MmaAtom<{_IN_TYPE[self.in_kind]}>::kWarpSize)\n"
                      f"{self.kernel_name}(const {args} args) {{\n{layout}"

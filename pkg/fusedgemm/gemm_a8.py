@@ -17,6 +17,7 @@ import torch
 
 from . import blockscale as _blockscale
 from . import epilogue as _epi
+from . import out_groups as _out_groups
 from .checks import (FP8_DTYPE_FOR_ARCH, OUT_DTYPES, check_gemm_a8_args, check_no_preset_operands,  # noqa: F401
                      preset_values)
 from .epilogue.presets import ACTIVATIONS, EPILOGUES, activation_name, preset_name, resolve as _resolve
@@ -49,7 +50,7 @@ def launch_gemm_a8(a: torch.Tensor, b_data: torch.Tensor, p: dict, out: torch.Te
 
 def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = None, *, scale_a=None, scale_b=None,
             epilogue=None, out_dtype: torch.dtype | None = None, out: torch.Tensor | None = None,
-            operands: dict | None = None, activation: str | None = None):
+            operands: dict | None = None, activation: str | None = None, out_group: int | None = None):
     """y = epilogue(a @ w.T), one kernel, rounded once. With a preset epilogue name:
     y = act(a @ w.T * scale_a[:, None] * scale_b[None, :] + bias).
 
@@ -73,6 +74,10 @@ def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = N
               plus the bias when one is given (activation="silu" with a bias is epilogue="bias_silu").
     out_dtype: bfloat16, float16, float32 or the arch's fp8 (saturating); default: out's dtype, else bfloat16.
     out: optional [M, N] contiguous output to write.
+    out_group: 128 writes the output as the next layer's 1x128 block-quantised input: returns (codes [M, N] in
+              out_dtype -- the arch's fp8, the default --, scales [M, ceil(N / 128)] float32), what
+              quantize_rows(y, "fp8", group=128) gives for y the fp32 output, in one kernel (out_groups.py;
+              gfx942 / gfx950 and CPU tensors; N % 16 == 0 on AMD; no out=, no save(...) or gate / up pair).
     Runs on torch.cuda.current_stream(); no host synchronisation; CUDA-graph capturable. Epilogue expressions
     and fp32 / fp8 outputs compile their kernel on first use (cached on disk; FUSEDGEMM_JIT_VERBOSE=1 says so).
     CPU tensors: the same checks, output dtype and shape, computed by a torch reference (fp8 / int8 upcast,
@@ -87,6 +92,9 @@ def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = N
         epilogue = _shorthand(epilogue, activation, bias)
     elif epilogue.__class__ is str and epilogue not in _PRESET_NAMES:
         epilogue = _epilogue_text("gemm_a8", epilogue)
+    if out_group is not None:
+        return _out_groups.gemm_a8_out_group(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, operands,
+                                             out_group)
     if torch.compiler.is_compiling():
         return _gemm_a8_traced(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, operands)
     # Fast path (host time per call is part of the speed at decode sizes). The first call of a signature --

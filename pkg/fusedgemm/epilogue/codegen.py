@@ -9,15 +9,18 @@ the column only, which kernels hoist out of their store loops) and store (the pe
     scalar operands        {ptr, value}: a null ptr reads value (a Python number); else *ptr (a device
                            scalar, graph-capturable)
     aux operands           {ptr, ld}: element (m, n) at ptr[m * ld + n], typed at compile time
-    outputs                {out, ld_out} and, with a save(...) node, {saved, ld_saved}
+    outputs                {out, ld_out} and, with a save(...) node, {saved, ld_saved}; a group-quantised output
+                           (out_group) also {out_scale, ld_scale}: fp32 scales [M, ceil(N / out_group)]
 
 A paired expression (gate / up, ir.is_paired) gives a functor with kPairs = true: load_col(n) reads its
 n_vec operands at n >> 1, and store<V> (V even, n even) turns V GEMM columns into V / 2 outputs at column
 n / 2 (aux operands and the saved output are indexed by that output column too). Kernels whose lanes hold
 one column each pair them up first (portable_gemm.hpp, sm90_gemm_stores.hpp store_swapped).
 
-`EpilogueSpec` is what a code object depends on: the expression and the element types of its tensor
-operands (the output type is the functor's template parameter). Its key names the functor.
+`EpilogueSpec` is what a code object depends on: the expression, the element types of its tensor operands
+and the output's quantisation group (the output type is the functor's template parameter). Its key names the
+functor. With out_group (gemm_a8's out_group=128, hip_src/include/fusedgemm/out_groups.hpp) the functor declares
+kOutGroup and gives store_code / store_scale; the kernel computes each group's scale from the values.
 """
 from __future__ import annotations
 
@@ -33,6 +36,7 @@ DYN_KINDS = {"f32": 1, "bf16": 2, "f16": 3}  # enum ElemKind in epilogue.hpp
 OUT_TYPES = {"bf16": ("fg::OutBf16", 2), "fp16": ("fg::OutF16", 2), "fp32": ("fg::OutF32", 4),
              "fp8e4m3fn": ("fg::OutFp8E4M3Fn", 1), "fp8e4m3fnuz": ("fg::OutFp8E4M3Fnuz", 1)}
 SAVE_TYPES = {"bf16": "fg::OutBf16", "fp16": "fg::OutF16", "fp32": "fg::OutF32"}
+OUT_GROUP = 128  # the one group width of group-quantised outputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,9 +44,17 @@ class EpilogueSpec:
     """An expression with the element types of its vector and aux operands: one functor."""
     expr: ir.Node
     operand_dtypes: tuple[tuple[str, str], ...] = ()  # (name, dtype), sorted; every m_vec / n_vec / aux
+    out_group: int = 0  # > 0: fp8 codes + one fp32 scale per row per out_group columns (out_groups.hpp)
 
     def __post_init__(self):
         ir.validate(self.expr)
+        if self.out_group:
+            if self.out_group != OUT_GROUP:
+                raise ir.EpilogueError(f"out_group must be {OUT_GROUP} (DeepSeek-style 1x128 blocks), got "
+                                       f"{self.out_group}")
+            if ir.is_paired(self.expr) or ir.saved_node(self.expr) is not None:
+                raise ir.EpilogueError("out_group: an expression with one output per GEMM column (no gate / up pair, "
+                                       f"no save(...)), got {self.expr}")
         ops = ir.operands(self.expr)
         given = dict(self.operand_dtypes)
         for name, op in ops.items():
@@ -57,12 +69,14 @@ class EpilogueSpec:
             raise ir.EpilogueError(f"element types given for {extra}, which are not tensor operands of {self.expr}")
 
     @classmethod
-    def of(cls, expr: ir.Node, dtypes: dict[str, str] | None = None) -> "EpilogueSpec":
-        return cls(expr, tuple(sorted((dtypes or {}).items())))
+    def of(cls, expr: ir.Node, dtypes: dict[str, str] | None = None, out_group: int = 0) -> "EpilogueSpec":
+        return cls(expr, tuple(sorted((dtypes or {}).items())), out_group)
 
     @property
     def key(self) -> str:
         text = f"{ir.KEY_VERSION}:{self.expr}|" + ",".join(f"{n}:{d}" for n, d in self.operand_dtypes)
+        if self.out_group:  # (plain outputs keep the keys, and so the kernel names, they always had)
+            text += f"|group{self.out_group}"
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
     @property
@@ -88,6 +102,8 @@ def params_layout(spec: EpilogueSpec) -> list[tuple[str, str]]:
     fields = [("out", "ptr"), ("ld_out", "i64")]
     if ir.saved_node(spec.expr) is not None:
         fields += [("saved", "ptr"), ("ld_saved", "i64")]
+    if spec.out_group:
+        fields += [("out_scale", "ptr"), ("ld_scale", "i64")]
     for name, op in ir.operands(spec.expr).items():
         f = f"op_{name}"
         if op.kind == "scalar":
@@ -385,6 +401,16 @@ def render_functor(spec: EpilogueSpec, name: str | None = None) -> str:
 {"    fg::epi::store_row<" + save_t + ", V, kVec4Aligned>(const_cast<void*>(p.saved), p.ld_saved, m, n, s);" if save_t else "    (void)s;"}
 """
         store_doc = ""
+    group = "" if not spec.out_group else f"""  // Group-quantised output (out_groups.hpp): the kernel reduces each row's |value| over its {spec.out_group} columns.
+  static constexpr int kOutGroup = {spec.out_group};
+  FG_DEVICE static void store_code(const Params& p, int m, int n, float y, float inv_scale) {{
+    const float t[1] = {{fg::quant::mul_rn(y, inv_scale)}};  // rounded, then converted: quantize_rows' rule
+    fg::epi::store_row<Out, 1>(const_cast<void*>(p.out), p.ld_out, m, n, t);
+  }}
+  FG_DEVICE static void store_scale(const Params& p, int m, int g, float s) {{
+    static_cast<float*>(const_cast<void*>(p.out_scale))[static_cast<long long>(m) * p.ld_scale + g] = s;
+  }}
+"""
     return f"""// {expr}
 // operand types: {', '.join(f'{n}:{d}' for n, d in spec.operand_dtypes) or '-'}
 template <class Out>
@@ -437,5 +463,5 @@ struct {name} {{
   FG_DEVICE static void store(const Params& p, int m, int n, const float (&acc)[V], const float (&r)[kRowValues],
                               const float (&c)[V][kColValues]) {{
 {store_body}  }}
-}};
+{group}}};
 """

@@ -104,7 +104,7 @@ class CallPlan:
     def __init__(self, dev: int, arch: str, in_kind: str, m: int, n: int, k: int, out_dtype: torch.dtype, epi,
                  values: dict, pointers: tuple[str, ...], bias_align: int = 1, lda: int | None = None,
                  ldb: int | None = None, op: str = "gemm_a8", b_layout: str = "nk", ld_out: int | None = None,
-                 block_scaled: bool = False):
+                 block_scaled: bool = False, config: str | None = None):
         self.dev, self.m, self.n, self.k, self.kind, self.b_layout = dev, m, n, k, in_kind, b_layout
         # Output columns: N / 2 for a paired epilogue (gate, up), whose outputs are [M, N / 2].
         self.n_out = n // 2 if getattr(epi, "pairs", False) else n
@@ -115,7 +115,9 @@ class CallPlan:
         self.a_map = self.b_map = (None, None)  # (address, encoded tensor map): the last one used
         if m == 0 or n == 0:
             return
-        if block_scaled:  # gemm_a8's block-scaled fp8: its configs (blockscale.py); values carry bs_a, bs_b, ...
+        if config is not None:  # the caller's config (gemm_a8's out_group: the one template that holds a group)
+            cfg, splits = GEMM_CONFIGS[config], 1
+        elif block_scaled:  # gemm_a8's block-scaled fp8: its configs (blockscale.py); values carry bs_a, bs_b, ...
             from ..blockscale import block_plan
 
             cfg, splits = block_plan(m, n, k, dev, persistent_ok=config_fits(_PERSISTENT, epi))

@@ -37,7 +37,7 @@ def patches(arch: str) -> list[tuple[object, str, object]]:
         out.append((plan, "gpu_name", lambda _i=None: f"emulated {arch}"))
     for name in ("fusedgemm.plan.call", "fusedgemm.call_plan", "fusedgemm.quant", "fusedgemm.tiny_bmm",
                  "fusedgemm.gemm_a8", "fusedgemm.matmul", "fusedgemm.swiglu", "fusedgemm.plan.grouped_call",
-                 "fusedgemm.grouped"):
+                 "fusedgemm.grouped", "fusedgemm.out_groups"):
         m = _mod(name)
         if m is None:
             continue

@@ -41,6 +41,9 @@
 //      K % 16 == 0; matmul_fused: K % 8 == 0); any such K runs. Plain B: columns >= N (N % 16 == 8) are never
 //      stored or passed to the epilogue.
 //   Epilogue: the generated epilogue functor (epilogue.hpp) through the same slot calls as portable_gemm_tile.
+//      A group-quantised output (out_groups.hpp; group = kBlockN = 128 columns, spread over the 4 waves) takes
+//      cdna_store_groups: each row's |y| reduced over the 16 lanes of a tile row, the wave's tiles, then the
+//      waves through LDS (the A buffers, free after the K loop's last barrier), one more barrier.
 //
 // Requirements (checked on the host, as for every gemm_a8 / matmul_fused config): A / B 16-byte aligned;
 // gemm_a8: N % 16 == 0, K % 16 == 0; matmul_fused: N % 8 == 0, K % 8 == 0; and 128 * K * kBytes < 2^31 - 16
@@ -50,6 +53,7 @@
 #include "block_scales.hpp"
 #include "epilogue.hpp"
 #include "gemm_configs.hpp"
+#include "out_groups.hpp"
 #if defined(__gfx942__) || defined(__gfx950__)
 #include "arch/cdna_buffer.hpp"
 #endif
@@ -95,6 +99,73 @@ struct IsCdnaLdsGemmConfig<PortableBlockScaled<CdnaLdsGemmConfig<Tile>>> {
 };
 
 #if defined(__gfx942__) || defined(__gfx950__)
+
+// out_group: the epilogue values y of the block's rows, quantised per row over the block's kBlockN columns (one
+// group: out_groups.hpp). red: kWarpsN x kBlockM words of LDS. Every lane of the block calls it (shuffles and a
+// barrier inside); rows >= M and columns >= N take no part in a group's absmax and are not written.
+template <class Atom, class Epi, class Cfg, class AccT>
+FG_DEVICE void cdna_store_groups(const AccT (&acc)[Cfg::kTilesM][Cfg::kTilesN], const typename Epi::Params& ep,
+                                 int M, int N, int m_block, int n_block, int m_warp, int n_warp, int warp_n,
+                                 int lane, int col_base, u32* red) {
+  static_assert(OutGroupOf<Epi>::value == Cfg::kBlockN, "out_group: one group is the block's columns");
+  static_assert(!Epi::kPairs && !Epi::kSaves, "out_group: one output per GEMM column, no saved output");
+  using Q = typename QuantCodesOf<typename Epi::Output>::type;
+  int col[Cfg::kTilesN];
+  float c[Cfg::kTilesN][Epi::kColValues];
+#pragma unroll
+  for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
+    col[tn] = n_warp + 16 * tn + Atom::acc_col(lane, 0);
+    if (col[tn] < N) {
+      Epi::load_col(ep, col_base + col[tn], c[tn]);
+    } else {
+#pragma unroll
+      for (int i = 0; i < Epi::kColValues; ++i) c[tn][i] = 0.f;
+    }
+  }
+  float y[Cfg::kTilesM][Atom::kAccPerLane][Cfg::kTilesN];
+#pragma unroll
+  for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+    for (int e = 0; e < Atom::kAccPerLane; ++e) {
+      const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
+      float r[Epi::kRowValues];
+      if (row < M) {
+        Epi::load_row(ep, row, r);
+      } else {
+#pragma unroll
+        for (int i = 0; i < Epi::kRowValues; ++i) r[i] = 0.f;
+      }
+      u32 key = 0;  // |y| as ordered bits (quant::abs_bits): NaN above +inf
+#pragma unroll
+      for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
+        float saved;  // (a row >= M or a column >= N is never evaluated: its aux operands are out of bounds)
+        const bool in = row < M && col[tn] < N;
+        y[tm][e][tn] = in ? Epi::value(ep, Atom::get(acc[tm][tn], e), r, c[tn], row, col[tn], saved) : 0.f;
+        if (in) key = quant::max_u32(key, quant::abs_bits(y[tm][e][tn]));
+      }
+#pragma unroll
+      for (int mask = 1; mask < 16; mask *= 2)  // the 16 lanes holding this row's columns of the tile
+        key = quant::max_u32(key, float_to_bits(arch::shfl_xor(bits_to_float(key), mask)));
+      if ((lane & 15) == 0) red[warp_n * Cfg::kBlockM + (row - m_block)] = key;
+    }
+  __syncthreads();
+#pragma unroll
+  for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+    for (int e = 0; e < Atom::kAccPerLane; ++e) {
+      const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
+      u32 key = 0;
+#pragma unroll
+      for (int w = 0; w < Cfg::kWarpsN; ++w) key = quant::max_u32(key, red[w * Cfg::kBlockM + (row - m_block)]);
+      if (row >= M) continue;
+      const float s = quant::row_scale<Q>(bits_to_float(key));
+      const float inv = 1.f / s;  // IEEE division, as quantize_rows
+#pragma unroll
+      for (int tn = 0; tn < Cfg::kTilesN; ++tn)
+        if (col[tn] < N) Epi::store_code(ep, row, col[tn], y[tm][e][tn], inv);
+      if (warp_n == 0 && (lane & 15) == 0) Epi::store_scale(ep, row, n_block / Cfg::kBlockN, s);
+    }
+}
 
 template <class In, class Epi, class Cfg>
 FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
@@ -278,6 +349,12 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
     __syncthreads();
   }
 
+  if constexpr (OutGroupOf<Epi>::value != 0) {
+    static_assert(Cfg::kWarpsN * Cfg::kBlockM * sizeof(u32) <= sizeof(lds_a), "out_group: LDS");
+    cdna_store_groups<Atom, Epi, Cfg>(acc, ep, M, N, m_block, n_block, m_warp, n_warp, warp_n, lane, col_base,
+                                      reinterpret_cast<u32*>(&lds_a[0][0]));
+    return;
+  }
   // Epilogue: each lane's accumulators (one column, four rows per tile) through the epilogue slot, as
   // portable_gemm_tile does (preshuffled B: 16-column tiles are all in or all out, N % 16 == 0; plain B: columns
   // >= N are skipped per lane).

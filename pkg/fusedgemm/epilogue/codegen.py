@@ -401,7 +401,7 @@ def render_functor(spec: EpilogueSpec, name: str | None = None) -> str:
 {"    fg::epi::store_row<" + save_t + ", V, kVec4Aligned>(const_cast<void*>(p.saved), p.ld_saved, m, n, s);" if save_t else "    (void)s;"}
 """
         store_doc = ""
-    group = "" if not spec.out_group else f"""  // Group-quantised output (out_groups.hpp): the kernel reduces each row's |value| over its {spec.out_group} columns.
+    group = "" if not spec.out_group else f"""  // Group-quantised output (out_groups.hpp): the kernel reduces |value| over a row's {spec.out_group} columns.
   static constexpr int kOutGroup = {spec.out_group};
   FG_DEVICE static void store_code(const Params& p, int m, int n, float y, float inv_scale) {{
     const float t[1] = {{fg::quant::mul_rn(y, inv_scale)}};  // rounded, then converted: quantize_rows' rule

@@ -105,7 +105,8 @@ class GemmKernel:
         if group and not (isinstance(tile_configs.CONFIGS[self.config], tile_configs.CdnaTile)
                           and self.cfg.block_n == group and self.arch in ("gfx942", "gfx950") and not self.grouped):
             raise ValueError(f"group-quantised outputs (out_group={group}) run on the AMD LDS configs of {group} "
-                             f"columns (cdna_gemm.hpp), not {self.arch} {self.config}{' grouped' if self.grouped else ''}")
+                             f"columns (cdna_gemm.hpp), not {self.arch} {self.config}"
+                             f"{' grouped' if self.grouped else ''}")
         m_off, ep_off = kernels.gemm_arg_offsets(self.cfg.unit, self.epilogue)
         bs_check = ""
         if self.block_scaled:

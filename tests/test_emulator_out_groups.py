@@ -1,0 +1,156 @@
+"""gemm_a8(out_group=128) in the AMD emulator: the real gfx942 / gfx950 code objects of the LDS kernel with the
+group-quantised store (cdna_gemm.hpp cdna_store_groups) through the public API on CPU tensors, held to the float64
+oracle -- the epilogue's values rounded to fp32, then quantize_rows' rule per 128-column group -- with outputs
+poisoned, ragged M / N / K (a partial last group, rows past M), fp8 and int8 inputs, per-token / per-channel and
+DeepSeek block scales, an expression with an aux operand; every hazard check on. A planted bug: the barrier between
+the waves' LDS partial maxima and their reads deleted must be reported as an LDS race."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+pytest.importorskip("msgpack")
+import fusedgemm as fg  # noqa: E402
+import fusedgemm.epilogue as E  # noqa: E402
+from fusedgemm.epilogue.codegen import EpilogueSpec  # noqa: E402
+from fusedgemm.quant import quantize_rows_torch  # noqa: E402
+from fusedgemm.reference import block_scaled_acc  # noqa: E402
+from fusedgemm.testing import emulate  # noqa: E402
+from fusedgemm.testing.emulator import codeobjects, loader  # noqa: E402
+from fusedgemm.testing.emulator.errors import HazardError  # noqa: E402
+from fusedgemm.testing.emulator.machine import Machine  # noqa: E402
+from fusedgemm.testing.emulator.memory import Memory  # noqa: E402
+from fusedgemm.testing.emulator.runner import CodeObject, pack  # noqa: E402
+
+pytestmark = pytest.mark.slow  # builds code objects (cached between runs)
+
+ARCHES = ("gfx942", "gfx950")
+FP8 = {"gfx942": torch.float8_e4m3fnuz, "gfx950": torch.float8_e4m3fn}
+NAN_CODE = {torch.float8_e4m3fnuz: 0x80, torch.float8_e4m3fn: 0x7F}
+# (M, N, K): two row blocks, the second of 3 rows, and a last group of 16 columns (144 = 128 + 16), K of 2.5 K
+# blocks; one row block of 37 rows, two whole groups, K of one partial K block.
+SHAPES = ((131, 144, 320), (37, 256, 96))
+
+
+def _oracle(y64: torch.Tensor, qdtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """quantize_rows' rule per 128 columns of y (float64 values rounded once to fp32, as the kernel holds them)."""
+    m, n = y64.shape
+    groups = -(-n // 128)
+    padded = torch.zeros(m, groups * 128, dtype=torch.float32)
+    padded[:, :n] = y64.to(torch.float32)
+    codes, scales = quantize_rows_torch(padded.reshape(m * groups, 128), qdtype)
+    return codes.reshape(m, groups * 128)[:, :n], scales.reshape(m, groups)
+
+
+def _check(codes, scales, y64, what):
+    """Scales to fp32 rounding (the kernel's fp32 sums differ from float64 by their rounding); codes equal to the
+    oracle's but where the two fp32 values sit on either side of a rounding boundary: one code step, rarely."""
+    want_c, want_s = _oracle(y64, codes.dtype)
+    assert not scales.isnan().any(), f"{what}: scales never written"
+    assert torch.allclose(scales, want_s, rtol=1e-5, atol=0), f"{what}: scales {(scales / want_s - 1).abs().max():.2e}"
+    got, want = codes.view(torch.uint8), want_c.view(torch.uint8)
+    assert not (got == NAN_CODE[codes.dtype]).any(), f"{what}: codes never written (poison left)"
+    differ = got != want
+    step = (codes.float() - want_c.float()).abs() / (want_c.float().abs().clamp(min=2.0 ** -6))
+    assert differ.float().mean() < 0.01 and (step[differ] <= 0.13).all(), f"{what}: {int(differ.sum())} codes differ"
+
+
+def _poisoned_empty(real_empty):
+    def empty(*args, **kwargs):
+        t = real_empty(*args, **kwargs)
+        if t.numel() and t.dtype in NAN_CODE:
+            t.view(torch.uint8).fill_(NAN_CODE[t.dtype])
+        elif t.numel() and t.dtype.is_floating_point:
+            t.fill_(float("nan"))
+        return t
+    return empty
+
+
+def _call(arch, *args, **kwargs):
+    real_empty = torch.empty
+    torch.empty = _poisoned_empty(real_empty)
+    try:
+        with emulate(arch) as dev:
+            codes, scales = fg.gemm_a8(*args, out_group=128, **kwargs)
+    finally:
+        torch.empty = real_empty
+    assert len(dev.launches) == 1 and dev.launches[0][0].endswith("cdna_lds_128x128"), dev.launches
+    return codes, scales
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_presets_fp8_and_int8(arch, seed):
+    g = torch.Generator().manual_seed(seed)
+    for m, n, k in SHAPES:
+        a = (torch.randn(m, k, generator=g) * 2).to(FP8[arch])
+        w = (torch.randn(n, k, generator=g) * 2).to(FP8[arch])
+        bias, sa, sb = torch.randn(n, generator=g), torch.rand(m, generator=g) + 0.5, torch.rand(n, generator=g) + 0.5
+        codes, scales = _call(arch, a, fg.preshuffle(w), bias, scale_a=sa, scale_b=sb, epilogue="bias_silu")
+        assert codes.shape == (m, n) and codes.dtype == FP8[arch] and scales.shape == (m, -(-n // 128))
+        pre = (a.double() @ w.double().T) * sa.double()[:, None] * sb.double() + bias.double()
+        _check(codes, scales, torch.nn.functional.silu(pre), f"{arch} fp8 bias_silu {m}x{n}x{k}")
+    m, n, k = SHAPES[0]
+    ai = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g)
+    wi = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g)
+    sa = torch.rand(m, generator=g) * 0.01
+    codes, scales = _call(arch, ai, fg.preshuffle(wi), scale_a=sa, epilogue="gelu_erf")
+    pre = (ai.double() @ wi.double().T) * sa.double()[:, None]
+    _check(codes, scales, torch.nn.functional.gelu(pre), f"{arch} int8 gelu_erf")
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_expression_with_aux_and_block_scales(arch, seed):
+    """An expression reading an [M, N] aux operand (rows past M must never be evaluated: their aux loads would be
+    out of bounds) on DeepSeek block scales (1x128 activations, 128x128 weights): the layer that feeds the next."""
+    g = torch.Generator().manual_seed(seed)
+    m, n, k = SHAPES[0]
+    a = (torch.randn(m, k, generator=g) * 2).to(FP8[arch])
+    w = (torch.randn(n, k, generator=g) * 2).to(FP8[arch])
+    sa = torch.rand(m, -(-k // 128), generator=g) + 0.5
+    sb = torch.rand(-(-n // 128), -(-k // 128), generator=g) + 0.5
+    res = torch.randn(m, n, generator=g).to(torch.bfloat16)
+    s = torch.rand(n, generator=g) + 0.5
+    expr = E.parse("silu(acc * n_vec(s)) + aux(res)")
+    codes, scales = _call(arch, a, fg.preshuffle(w), scale_a=sa, scale_b=sb, epilogue=expr,
+                          operands={"s": s, "res": res})
+    acc = block_scaled_acc(a, w, sa, sb)
+    _check(codes, scales, torch.nn.functional.silu(acc * s.double()) + res.double(), f"{arch} block expression")
+
+
+def test_deleted_epilogue_barrier_is_an_lds_race(seed):
+    """Planted bug: the kernel's last s_barrier -- between the waves' writes of their row maxima to LDS and every
+    wave's reads of all four -- deleted. The emulator must report the race; the kernel as built runs clean on the
+    same inputs, with no scratch and the LDS of the plain kernel (the maxima reuse A's buffers)."""
+    arch = "gfx942"
+    spec = EpilogueSpec.of(E.parse("acc"), {}, out_group=128)
+    unit, name, sig, source = codeobjects.gemm_a8_expression_kernel(arch, "cdna_lds_128x128", "fp8", "fp8e4m3fnuz",
+                                                                    spec)
+    obj = CodeObject.build(unit, arch, source)
+    meta = obj.kernel(name).metadata
+    assert int(meta.get(".private_segment_fixed_size", 0)) == 0 and int(meta.get(".vgpr_spill_count", 0)) == 0
+    assert obj.kernel(name).lds_bytes == 32 * 1024
+    body = loader.function_text(obj.listing, name)
+    assert len(re.findall(r"\ts_barrier\n", body)) == 4, "the K loop's three barriers and the epilogue's"
+    head, _sep, tail = body.rpartition("\ts_barrier\n")
+    code = CodeObject.from_listing(obj.listing.replace(body, head + tail), arch)
+    g = torch.Generator().manual_seed(seed)
+    m, n, k = 37, 256, 96
+    # A of zeros: the LDS words a wave reads too early then hold A's zeros, not bits that make the scale's
+    # division take the range-scaling cases the emulator does not model (the race is the finding, not that)
+    a = torch.zeros(m, k).to(torch.float8_e4m3fnuz)
+    w = (torch.randn(n, k, generator=g) * 2).to(torch.float8_e4m3fnuz)
+
+    def run(code_object):
+        codes = torch.zeros(m, n, dtype=torch.uint8)
+        scales = torch.full((m, 2), float("nan"))
+        mem = Memory()
+        values = dict(a=mem.register(a, "A"), b=mem.register(fg.preshuffle(w).data, "B"), M=m, N=n, K=k,
+                      out=mem.register(codes, "out"), ld_out=n, out_scale=mem.register(scales, "scales"), ld_scale=2)
+        Machine(mem).launch(code_object.kernel(name), (2, 1, 1), 256, pack(sig, values), arch=arch)
+        return scales
+
+    assert torch.equal(run(obj), torch.ones(m, 2))  # all-zero groups: scale 1
+    with pytest.raises(HazardError, match="LDS race"):
+        run(code)

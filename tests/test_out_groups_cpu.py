@@ -1,0 +1,119 @@
+"""gemm_a8(out_group=128) on CPU tensors and its refusals: the result is quantize_rows(y, group=128) of the same
+call's fp32 output, bit for bit (presets, expressions, int8, block scales, any N and K); bad arguments get a clear
+error before anything runs; the functor and kernel key of plain outputs are unchanged."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fusedgemm as fg
+import fusedgemm.epilogue as E
+from fusedgemm import out_groups
+from fusedgemm.epilogue.codegen import EpilogueSpec, render_functor
+from fusedgemm.runtime.gemm_spec import GemmKernel
+
+FP8 = torch.float8_e4m3fn
+
+
+def _data(m, n, k, g, dtype=FP8):
+    if dtype == torch.int8:
+        return (torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g),
+                torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g))
+    return (torch.randn(m, k, generator=g) * 2).to(dtype), (torch.randn(n, k, generator=g) * 2).to(dtype)
+
+
+def _same(got, want):
+    (codes, scales), (wc, ws) = got, want
+    assert codes.dtype == wc.dtype and codes.shape == wc.shape and scales.shape == ws.shape
+    assert torch.equal(codes.view(torch.uint8), wc.view(torch.uint8)) and torch.equal(scales, ws)
+
+
+@pytest.mark.parametrize("m,n,k", [(5, 256, 64), (33, 200, 129), (1, 16, 16), (0, 128, 32)])
+def test_equals_fp32_output_then_quantize_rows(m, n, k, seed):
+    g = torch.Generator().manual_seed(seed)
+    a, w = _data(m, n, k, g)
+    wq = fg.preshuffle(w)
+    bias, sa, sb = torch.randn(n, generator=g), torch.rand(m, generator=g) + 0.5, torch.rand(n, generator=g) + 0.5
+    got = fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, activation="silu", out_group=128)
+    with pytest.warns(UserWarning) if (k % 16 or n % 16) else _nothing():
+        y = fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, activation="silu", out_dtype=torch.float32)
+    _same(got, fg.quantize_rows(y, FP8, group=128))
+    assert got[1].shape == (m, -(-n // 128))
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_expression_int8_and_block_scales(seed):
+    g = torch.Generator().manual_seed(seed)
+    m, n, k = 9, 384, 256
+    a, w = _data(m, n, k, g)
+    res = torch.randn(m, n, generator=g)
+    expr = E.parse("gelu(acc) + aux(res)")
+    y = fg.gemm_a8(a, fg.preshuffle(w), epilogue=expr, operands={"res": res}, out_dtype=torch.float32)
+    _same(fg.gemm_a8(a, fg.preshuffle(w), epilogue="gelu(acc) + aux(res)", operands={"res": res}, out_group=128),
+          fg.quantize_rows(y, FP8, group=128))
+    sa, sb = torch.rand(m, 2, generator=g) + 0.5, torch.rand(3, 2, generator=g) + 0.5  # 1x128 / 128x128
+    y = fg.gemm_a8(a, fg.preshuffle(w), scale_a=sa, scale_b=sb, out_dtype=torch.float32)
+    _same(fg.gemm_a8(a, fg.preshuffle(w), scale_a=sa, scale_b=sb, out_group=128), fg.quantize_rows(y, FP8, group=128))
+    ai, wi = _data(m, n, k, g, torch.int8)
+    codes, scales = fg.gemm_a8(ai, fg.preshuffle(wi), scale_a=None, out_group=128)  # unscaled int sums
+    assert codes.dtype == FP8 and torch.equal(scales, fg.quantize_rows(ai.float() @ wi.float().T, FP8, group=128)[1])
+
+
+def test_nan_and_zero_groups(seed):
+    """A NaN in a group makes its scale NaN (visible downstream); an all-zero group gets scale 1 and zero codes."""
+    a = torch.zeros(2, 32).to(FP8)
+    a[1, 0] = float("nan")
+    w = torch.ones(256, 32).to(FP8)
+    codes, scales = fg.gemm_a8(a, fg.preshuffle(w), out_group=128)
+    assert torch.equal(scales[0], torch.ones(2)) and not codes[0].float().any()
+    assert scales[1].isnan().all()
+
+
+def test_bad_arguments():
+    a, w = torch.zeros(4, 32).to(FP8), fg.preshuffle(torch.zeros(128, 32).to(FP8))
+    for group in (64, 256, True, "128", 128.0):
+        with pytest.raises(ValueError, match="out_group must be 128"):
+            fg.gemm_a8(a, w, out_group=group)
+    with pytest.raises(TypeError, match="out_group writes fp8 codes: out_dtype must be an fp8 dtype"):
+        fg.gemm_a8(a, w, out_group=128, out_dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="out= is not taken with out_group"):
+        fg.gemm_a8(a, w, out_group=128, out=torch.empty(4, 128, dtype=FP8))
+    with pytest.raises(ValueError, match="one output per GEMM column"):
+        fg.gemm_a8(a, w, epilogue="silu(gate) * up", out_group=128)
+    with pytest.raises(ValueError, match="one output per GEMM column"):
+        fg.gemm_a8(a, w, epilogue="silu(save(acc, bf16))", out_group=128)
+
+
+def test_sm90_refuses_by_name_with_the_two_step_recipe(monkeypatch):
+    a, w = torch.zeros(4, 32).to(FP8), fg.preshuffle(torch.zeros(128, 32).to(FP8))
+    monkeypatch.setattr(out_groups, "arch_of", lambda *_args: "sm_90a")
+    monkeypatch.setattr(out_groups, "check_gemm_a8_args", lambda *args, **kw: _fake_checked())
+    with pytest.raises(NotImplementedError, match=r"no fused kernel on sm_90a.*quantize_rows\(y, 'fp8', group=128\)"):
+        fg.gemm_a8(a, w, out_group=128)
+
+
+def _fake_checked():
+    spec = EpilogueSpec.of(E.parse("acc"))
+    return dict(saved_dtype=None, n_out=128, n=128, m=4, k=32, epi=spec, expr=spec.expr)
+
+
+def test_plain_kernels_keep_their_keys_and_functors():
+    expr = E.parse("silu(acc * n_vec(s))")
+    plain, grouped = EpilogueSpec.of(expr, {"s": "f32"}), EpilogueSpec.of(expr, {"s": "f32"}, out_group=128)
+    assert plain.key == EpilogueSpec(expr, (("s", "f32"),), 0).key and plain.key != grouped.key
+    assert "kOutGroup" not in render_functor(plain) and "out_scale" not in render_functor(plain)
+    text = render_functor(grouped)
+    assert "static constexpr int kOutGroup = 128;" in text and "store_scale" in text
+    with pytest.raises(ValueError, match="out_group must be 128"):
+        EpilogueSpec.of(expr, {"s": "f32"}, out_group=64)
+    with pytest.raises(ValueError, match="LDS configs of 128 columns"):
+        GemmKernel("sm_90a", "tile_128x128", "fp8", "fp8e4m3fn", grouped).source()
+    with pytest.raises(ValueError, match="LDS configs of 128 columns"):
+        GemmKernel("gfx942", "portable_128x128", "fp8", "fp8e4m3fnuz", grouped).source()

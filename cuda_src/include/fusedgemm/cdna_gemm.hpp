@@ -242,11 +242,16 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   constexpr int kBChunkBytes = kPreshuffledB ? 256 : 16;  // between consecutive K chunks of a lane's B vector
   const int b_tile_bytes = 16 * row_bytes;                 // between consecutive 16-row tiles (both layouts)
 
+  // The K block's offset is the loads' wave offset (soffset; readfirstlane: without it the compiler may keep kb in
+  // a VGPR and wrap every load in a waterfall loop): the per-lane offsets stay loop-invariant. In range
+  // (chunk < num_chunks, row < rows) the access stays inside the window; a chunk past K gets kBufferOob.
   auto load_a = [&](int kb, Vec16 (&stage)[Cfg::kAVecsPerThread]) {
+    const u32 k_off = __builtin_amdgcn_readfirstlane(16u * kChunks * kb);  // uniform: stays an SGPR
+    const int rem = __builtin_amdgcn_readfirstlane(num_chunks - kb * kChunks);  // chunks of the block inside K
 #pragma unroll
     for (int i = 0; i < Cfg::kAVecsPerThread; ++i) {
-      const bool ok = kb * kChunks + a_chunk[i] < num_chunks;
-      stage[i] = arch::buffer_load_vec16(rsrc_a, ok ? a_off[i] + 16u * kChunks * kb : arch::kBufferOob);
+      const bool ok = a_chunk[i] < rem;
+      stage[i] = arch::buffer_load_vec16(rsrc_a, ok ? a_off[i] : arch::kBufferOob, k_off);
     }
   };
   auto store_a = [&](int buf, const Vec16 (&stage)[Cfg::kAVecsPerThread]) {
@@ -254,16 +259,18 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
     for (int i = 0; i < Cfg::kAVecsPerThread; ++i) lds_a[buf][a_slot[i]] = stage[i];
   };
   auto load_b = [&](int kb, Frag (&fb)[kSteps][Cfg::kTilesN]) {
+    const u32 k_off = __builtin_amdgcn_readfirstlane(static_cast<u32>(kBChunkBytes * kChunks * kb));
+    const int rem = __builtin_amdgcn_readfirstlane(num_chunks - kb * kChunks);
 #pragma unroll
     for (int s = 0; s < kSteps; ++s)
 #pragma unroll
       for (int j = 0; j < Atom::kChunksPerLane; ++j) {
-        const int chunk = kb * kChunks + s * Atom::kChunksPerStep + Atom::lane_chunk(lane, j);
-        const bool ok = chunk < num_chunks;
+        const int chunk = s * Atom::kChunksPerStep + Atom::lane_chunk(lane, j);  // in the K block
+        const bool ok = chunk < rem;
 #pragma unroll
         for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
           const u32 off = static_cast<u32>(b_base + tn * b_tile_bytes + kBChunkBytes * chunk);
-          fb[s][tn].v[j] = arch::buffer_load_vec16(rsrc_b, ok ? off : arch::kBufferOob);
+          fb[s][tn].v[j] = arch::buffer_load_vec16(rsrc_b, ok ? off : arch::kBufferOob, k_off);
         }
       }
   };

@@ -34,5 +34,16 @@ FG_DEVICE Vec16 buffer_load_vec16(const BufferRsrc& rsrc, u32 offset) {
   return Vec16{{v[0], v[1], v[2], v[3]}};
 }
 
+// The 16 bytes at offset + wave_offset: wave_offset is uniform over the wave (an SGPR: the instruction's soffset,
+// so advancing a loop-invariant per-lane offset costs no vector instruction). The range check sees `offset` alone
+// (CDNA3 / CDNA4 ISA, buffer addressing: soffset is not range-checked), so a caller keeps every access whose
+// `offset` is in range inside the window with wave_offset added, and masks with offset = kBufferOob (which stays
+// below 2^32 with any wave_offset < 2^31 added).
+FG_DEVICE Vec16 buffer_load_vec16(const BufferRsrc& rsrc, u32 offset, u32 wave_offset) {
+  const u32x4 v = __builtin_amdgcn_raw_buffer_load_b128(rsrc.r, static_cast<int>(offset),
+                                                        static_cast<int>(wave_offset), 0);
+  return Vec16{{v[0], v[1], v[2], v[3]}};
+}
+
 }  // namespace arch
 }  // namespace fg

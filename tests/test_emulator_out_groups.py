@@ -130,7 +130,7 @@ def test_deleted_epilogue_barrier_is_an_lds_race(seed):
     obj = CodeObject.build(unit, arch, source)
     meta = obj.kernel(name).metadata
     assert int(meta.get(".private_segment_fixed_size", 0)) == 0 and int(meta.get(".vgpr_spill_count", 0)) == 0
-    assert obj.kernel(name).lds_bytes == 32 * 1024
+    assert obj.kernel(name).lds_bytes == 32 * 1024  # the plain kernel's: 2 workgroups per CU on gfx942
     body = loader.function_text(obj.listing, name)
     assert len(re.findall(r"\ts_barrier\n", body)) == 4, "the K loop's three barriers and the epilogue's"
     head, _sep, tail = body.rpartition("\ts_barrier\n")

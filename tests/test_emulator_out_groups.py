@@ -119,6 +119,57 @@ def test_expression_with_aux_and_block_scales(arch, seed):
     _check(codes, scales, torch.nn.functional.silu(acc * s.double()) + res.double(), f"{arch} block expression")
 
 
+@pytest.mark.parametrize("arch", ARCHES)
+def test_swiglu_pairs_on_the_256_column_config(arch, seed):
+    """A gate / up pair (SwiGLU): groups of 128 outputs are 256 GEMM columns, the block of cdna_lds_128x256 (2 x 4
+    waves); the gate meets its up by a lane exchange before the group's maximum."""
+    g = torch.Generator().manual_seed(seed)
+    m, n, k = 131, 288, 320  # 144 outputs: a group of 128 and one of 16
+    a = (torch.randn(m, k, generator=g) * 2).to(FP8[arch])
+    w = (torch.randn(n, k, generator=g) * 2).to(FP8[arch])
+    s = torch.rand(n // 2, generator=g) + 0.5  # a pair's operands are per output column
+    real_empty = torch.empty
+    torch.empty = _poisoned_empty(real_empty)
+    try:
+        with emulate(arch) as dev:
+            codes, scales = fg.gemm_a8(a, fg.preshuffle(w), epilogue="silu(gate * n_vec(s)) * up", operands={"s": s},
+                                       out_group=128)
+    finally:
+        torch.empty = real_empty
+    assert len(dev.launches) == 1 and dev.launches[0][0].endswith("cdna_lds_128x256"), dev.launches
+    assert codes.shape == (m, n // 2) and scales.shape == (m, 2)
+    acc = a.double() @ w.double().T
+    gate = acc[:, 0::2] * s.double()
+    _check(codes, scales, torch.nn.functional.silu(gate) * acc[:, 1::2], f"{arch} swiglu pairs")
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_grouped_swiglu_masked(arch, seed):
+    """fg.grouped_swiglu(out_group=128), the masked (decode) layout: each expert's rows through the grouped kernel of
+    cdna_lds_128x256; rows past masked_m keep their poison, codes and scales alike."""
+    g = torch.Generator().manual_seed(seed)
+    groups, inter, k, mmax = 3, 144, 96, 20
+    x = (torch.randn(groups, mmax, k, generator=g) * 2).to(FP8[arch])
+    w = (torch.randn(groups, 2 * inter, k, generator=g) * 0.5).to(FP8[arch])
+    sa, sb = torch.rand(groups, mmax, generator=g) + 0.5, torch.rand(groups, 2 * inter, generator=g) + 0.5
+    masked = torch.tensor([5, 0, 17], dtype=torch.int32)
+    real_empty = torch.empty
+    torch.empty = _poisoned_empty(real_empty)
+    try:
+        with emulate(arch) as dev:
+            codes, scales = fg.grouped_swiglu(x, w, masked_m=masked, scale_a=sa, scale_b=sb, out_group=128)
+    finally:
+        torch.empty = real_empty
+    assert dev.launches[-1][0].endswith("cdna_lds_128x256"), dev.launches
+    for e in range(groups):
+        r = int(masked[e])
+        acc = (x[e, :r].double() @ w[e].double().T) * sa[e, :r, None].double() * sb[e].double()
+        if r:
+            _check(codes[e, :r], scales[e, :r], torch.nn.functional.silu(acc[:, :inter]) * acc[:, inter:],
+                   f"{arch} expert {e}")
+        assert scales[e, r:].isnan().all() and (codes[e, r:].view(torch.uint8) == NAN_CODE[FP8[arch]]).all()
+
+
 def test_deleted_epilogue_barrier_is_an_lds_race(seed):
     """Planted bug: the kernel's last s_barrier -- between the waves' writes of their row maxima to LDS and every
     wave's reads of all four -- deleted. The emulator must report the race; the kernel as built runs clean on the

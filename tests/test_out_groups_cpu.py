@@ -3,6 +3,8 @@ call's fp32 output, bit for bit (presets, expressions, int8, block scales, any N
 error before anything runs; the functor and kernel key of plain outputs are unchanged."""
 from __future__ import annotations
 
+import warnings
+
 import pytest
 import torch
 
@@ -35,18 +37,11 @@ def test_equals_fp32_output_then_quantize_rows(m, n, k, seed):
     wq = fg.preshuffle(w)
     bias, sa, sb = torch.randn(n, generator=g), torch.rand(m, generator=g) + 0.5, torch.rand(n, generator=g) + 0.5
     got = fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, activation="silu", out_group=128)
-    with pytest.warns(UserWarning) if (k % 16 or n % 16) else _nothing():
+    with warnings.catch_warnings():  # (the padding copies of K % 16 / N % 16 warn once per process)
+        warnings.simplefilter("ignore")
         y = fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, activation="silu", out_dtype=torch.float32)
     _same(got, fg.quantize_rows(y, FP8, group=128))
     assert got[1].shape == (m, -(-n // 128))
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def test_expression_int8_and_block_scales(seed):
@@ -64,6 +59,64 @@ def test_expression_int8_and_block_scales(seed):
     ai, wi = _data(m, n, k, g, torch.int8)
     codes, scales = fg.gemm_a8(ai, fg.preshuffle(wi), scale_a=None, out_group=128)  # unscaled int sums
     assert codes.dtype == FP8 and torch.equal(scales, fg.quantize_rows(ai.float() @ wi.float().T, FP8, group=128)[1])
+
+
+def test_gate_up_pairs(seed):
+    """A paired epilogue (SwiGLU over a gate / up interleaved weight): groups of 128 outputs = 256 GEMM columns."""
+    g = torch.Generator().manual_seed(seed)
+    m, n, k = 7, 288, 64  # 144 outputs: a group of 128 and one of 16
+    a, w = _data(m, n, k, g)
+    y = fg.gemm_a8(a, fg.preshuffle(w), epilogue="silu(gate) * up", out_dtype=torch.float32)
+    codes, scales = fg.gemm_a8(a, fg.preshuffle(w), epilogue="silu(gate) * up", out_group=128)
+    assert codes.shape == (m, n // 2) and scales.shape == (m, 2)
+    _same((codes, scales), fg.quantize_rows(y, FP8, group=128))
+
+
+@pytest.mark.parametrize("layout", ["offs", "masked", "m_indices"])
+def test_grouped_swiglu_and_grouped_gemm_a8(layout, seed):
+    """The grouped ops' out_group: each group's rows quantised as gemm_a8's; rows no group owns are not written."""
+    g = torch.Generator().manual_seed(seed)
+    groups, inter, k = 3, 144, 64
+    w = (torch.randn(groups, 2 * inter, k, generator=g) * 0.5).to(FP8)
+    sb = torch.rand(groups, 2 * inter, generator=g) + 0.5
+    if layout == "masked":
+        x = (torch.randn(groups, 9, k, generator=g) * 2).to(FP8)
+        where = {"masked_m": torch.tensor([4, 0, 9], dtype=torch.int32)}
+        owned = torch.zeros(groups, 9, dtype=torch.bool)
+        owned[0, :4], owned[2, :] = True, True
+    elif layout == "m_indices":
+        x = (torch.randn(256, k, generator=g) * 2).to(FP8)
+        idx = torch.full((256,), -1, dtype=torch.int32)
+        idx[:100], idx[128:200] = 0, 2
+        where, owned = {"m_indices": idx}, idx >= 0
+    else:
+        x = (torch.randn(40, k, generator=g) * 2).to(FP8)
+        where, owned = {"offs": torch.tensor([10, 10, 40], dtype=torch.int32)}, torch.ones(40, dtype=torch.bool)
+    real_empty = torch.empty
+    torch.empty = _poisoned(real_empty)
+    try:
+        codes, scales = fg.grouped_swiglu(x, w, scale_b=sb, out_group=128, **where)
+        plain_codes, plain_scales = fg.grouped_gemm_a8(x, fg.preshuffle(w), epilogue="gelu", out_group=128, **where)
+    finally:
+        torch.empty = real_empty
+    y = fg.grouped_swiglu(x, w, scale_b=sb, out_dtype=torch.float32, **where)
+    want = fg.quantize_rows(y[owned], FP8, group=128)
+    _same((codes[owned], scales[owned]), want)
+    assert codes.shape == (*x.shape[:-1], inter) and scales.shape == (*x.shape[:-1], 2)
+    assert scales[~owned].isnan().all() and (codes[~owned].view(torch.uint8) == 0x7F).all(), "rows no group owns"
+    y = fg.grouped_gemm_a8(x, fg.preshuffle(w), epilogue="gelu", out_dtype=torch.float32, **where)
+    _same((plain_codes[owned], plain_scales[owned]), fg.quantize_rows(y[owned], FP8, group=128))
+
+
+def _poisoned(real_empty):
+    def empty(*args, **kwargs):
+        t = real_empty(*args, **kwargs)
+        if t.dtype == FP8:
+            t.view(torch.uint8).fill_(0x7F)  # NaN
+        elif t.dtype.is_floating_point:
+            t.fill_(float("nan"))
+        return t
+    return empty
 
 
 def test_nan_and_zero_groups(seed):
@@ -85,10 +138,14 @@ def test_bad_arguments():
         fg.gemm_a8(a, w, out_group=128, out_dtype=torch.bfloat16)
     with pytest.raises(ValueError, match="out= is not taken with out_group"):
         fg.gemm_a8(a, w, out_group=128, out=torch.empty(4, 128, dtype=FP8))
-    with pytest.raises(ValueError, match="one output per GEMM column"):
-        fg.gemm_a8(a, w, epilogue="silu(gate) * up", out_group=128)
-    with pytest.raises(ValueError, match="one output per GEMM column"):
+    with pytest.raises(ValueError, match=r"without save\(\.\.\.\)"):
         fg.gemm_a8(a, w, epilogue="silu(save(acc, bf16))", out_group=128)
+    with pytest.raises(ValueError, match="out_group runs on the 8-bit kernels"):
+        fg.grouped_swiglu(torch.zeros(4, 32, dtype=torch.bfloat16), torch.zeros(2, 256, 32, dtype=torch.bfloat16),
+                          offs=torch.tensor([1, 4], dtype=torch.int32), out_group=128)
+    with pytest.raises(ValueError, match="out_group must be 128"):
+        fg.grouped_gemm_a8(a, fg.preshuffle(torch.zeros(2, 128, 32).to(FP8)), offs=torch.tensor([1, 4],
+                           dtype=torch.int32), out_group=64)
 
 
 def test_sm90_refuses_by_name_with_the_two_step_recipe(monkeypatch):

@@ -24,6 +24,8 @@ reference per group (no kernel runs).
 """
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from . import epilogue as _epi
@@ -32,6 +34,7 @@ from .epilogue.bind import bind as _bind_epilogue
 from .epilogue.evaluate import evaluate_outputs, round_to
 from .epilogue.presets import activation_name, resolve as resolve_epilogue
 from . import grouped_checks as _checks
+from . import out_groups as _out_groups
 from .grouped_checks import GroupLayout, check_weight, flat_operands, group_layout, group_operands, x_tensor
 from .preshuffle import PreshuffledWeight, preshuffle, unshuffle
 from .runtime.device import device_guard
@@ -101,16 +104,20 @@ class _FastPlan:
 
 # ---- the shared core -----------------------------------------------------------------------------------------
 def _run(op: str, x: torch.Tensor, w_kernel: torch.Tensor, w_ref, n: int, k: int, in_kind: str, expr, operands,
-         layout: GroupLayout, out_dtype, out, key=None, blocks=None):
+         layout: GroupLayout, out_dtype, out, key=None, blocks=None, group=None):
     """x [m, K] view, w_kernel the stacked weight as the kernel reads it ([G, N, K], preshuffled for 8-bit), w_ref
     a callable g -> expert g's [N, K] weight (the reference's); blocks: (scale_a [m, KB] or None, scale_b
-    [G, NB, KB] or None) block scales (8-bit). Returns out (or (out, saved))."""
+    [G, NB, KB] or None) block scales (8-bit); group: out_group (128) or None. Returns out (or (out, saved); with
+    group: (codes, scales))."""
     paired = _epi.is_paired(expr)
     n_out = n // 2 if paired else n
     flat = flat_operands(op, expr, operands, layout, n_out)
     device = x.device
     arch = arch_of(op, device, None)
     binding = _bind_epilogue(expr, flat, layout.m, n_out, device, op=op, n_len=layout.groups * n_out)
+    if group is not None:
+        return _run_out_group(op, arch, x, w_kernel, w_ref, n, k, in_kind, expr, flat, binding, layout, n_out,
+                              out_dtype, out, blocks, group)
     if out is None:
         out = torch.empty((*layout.lead, n_out), dtype=out_dtype, device=device)
     elif tuple(out.shape) != (*layout.lead, n_out) or not out.is_contiguous() or out.device != device:
@@ -136,10 +143,7 @@ def _reference_into(x2, w_ref, expr, flat, layout, n_out, out, saved, blocks=Non
     from .reference import block_scaled_acc
 
     o2, s2 = out.view(layout.m, n_out), None if saved is None else saved.view(layout.m, n_out)
-    for g, span in enumerate(layout.spans()):
-        rows = span.to(x2.device) if isinstance(span, torch.Tensor) else slice(*span)
-        if (span.numel() if isinstance(span, torch.Tensor) else span[1] - span[0]) <= 0:
-            continue
+    for g, rows in _group_rows(layout, x2.device):
         if blocks is None:
             acc = x2[rows].to(torch.float64) @ w_ref(g).to(torch.float64).T
         else:
@@ -149,6 +153,39 @@ def _reference_into(x2, w_ref, expr, flat, layout, n_out, out, saved, blocks=Non
         o2[rows] = round_to(y, out.dtype).to(out.dtype)
         if s2 is not None:
             s2[rows] = round_to(pre, saved.dtype).to(saved.dtype)
+
+
+def _group_rows(layout, device):
+    """(g, rows of x) of every group that has rows: a slice (contiguous layouts) or an index tensor (m_indices)."""
+    for g, span in enumerate(layout.spans()):
+        if (span.numel() if isinstance(span, torch.Tensor) else span[1] - span[0]) > 0:
+            yield g, (span.to(device) if isinstance(span, torch.Tensor) else slice(*span))
+
+
+def _run_out_group(op, arch, x, w_kernel, w_ref, n, k, in_kind, expr, flat, binding, layout, n_out, out_dtype, out,
+                   blocks, group):
+    """out_group=128 (out_groups.py): -> (codes [*lead, N'], scales [*lead, ceil(N' / 128)]); rows no group owns
+    (masked rows past masked_m, -1 rows of m_indices) are not written, as for a plain output."""
+    code_dtype = _out_groups.check_out_group(group, out_dtype, out, arch, op)
+    if binding.saved_dtype is not None:
+        raise ValueError(f"{op}: out_group takes an epilogue without save(...), got {expr}")
+    n_groups = -(-n_out // group)
+    codes = torch.empty((*layout.lead, n_out), dtype=code_dtype, device=x.device)
+    scales = torch.empty((*layout.lead, n_groups), dtype=torch.float32, device=x.device)
+    x2 = x.reshape(layout.m, k)
+    if not (layout.m and n_out):
+        return codes, scales
+    if arch == "cpu":  # the reference's values rounded to fp32 (what the kernel holds), then each group's rule
+        y32 = torch.zeros((layout.m, n_out), dtype=torch.float32)
+        _reference_into(x2, w_ref, expr, flat, layout, n_out, y32, None, blocks)
+        qc, qs = _out_groups.quantize_groups(y32, code_dtype, group)
+        c2, s2 = codes.view(layout.m, n_out), scales.view(layout.m, n_groups)
+        for _g, rows in _group_rows(layout, x2.device):
+            c2[rows], s2[rows] = qc[rows], qs[rows]
+        return codes, scales
+    _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, n_out, codes, None, blocks,
+            (scales, group))
+    return codes, scales
 
 
 def _remember(key, plan, pointers, aligns, x_in_place: bool, flat: dict, operands: dict, shape, dtype,
@@ -165,7 +202,9 @@ def _remember(key, plan, pointers, aligns, x_in_place: bool, flat: dict, operand
     _PLANS.remember(key, _FastPlan(plan, shape, dtype, tuple(sources), tuple(aligns)))
 
 
-def _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, n_out, out, saved, blocks=None):
+def _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, n_out, out, saved, blocks=None,
+            scales_group=None):
+    """scales_group: (scales, out_group) of a group-quantised output (out holds its codes), or None."""
     from .plan.call import expression_pointers
     from .plan.grouped_call import GroupedCallPlan
 
@@ -175,14 +214,19 @@ def _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, 
         x2 = x2.contiguous()
     pointers, aligns = expression_pointers(expr, flat, saved is not None)
     tensors = [out] if saved is None else [out, saved]
+    spec, config = binding.spec, None
+    if scales_group is not None:
+        scales, group = scales_group
+        spec, config = dataclasses.replace(spec, out_group=group), _out_groups.group_config(n_out != n)
+        pointers, tensors = (pointers[0], "out_scale", *pointers[1:]), [out, scales]
     with device_guard(x2.device):
-        values = binding.values
+        values = binding.values if scales_group is None else dict(binding.values, ld_scale=scales_group[0].shape[-1])
         if blocks is not None:
             sa, sb = blocks
             values = dict(values, bs_a=0 if sa is None else sa.data_ptr(), bs_b=0 if sb is None else sb.data_ptr(),
                           bs_k_blocks=-(-k // 128))
-        plan = GroupedCallPlan(x2.device.index, arch, in_kind, layout, n, k, out.dtype, binding.spec, values,
-                               pointers, n_out, op, block_scaled=blocks is not None)
+        plan = GroupedCallPlan(x2.device.index, arch, in_kind, layout, n, k, out.dtype, spec, values,
+                               pointers, n_out, op, block_scaled=blocks is not None, config=config)
         plan.run(x2.data_ptr(), w_kernel.data_ptr(), layout.index.data_ptr(), *(t.data_ptr() for t in tensors),
                  *(binding.values[f] for f in pointers[len(tensors):]))
     return plan, x2, pointers, aligns
@@ -245,14 +289,18 @@ def grouped_matmul(x: torch.Tensor, w: torch.Tensor, *, offs=None, masked_m=None
 
 def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scale_b=None, bias=None, offs=None,
                     masked_m=None, m_indices=None, expected_m: int | None = None, epilogue=None,
-                    operands: dict | None = None, out_dtype=None, out=None):
+                    operands: dict | None = None, out_dtype=None, out=None, out_group: int | None = None):
     """8-bit grouped GEMM: y[rows of group g] = act(x[rows] @ w[g].T * scale_a[row] * scale_b[g] + bias[g]).
     x: fp8 (the arch's variant) / int8, [M, K] with offs or [G, Mmax, K] with masked_m. w: fusedgemm.preshuffle of
     the experts' [G, N, K] weights; N % 16 == 0, K % 16 == 0. scale_a: None, a number, or float32 [M] (per row;
     masked: [G, Mmax]); scale_b: None, a number, float32 [G] (per expert) or [G, N] (per channel). epilogue: None,
     a preset name ('silu', 'bias_gelu', ...) or an expression (its operands by name; then no scale / bias args).
-    out_dtype: default bfloat16."""
+    out_dtype: default bfloat16. out_group=128: the output as the next layer's 1x128 block-quantised input, returns
+    (codes [M, N] the arch's fp8, scales [M, ceil(N / 128)] fp32) -- gemm_a8's out_group (gfx942 / gfx950, CPU)."""
     op = "grouped_gemm_a8"
+    if out_group is not None and torch.compiler.is_compiling():
+        raise NotImplementedError(f"{op}: out_group is not traced by torch.compile yet; call it outside the compiled "
+                                  "region (torch.compiler.disable)")
     if torch.compiler.is_compiling():
         if not isinstance(w, PreshuffledWeight) or w.groups is None:
             raise TypeError(f"{op}: w must be fusedgemm.preshuffle(w8) of the experts' [G, N, K] weights")
@@ -263,8 +311,8 @@ def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scal
             expr, ops = _scaled_expression(op, form[1], scale_a, scale_b, bias, w.shape[0], w.shape[1])
         return _via_op("a8", x, w.data, w.shape[1], w.shape[2], (offs, masked_m, m_indices), expected_m, expr, ops,
                        out_dtype or torch.bfloat16, out)
-    key = _fast_key(op, x, w, offs, masked_m, m_indices, expected_m, scale_a, scale_b, bias, epilogue, operands,
-                    out_dtype, out)
+    key = None if out_group is not None else _fast_key(op, x, w, offs, masked_m, m_indices, expected_m, scale_a,
+                                                       scale_b, bias, epilogue, operands, out_dtype, out)
     hit = _PLANS.get(key) if key is not None else None
     if hit is not None:
         y = hit.launch(x, w.data, _index(offs, masked_m, m_indices), operands if operands is not None else
@@ -302,9 +350,11 @@ def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scal
     arch = arch_of(op, x.device, None)
     if x.dtype != torch.int8 and arch != "cpu" and x.dtype != FP8_DTYPE_FOR_ARCH[arch]:
         raise TypeError(f"{op}: {arch} needs fp8 as {FP8_DTYPE_FOR_ARCH[arch]}, got {x.dtype}")
-    out_dtype = out_dtype_of(op, out, out_dtype, OUT_DTYPES, torch.bfloat16)
+    if out_group is None:
+        out_dtype = out_dtype_of(op, out, out_dtype, OUT_DTYPES, torch.bfloat16)
     return _run(op, x, w.data, lambda g: unshuffle_group(w, g).to(torch.float32), n, k,
-                "int8" if x.dtype == torch.int8 else "fp8", expr, ops, layout, out_dtype, out, key=key, blocks=blocks)
+                "int8" if x.dtype == torch.int8 else "fp8", expr, ops, layout, out_dtype, out, key=key, blocks=blocks,
+                group=out_group)
 
 
 def _block_scales(op, x, scale_a, scale_b, layout, groups: int, n: int, k: int):
@@ -366,12 +416,14 @@ def _scaled_expression(op, act, scale_a, scale_b, bias, groups, n):
 
 def grouped_swiglu(x: torch.Tensor, w_gate_up, *, offs=None, masked_m=None, m_indices=None,
                    expected_m: int | None = None, activation: str = "silu", bias=None, scale_a=None, scale_b=None,
-                   out_dtype=None, out=None):
+                   out_dtype=None, out=None, out_group: int | None = None):
     """h[rows of group g] = act(x @ Wg[g].T + bg[g]) * (x @ Wu[g].T + bu[g]): the experts' gate and up projections
     as one grouped GEMM with the product fused. w_gate_up: [G, 2I, K], each expert's gate rows then up rows
     (torch.cat([gate, up]) per expert; interleaved once and cached on the tensor); 8-bit x (fp8 / int8): an 8-bit
     [G, 2I, K] tensor (interleaved and preshuffled once, cached), scale_a [M] / one value, scale_b [G] / [G, 2I]
-    (merged order) / one value. bias: [G, 2I] merged order. Returns [M, I] (masked: [G, Mmax, I])."""
+    (merged order) / one value. bias: [G, 2I] merged order. Returns [M, I] (masked: [G, Mmax, I]). out_group=128
+    (8-bit x): the next layer's 1x128 block-quantised input, (codes [M, I] the arch's fp8, scales [M, ceil(I / 128)]
+    fp32), as grouped_gemm_a8's."""
     op = "grouped_swiglu"
     x = x_tensor(op, x)
     act = activation_name(op, activation, GLU_ACTIVATIONS)
@@ -392,6 +444,8 @@ def grouped_swiglu(x: torch.Tensor, w_gate_up, *, offs=None, masked_m=None, m_in
     if not eight_bit:
         if scale_a is not None or scale_b is not None:
             raise ValueError(f"{op}: scale_a / scale_b are for 8-bit x, got them with {x.dtype} x")
+        if out_group is not None:
+            raise ValueError(f"{op}: out_group runs on the 8-bit kernels (fp8 / int8 x), got {x.dtype} x")
         expr = glu_expression(act, bias=bias is not None)
         if torch.compiler.is_compiling():  # the merged weight into the op: interleaved (and cached) inside it
             return _via_op("swiglu", x, w_gate_up, n2, w_gate_up.shape[2], (offs, masked_m, m_indices), expected_m,
@@ -413,8 +467,8 @@ def grouped_swiglu(x: torch.Tensor, w_gate_up, *, offs=None, masked_m=None, m_in
         return _via_op("swiglu_a8", x, w_gate_up, n2, w_gate_up.shape[2], (offs, masked_m, m_indices), expected_m,
                        expr, ops, out_dtype or torch.bfloat16, out)
     return grouped_gemm_a8(x, _cached_interleaved_groups(w_gate_up, shuffle=True), offs=offs, masked_m=masked_m,
-                           m_indices=m_indices,
-                           expected_m=expected_m, epilogue=expr, operands=ops, out_dtype=out_dtype, out=out)
+                           m_indices=m_indices, expected_m=expected_m, epilogue=expr, operands=ops, out_dtype=out_dtype,
+                           out=out, out_group=out_group)
 
 
 def interleave_groups(w: torch.Tensor) -> torch.Tensor:

@@ -26,29 +26,55 @@ from .quant import quantize_rows_torch
 from .reference import gemm_reference
 from .runtime.device import device_guard
 
-# The config that holds a whole 128-column group per block (the group's absmax is reduced inside the block).
+# The configs whose block holds whole groups (the group's absmax is reduced inside the block): 128 GEMM columns,
+# or 256 for a gate / up pair (128 outputs).
 GROUP_CONFIG = "cdna_lds_128x128"
+PAIRED_GROUP_CONFIG = "cdna_lds_128x256"
 
 
-def check_out_group(group, out_dtype, out, arch: str) -> torch.dtype:
+AMD_ARCHES = ("gfx942", "gfx950")
+
+
+def check_out_group(group, out_dtype, out, arch: str, op: str = "gemm_a8") -> torch.dtype:
     """The code dtype of a group-quantised call (out_dtype, default the arch's fp8), or a clear error."""
     if isinstance(group, bool) or not isinstance(group, int) or group != OUT_GROUP:
-        raise ValueError(f"gemm_a8: out_group must be {OUT_GROUP} (one fp32 scale per 128 output columns of a row, "
+        raise ValueError(f"{op}: out_group must be {OUT_GROUP} (one fp32 scale per 128 output columns of a row, "
                          f"DeepSeek-style 1x128 blocks) or None, got {group!r}")
     if out is not None:
-        raise ValueError("gemm_a8: out= is not taken with out_group: the call returns new (codes [M, N], scales "
+        raise ValueError(f"{op}: out= is not taken with out_group: the call returns new (codes [M, N], scales "
                          "[M, ceil(N / 128)]) tensors")
+    if arch not in ("cpu", *AMD_ARCHES):
+        raise NotImplementedError(
+            f"{op}: out_group has no fused kernel on {arch} yet (gfx942 / gfx950 fuse it; CPU tensors run the "
+            f"reference). Meanwhile: y = {op}(..., out_dtype=torch.float32), then fusedgemm.quantize_rows(y, 'fp8', "
+            "group=128) gives the same codes and scales")
     if out_dtype is None:
         return FP8_DTYPE_FOR_ARCH.get(arch, torch.float8_e4m3fn)
     if out_dtype not in _FP8_DTYPES:
-        raise TypeError(f"gemm_a8: out_group writes fp8 codes: out_dtype must be an fp8 dtype "
+        raise TypeError(f"{op}: out_group writes fp8 codes: out_dtype must be an fp8 dtype "
                         f"({FP8_DTYPE_FOR_ARCH.get(arch, torch.float8_e4m3fn)} here) or None, got {out_dtype}")
     return out_dtype
 
 
+def group_config(paired: bool) -> str:
+    """The config of a group-quantised call: a block holds whole groups."""
+    return PAIRED_GROUP_CONFIG if paired else GROUP_CONFIG
+
+
+def quantize_groups(y32: torch.Tensor, code_dtype, group: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """quantize_rows' rule per `group` columns of float32 y [M, N] (CPU): (codes [M, N], scales [M, ceil(N/group)])."""
+    m, n = y32.shape
+    groups = -(-n // group)
+    padded = torch.zeros((m, groups * group), dtype=torch.float32)  # zeros change no group's absmax
+    padded[:, :n] = y32
+    codes, scales = quantize_rows_torch(padded.reshape(m * groups, group), code_dtype)
+    return codes.reshape(m, groups * group)[:, :n].contiguous(), scales.reshape(m, groups)
+
+
 def gemm_a8_out_group(a, b: PreshuffledWeight, bias, scale_a, scale_b, epilogue, out_dtype, out, operands,
                       group) -> tuple[torch.Tensor, torch.Tensor]:
-    """gemm_a8's out_group call (the arguments are gemm_a8's): -> (codes [M, N], scales [M, ceil(N / 128)] fp32)."""
+    """gemm_a8's out_group call (the arguments are gemm_a8's): -> (codes [M, N], scales [M, ceil(N / 128)] fp32);
+    a gate / up pair's: codes [M, N / 2], scales [M, ceil(N / 256)]."""
     if torch.compiler.is_compiling():
         raise NotImplementedError("gemm_a8: out_group is not traced by torch.compile yet; call it outside the "
                                   "compiled region (torch.compiler.disable)")
@@ -57,19 +83,14 @@ def gemm_a8_out_group(a, b: PreshuffledWeight, bias, scale_a, scale_b, epilogue,
     arch = arch_of("gemm_a8", a.device, None)
     out_dtype = check_out_group(group, out_dtype, out, arch)
     p = check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, None, operands=operands)
-    if p["saved_dtype"] is not None or p["n_out"] != p["n"]:
-        raise ValueError(f"gemm_a8: out_group takes an epilogue with one output per GEMM column (no save(...), no "
-                         f"gate / up pair), got {p['expr']}")
+    if p["saved_dtype"] is not None:
+        raise ValueError(f"gemm_a8: out_group takes an epilogue without save(...), got {p['expr']}")
     spec = dataclasses.replace(p["epi"], out_group=group)
-    m, n, k = p["m"], p["n"], p["k"]
-    groups = -(-n // group)
+    m, n, k, n_out = p["m"], p["n"], p["k"], p["n_out"]  # n_out = N / 2 for a gate / up pair
+    groups = -(-n_out // group)
     if arch == "cpu":
-        return _reference(a, b, p, out_dtype, group)
-    if arch not in ("gfx942", "gfx950"):
-        raise NotImplementedError(
-            f"gemm_a8: out_group has no fused kernel on {arch} yet (gfx942 / gfx950 fuse it; CPU tensors run the "
-            "reference). Meanwhile: y = gemm_a8(..., out_dtype=torch.float32), then fusedgemm.quantize_rows(y, 'fp8', "
-            "group=128) gives the same codes and scales")
+        y, _saved = gemm_reference(a, unshuffle(b), p["expr"], p["operands"], blocks=p["blocks"])
+        return quantize_groups(y.to(torch.float32).reshape(m, n_out), out_dtype, group)  # the kernel's fp32 values
     n_pad, k_pad = b.padded_shape
     if n_pad != n:
         raise ValueError(f"gemm_a8: out_group needs N a multiple of 16 on {arch} today (the padded columns of a "
@@ -77,7 +98,7 @@ def gemm_a8_out_group(a, b: PreshuffledWeight, bias, scale_a, scale_b, epilogue,
     a_k = a if k_pad == k else _ua.pad_k("gemm_a8", a, k_pad)
     if k_pad != k:
         _ua.warn_pad_k("gemm_a8", "A", k, k_pad, a.dtype)
-    codes = torch.empty((m, n), dtype=out_dtype, device=a.device)
+    codes = torch.empty((m, n_out), dtype=out_dtype, device=a.device)
     scales = torch.empty((m, groups), dtype=torch.float32, device=a.device)
     values = dict(p["values"], ld_scale=groups)
     blocks = p["blocks"]
@@ -85,19 +106,7 @@ def gemm_a8_out_group(a, b: PreshuffledWeight, bias, scale_a, scale_b, epilogue,
         values = _blockscale.block_values(values, blocks)
     with device_guard(a.device):
         plan = CallPlan(a.device.index, arch, p["in_kind"], m, n, k_pad, out_dtype, spec, values, ("out", "out_scale"),
-                        block_scaled=blocks is not None, config=GROUP_CONFIG)
+                        block_scaled=blocks is not None, config=group_config(n_out != n))
         plan.run(a_k.data_ptr(), b.data.data_ptr(), codes.data_ptr(), scales.data_ptr())
     return codes, scales
 
-
-def _reference(a, b, p, out_dtype, group):
-    """CPU tensors: the epilogue's values in float64, rounded once to fp32 (what the kernel holds), then quantised
-    group by group with quantize_rows' fp32 arithmetic."""
-    m, n = p["m"], p["n"]
-    y, _saved = gemm_reference(a, unshuffle(b), p["expr"], p["operands"], blocks=p["blocks"])
-    y32 = y.to(torch.float32).reshape(m, n)
-    groups = -(-n // group)
-    padded = torch.zeros((m, groups * group), dtype=torch.float32)  # zeros change no group's absmax
-    padded[:, :n] = y32
-    codes, scales = quantize_rows_torch(padded.reshape(m * groups, group), out_dtype)
-    return codes.reshape(m, groups * group)[:, :n].contiguous(), scales.reshape(m, groups)

@@ -60,9 +60,11 @@ class GroupedCallPlan:
     the values of the Params fields named by `pointers` (outputs, then tensor operands)."""
 
     def __init__(self, dev: int, arch: str, in_kind: str, layout, n: int, k: int, out_dtype, epi, values: dict,
-                 pointers: tuple[str, ...], n_out: int, op: str, block_scaled: bool = False):
+                 pointers: tuple[str, ...], n_out: int, op: str, block_scaled: bool = False, config: str | None = None):
         rows = layout.rows_hint * layout.groups if layout.rows > 0 else layout.m  # masked: the hint's, not Mmax's
-        cfg = choose_grouped(arch, layout.rows_hint, n, k, in_kind, rows, layout.groups)
+        # config: the caller's (a group-quantised output's, out_groups.group_config), else the plan's
+        cfg = GEMM_CONFIGS[config] if config else choose_grouped(arch, layout.rows_hint, n, k, in_kind, rows,
+                                                                 layout.groups)
         if not cfg.serves(in_kind) or (in_kind in MATMUL_IN and arch == "sm_90a" and not cfg.sm90):
             raise ValueError(f"{op}: config {cfg.name} has no {in_kind} grouped kernel on {arch}")
         self.dev, self.m, self.n, self.k, self.kind, self.groups = dev, layout.m, n, k, in_kind, layout.groups

@@ -45,7 +45,8 @@ class GemmKernel:
     @property
     def preset(self) -> str | None:
         """The activation of the preset kernel that serves this spec ahead of time, or None (generated)."""
-        if self.in_kind in MATMUL_IN or self.out not in ("bf16", "fp16") or self.block_scaled or self.grouped:
+        if (self.in_kind in MATMUL_IN or self.out not in ("bf16", "fp16") or self.block_scaled or self.grouped
+                or not self.cfg.presets):
             return None
         return _preset_of(self.epilogue)
 
@@ -102,11 +103,11 @@ class GemmKernel:
             cfg = f"fg::MnMajorB<{cfg}>"
         args = f"fg::{'Sm90GemmArgs' if sm90 else 'PortableGemmArgs'}<{epi}>"
         group = self.epilogue.out_group
+        width = group * (2 if self.epilogue.pairs else 1)  # GEMM columns of one group (a gate / up pair: twice)
         if group and not (isinstance(tile_configs.CONFIGS[self.config], tile_configs.CdnaTile)
-                          and self.cfg.block_n == group and self.arch in ("gfx942", "gfx950") and not self.grouped):
-            raise ValueError(f"group-quantised outputs (out_group={group}) run on the AMD LDS configs of {group} "
-                             f"columns (cdna_gemm.hpp), not {self.arch} {self.config}"
-                             f"{' grouped' if self.grouped else ''}")
+                          and self.cfg.block_n == width and self.arch in ("gfx942", "gfx950")):
+            raise ValueError(f"group-quantised outputs (out_group={group}) run on the AMD LDS configs of {width} "
+                             f"columns (cdna_gemm.hpp), not {self.arch} {self.config}")
         m_off, ep_off = kernels.gemm_arg_offsets(self.cfg.unit, self.epilogue)
         bs_check = ""
         if self.block_scaled:

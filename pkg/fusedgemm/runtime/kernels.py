@@ -188,6 +188,7 @@ class TileConfig:
     # store under the next tile's MMAs (WgmmaConfig::kTileLoop): the grid is one wave, like a persistent config's;
     # no split-K.
     tile_loop: bool = False
+    presets: bool = True  # gemm_a8's preset kernels are in the ahead-of-time unit (tile_configs.CdnaTile.presets)
 
     @property
     def sm90(self) -> bool:
@@ -237,7 +238,8 @@ def _sm90_config(name: str, t: tile_configs.Sm90Tile) -> TileConfig:
 
 def _config(name: str, t) -> TileConfig:
     if isinstance(t, (tile_configs.PortableTile, tile_configs.CdnaTile)):  # CDNA: static LDS, no dynamic shared memory
-        return TileConfig(name, t.block_m, t.block_n, t.warps, t.unit, in_kinds=t.in_kinds)
+        return TileConfig(name, t.block_m, t.block_n, t.warps, t.unit, in_kinds=t.in_kinds,
+                          presets=getattr(t, "presets", True))
     return _sm90_config(name, t)
 
 
@@ -253,7 +255,7 @@ def gemm_a8_kernel_name(in_kind: str, out_dtype: str, act: str, config: str) -> 
 def gemm_a8_kernel_names(unit: str = "portable_gemm") -> list[str]:
     from ..epilogue.presets import ACTIVATIONS
 
-    return [gemm_a8_kernel_name(i, o, a, c) for c, cfg in GEMM_CONFIGS.items() if cfg.unit == unit
+    return [gemm_a8_kernel_name(i, o, a, c) for c, cfg in GEMM_CONFIGS.items() if cfg.unit == unit and cfg.presets
             for i in GEMM_A8_IN if cfg.serves(i) for o in GEMM_A8_OUT for a in ACTIVATIONS]
 
 

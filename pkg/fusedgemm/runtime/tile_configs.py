@@ -75,6 +75,7 @@ class CdnaTile(_Mfma16Grid):
     tiles_n: int
     block_k_bytes: int = 128  # K per LDS stage, in bytes (8 chunks of 16: the swizzle's width)
     in_kinds: tuple[str, ...] = (*EIGHT_BIT, "bf16", "fp16")
+    presets: bool = True  # gemm_a8's preset kernels ahead of time (False: generated kernels only, never planned)
 
     unit = "cdna_gemm"
 
@@ -115,6 +116,10 @@ CONFIGS: dict[str, PortableTile | CdnaTile | Sm90Tile] = {
     # side by side along N, so each byte of A and of B leaves global memory once per block (2 x 2 waves of 64 x 64
     # load B twice: predicted L1-bound on gfx950, 57% of peak against 66%); bf16 / fp16 with plain B [N, K] too
     "cdna_lds_128x128": CdnaTile(1, 4, 8, 2),
+    # gemm_a8's block-quantised output of a gate / up pair (out_group=128 of a SwiGLU epilogue, out_groups.py): 256
+    # GEMM columns are one group of 128 outputs, so a block holds whole groups; 2 x 4 waves of 64 x 64 (B's columns
+    # read by both rows of waves). Only that call takes it: no presets, not in the plan
+    "cdna_lds_128x256": CdnaTile(2, 4, 4, 4, in_kinds=EIGHT_BIT, presets=False),
     # M <= 64: two CTAs per SM, 4 x 24 KB stages in flight each
     "tile_64x128": Sm90Tile(64, 4, min_blocks_per_sm=2),
     # 6 x 32 KB stages; two accumulator chains, so a K block's MMAs never wait in the tensor core for the previous
@@ -214,7 +219,7 @@ def render_header() -> str:
         for ctype, field, value in fields:
             out.append(f"  static constexpr {ctype} {field} = {_cpp_bool(value) if ctype == 'bool' else value};")
         out += ["};", f"using {cpp_type(name)} = {config};", ""]
-        if any(k in t.in_kinds for k in EIGHT_BIT):
+        if any(k in t.in_kinds for k in EIGHT_BIT) and getattr(t, "presets", True):
             lists[t.unit].append(f"  X({name}, fg::{cpp_type(name)})")
     out.append("}  // namespace fg")
     for unit, items in lists.items():

@@ -72,11 +72,11 @@ def preset_values(bias_ptr: int, bias_kind: int, sa_ptr: int, sa_stride: int, sb
 
 
 def amd_gemm_configs(arch: str) -> list[str]:
-    """Names of the GEMM tile configs with kernels for `arch` (the portable template's), smallest tile first."""
+    """Names of the GEMM tile configs with preset kernels for `arch` (the AMD units'), smallest tile first."""
     from ...runtime.build import units_for
 
     units = set(units_for(arch))
-    cfgs = [(c.block_m * c.block_n, n) for n, c in _configs().items() if c.unit in units]
+    cfgs = [(c.block_m * c.block_n, n) for n, c in _configs().items() if c.unit in units and c.presets]
     return [n for _s, n in sorted(cfgs)]
 
 

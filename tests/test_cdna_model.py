@@ -282,3 +282,21 @@ def test_grouped_prediction_and_plan():
     out = subprocess.run([sys.executable, "-m", "fusedgemm.bench", "predict", "--moe", "--arch", "gfx950", "--kind",
                           "bf16"], capture_output=True, text=True, check=True).stdout
     assert "grouped GEMMs: PREDICTED, not measured" in out and "qwen3-30b-a3b" in out and "weights floor" in out
+
+
+def test_bench_predict_columns_beside_a_measurement(capsys):
+    """bench gemm_a8 / matmul_fused --predict: the model's time for the config the plan ran and measured / predicted,
+    refused with the reason on a GPU the model is not of."""
+    from fusedgemm.bench import gemm_a8 as bench_a8, matmul_fused as bench_mm
+    from fusedgemm.bench.predicted_columns import predict_problem, predicted_beside
+
+    want = cm.predict("gfx942", "fp8", "cdna_lds_128x128", 4096, 4096, 4096)
+    row = predicted_beside("gfx942", "fp8", "cdna_lds_128x128", 4096, 4096, 4096, 100.0)
+    assert row["pred_us"] == pytest.approx(want.seconds * 1e6) and row["pred_bound"] == want.bound
+    assert row["meas_over_pred"] == pytest.approx(100.0 / (want.seconds * 1e6))
+    assert predicted_beside("gfx950", "bf16", "portable_16x16_k8", 1, 4096, 4096, None)["meas_over_pred"] is None
+    assert predict_problem("gfx950") is None and "of the AMD kernels" in predict_problem("sm_90a")
+    for run in (bench_a8.run, bench_mm.run):
+        with pytest.raises(SystemExit):
+            run(["--help"])
+        assert "--predict" in capsys.readouterr().out

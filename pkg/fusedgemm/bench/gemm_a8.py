@@ -25,6 +25,7 @@ from ..gemm_a8 import plan_for, plans
 from ..plan import choose_config, gpu_name, sm_count, with_plan
 from ..plan import tuned as tuned_plans
 from ..runtime import kernels
+from .predicted_columns import PREDICT_COLUMNS, predict_problem, predicted_beside
 
 # Dense 8-bit tensor-core peaks (TFLOP/s, datasheet) by arch.
 PEAK_8BIT_TFLOPS = {"sm_90a": 1979.0, "gfx942": 2615.0, "gfx950": 4600.0}
@@ -147,6 +148,9 @@ def run(argv=None) -> int:
     p.add_argument("--tune", metavar="FILE",
                    help="time every plan per row (as --compare-plans) and merge the plans that beat the heuristic's "
                         "choice by >= 2%% into FILE, for this GPU (the package ships fusedgemm/plan/tuned_plans.json)")
+    p.add_argument("--predict", action="store_true",
+                   help="AMD GPUs: beside each row the paper model's PREDICTED time of the config the plan ran "
+                        "(plan/cdna_model.py) and measured / predicted")
     p.add_argument("--json", help="write rows and summary as JSON here")
     p.add_argument("--kernel-time", action="store_true",
                    help="also the profiler's kernel-only times of fusedgemm, (a) and (c) (no CUDA-event overhead; "
@@ -159,6 +163,9 @@ def run(argv=None) -> int:
         return 1
 
     arch = device_arch(torch.cuda.current_device())
+    if args.predict and predict_problem(arch):
+        print(predict_problem(arch), file=sys.stderr)
+        return 1
     if args.tune and args.compare_plans is None:
         args.compare_plans = []  # every plan
     out_dtype = torch_dtype(args.out_dtype)
@@ -229,6 +236,9 @@ def run(argv=None) -> int:
         for key in ("a", "b", "c", "d"):
             t = row.get(f"{key}_us")
             row[f"x_{key}"] = t / row["fg_us"] if t else None
+        if args.predict:
+            cfg, _splits = plan_for(m, n, k, torch.cuda.current_device(), in_kind=args.dtype)
+            row.update(predicted_beside(arch, args.dtype, cfg.name, m, n, k, row["fg_us"]))
         rows.append(row)
         del a, w, wq, out
 
@@ -236,7 +246,7 @@ def run(argv=None) -> int:
             ("a_us", "(a) us", ".1f"), ("b_us", "(b) us", ".1f"), ("c_us", "(c) us", ".1f"), ("d_us", "(d) us", ".1f"),
             ("floor_us", "floor us", ".1f"), ("pct_floor", "% floor", ".0f"), ("tflops", "TFLOP/s", ".0f"),
             ("gbs", "GB/s", ".0f"), ("x_a", "x(a)", ".2f"), ("x_b", "x(b)", ".2f"), ("x_c", "x(c)", ".2f"),
-            ("x_d", "x(d)", ".2f")]
+            ("x_d", "x(d)", ".2f")] + (PREDICT_COLUMNS if args.predict else [])
     print_table(rows, cols)
     if args.sweep:
         ranked = sorted((r for r in rows if r.get("x_c")), key=lambda r: r["x_c"])

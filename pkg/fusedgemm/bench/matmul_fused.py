@@ -34,6 +34,9 @@ from .cli import add_dtype
 from .common import (Timer, copy_bandwidth_gbs, device_info, error_line, geomean, gpu_problem, host_us_interleaved,
                      kernel_us, print_table, progress, time_what_runs)
 from .gemm_a8 import ACTS, BANDS, load_grid
+from .predicted_columns import PREDICT_COLUMNS, predict_problem, predicted_beside
+from ..plan import plan_for
+from ..runtime.arch import device_arch
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32}
 # Dense tensor-core peaks (TFLOP/s, datasheet): (substring of the device name, bf16/fp16, tf32); first match wins.
@@ -206,6 +209,13 @@ def measure_row(fg, timer, args, name, m, n, k, bw, peak, quack_gemm_act) -> dic
     return row
 
 
+def _predicted(m: int, n: int, k: int, args, measured_us: float) -> dict:
+    """--predict: the paper model's time of the config the plan runs for this row (AMD GPUs)."""
+    dev = torch.cuda.current_device()
+    cfg, _splits = plan_for(m, n, k, dev, in_kind=args.dtype)
+    return predicted_beside(device_arch(dev), args.dtype, cfg.name, m, n, k, measured_us)
+
+
 def summarize(rows: list[dict], t: str = "") -> dict:
     """Per M band: geomeans of the speedups x_(a..f), of ours' TFLOP/s and of ours/floor (t="k": kernel times)."""
     summary = {}
@@ -299,6 +309,9 @@ def _parser():
     p.add_argument("--kernel-time", action="store_true",
                    help="also the profiler's kernel-only times of ours and every baseline (a multi-kernel path "
                         "counts its kernels, not the gaps between them); targets are then judged on these too")
+    p.add_argument("--predict", action="store_true",
+                   help="AMD GPUs: beside each row the paper model's PREDICTED time of the config the plan ran "
+                        "(plan/cdna_model.py) and measured / predicted")
     p.add_argument("--json", metavar="FILE", help="write device, rows, summaries and targets as JSON here")
     p.add_argument("--plot", metavar="FILE", help="write a PNG: speedup over (b) and over (a) vs M, per shape")
     return p
@@ -313,6 +326,12 @@ def run(argv=None) -> int:
         print(problem, file=sys.stderr)
         return 1
     import fusedgemm as fg
+
+    if args.predict:
+        problem = predict_problem(device_arch(torch.cuda.current_device()))
+        if problem:
+            print(problem, file=sys.stderr)
+            return 1
 
     if not hasattr(fg, "matmul_fused"):
         print(f"fusedgemm.bench matmul_fused: this fusedgemm ({fg.__file__}) has no matmul_fused", file=sys.stderr)
@@ -354,6 +373,8 @@ def _run(fg, args) -> int:
     rows = []
     for name, m, n, k in progress(cases, len(cases), "matmul_fused"):
         rows.append(measure_row(fg, timer, args, name, m, n, k, bw, peak, quack_gemm_act))
+        if args.predict and rows[-1].get("fg_us"):
+            rows[-1].update(_predicted(m, n, k, args, rows[-1]["fg_us"]))
         if rows[-1]["check"] == "ERROR":
             print(f"{name} M={m}: ours raised {rows[-1]['error']}", file=sys.stderr)
         torch.cuda.empty_cache()
@@ -364,6 +385,8 @@ def _run(fg, args) -> int:
     cols += [("floor_us", "floor us", ".1f"), ("floor_ratio", "ours/floor", ".2f"), ("tflops", "TFLOP/s", ".0f")]
     cols += [(f"x_{p}", f"x({p})", ".2f") for p in PATHS]
     cols += [("rel_err", "rel err", ".1e"), ("torch_rel_err", "(b) rel err", ".1e"), ("check", "check", "s")]
+    if args.predict:
+        cols += PREDICT_COLUMNS
     print("event times (median us, CUDA events, L2 flushed); x(p) = (p) time / ours time:")
     print_table(rows, cols)
     failed = [r for r in rows if r["check"] != "ok"]

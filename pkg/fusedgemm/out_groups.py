@@ -7,8 +7,9 @@ round(y * (1 / scale)) saturating at +-qmax (448 e4m3fn, 240 e4m3fnuz). So the r
 quantize_rows(y, "fp8", group=128) returns for y the GEMM's fp32 output, without y ever leaving the kernel.
 
 Where it runs: gfx942 / gfx950 fuse it into the LDS-pipelined CDNA kernel (cdna_gemm.hpp: a group is its block's
-128 columns, reduced across its 4 waves through LDS; hip_src/include/fusedgemm/out_groups.hpp); CPU tensors get
-the float64 reference, rounded to fp32, then quantize_rows' torch path. sm_90a has no fused kernel yet and says so.
+128 columns -- 256 for a gate / up pair, on cdna_lds_128x256 --, reduced across its waves through LDS;
+hip_src/include/fusedgemm/out_groups.hpp); CPU tensors get the float64 reference, rounded to fp32, then
+quantize_rows' torch path. sm_90a has no fused kernel yet and says so. The grouped ops (grouped.py) take it too.
 """
 from __future__ import annotations
 

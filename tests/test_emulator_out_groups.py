@@ -141,6 +141,12 @@ def test_swiglu_pairs_on_the_256_column_config(arch, seed):
     acc = a.double() @ w.double().T
     gate = acc[:, 0::2] * s.double()
     _check(codes, scales, torch.nn.functional.silu(gate) * acc[:, 1::2], f"{arch} swiglu pairs")
+    spec = EpilogueSpec.of(E.parse("silu(gate) * up"), {}, out_group=128)
+    unit, name, _sig, source = codeobjects.gemm_a8_expression_kernel(arch, "cdna_lds_128x256", "fp8",
+                                                                     "fp8e4m3fnuz" if arch == "gfx942" else "fp8e4m3fn",
+                                                                     spec)
+    meta = CodeObject.build(unit, arch, source).kernel(name).metadata
+    assert int(meta.get(".private_segment_fixed_size", 0)) == 0 and int(meta.get(".vgpr_spill_count", 0)) == 0
 
 
 @pytest.mark.parametrize("arch", ARCHES)

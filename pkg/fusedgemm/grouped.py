@@ -247,12 +247,14 @@ def _expression(op: str, activation, epilogue, bias, operands):
 
 # ---- the public ops -------------------------------------------------------------------------------------------
 def grouped_matmul(x: torch.Tensor, w: torch.Tensor, *, offs=None, masked_m=None, m_indices=None,
-                   expected_m: int | None = None, bias=None, activation=None, epilogue=None, operands: dict | None = None,
+                   expected_m: int | None = None, bias=None, activation=None, epilogue=None,
+                   operands: dict | None = None,
                    out_dtype=None, out=None):
     """y[rows of group g] = act(x[rows] @ w[g].T + bias[g]) -- or any epilogue expression -- for every group, one
     kernel. x: [M, K] with offs (int32 [G] cumulative row ends), [G, Mmax, K] with masked_m (int32 [G]), or [M, K]
     with m_indices (int32 [M]: DeepGEMM's layout, each row's expert or -1, experts' rows starting at multiples of
-    128, M too; -1 rows are not written); bf16 / fp16. w: [G, N, K] of x's dtype; N % 8 == 0 and K % 8 == 0. bias: [G, N] (or [N], every expert's). expected_m:
+    128, M too; -1 rows are not written); bf16 / fp16. w: [G, N, K] of x's dtype; N % 8 == 0 and K % 8 == 0.
+    bias: [G, N] (or [N], every expert's). expected_m:
     rows per group, a plan hint (default M / G, or Mmax). out_dtype: bf16 / fp16 / fp32 / the arch's fp8, default
     x's dtype. Returns [M, N] (masked: [G, Mmax, N]; rows past masked_m[g] are not written)."""
     op = "grouped_matmul"
@@ -345,7 +347,9 @@ def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scal
             raise ValueError(f"{op}: operands are for epilogue expressions")
         uses_bias, act = form
         if uses_bias != (bias is not None):
-            raise ValueError(f"{op}: epilogue {epilogue!r} {'adds a bias, but bias is None' if uses_bias else 'has no bias, but a bias was given (use bias_<activation>)'}")
+            why = ("adds a bias, but bias is None" if uses_bias
+                   else "has no bias, but a bias was given (use bias_<activation>)")
+            raise ValueError(f"{op}: epilogue {epilogue!r} {why}")
         expr, ops = _scaled_expression(op, act, scale_a, scale_b, bias, groups, n)
     arch = arch_of(op, x.device, None)
     if x.dtype != torch.int8 and arch != "cpu" and x.dtype != FP8_DTYPE_FOR_ARCH[arch]:
@@ -429,7 +433,8 @@ def grouped_swiglu(x: torch.Tensor, w_gate_up, *, offs=None, masked_m=None, m_in
     act = activation_name(op, activation, GLU_ACTIVATIONS)
     if not isinstance(w_gate_up, torch.Tensor) or w_gate_up.dim() != 3 or w_gate_up.shape[1] % 2:
         raise ValueError(f"{op}: w_gate_up must be [G, 2I, K] (each expert's gate rows, then up rows), got "
-                         f"{list(w_gate_up.shape) if isinstance(w_gate_up, torch.Tensor) else type(w_gate_up).__name__}")
+                         + (f"{list(w_gate_up.shape)}" if isinstance(w_gate_up, torch.Tensor)
+                            else type(w_gate_up).__name__))
     groups, n2, _k = w_gate_up.shape
     eight_bit = x.dtype in _EIGHT_BIT
     ops = {}

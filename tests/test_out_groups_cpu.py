@@ -174,3 +174,64 @@ def test_plain_kernels_keep_their_keys_and_functors():
         GemmKernel("sm_90a", "tile_128x128", "fp8", "fp8e4m3fn", grouped).source()
     with pytest.raises(ValueError, match="LDS configs of 128 columns"):
         GemmKernel("gfx942", "portable_128x128", "fp8", "fp8e4m3fnuz", grouped).source()
+
+
+def _deepseek_layer(g, groups=3, inter=256, hidden=320, dtype=FP8):
+    """A DeepSeek-V3-style FP8 expert set: x with 1x128 scales, gate / up weights [G, 2I, H] with the checkpoint's
+    128x128 scales in merged order (gate blocks, then up blocks), rows grouped by expert."""
+    kb = -(-hidden // 128)
+    offs = torch.tensor([20, 20, 70], dtype=torch.int32)
+    x = (torch.randn(70, hidden, generator=g) * 2).to(dtype)
+    w13 = (torch.randn(groups, 2 * inter, hidden, generator=g) * 0.5).to(dtype)
+    sx = torch.rand(70, kb, generator=g) + 0.5
+    s13 = torch.rand(groups, 2 * inter // 128, kb, generator=g) + 0.5
+    return offs, x, w13, sx, s13
+
+
+def _swiglu_oracle(offs, x, w13, sx, s13):
+    """silu(gate) * up per expert, each projection block-scaled with its own blocks (float64)."""
+    from fusedgemm.reference import block_scaled_acc
+
+    inter = w13.shape[1] // 2
+    out = torch.zeros(x.shape[0], inter, dtype=torch.float64)
+    lo = 0
+    for e, hi in enumerate(offs.tolist()):
+        if hi > lo:
+            gate = block_scaled_acc(x[lo:hi], w13[e, :inter], sx[lo:hi], s13[e, :inter // 128])
+            up = block_scaled_acc(x[lo:hi], w13[e, inter:], sx[lo:hi], s13[e, inter // 128:])
+            out[lo:hi] = torch.nn.functional.silu(gate) * up
+        lo = hi
+    return out
+
+
+def test_grouped_swiglu_with_checkpoint_block_scales_then_requantised(seed):
+    """The DeepSeek-V3 FP8 expert GEMM: block-scaled gate / up (the checkpoint's merged-order 128x128 tables,
+    pair-ordered for the interleaved weight inside), SwiGLU and the 1x128 requantisation, one call; its codes and
+    scales feed the down projection's block-scaled GEMM."""
+    g = torch.Generator().manual_seed(seed)
+    offs, x, w13, sx, s13 = _deepseek_layer(g)
+    want = _swiglu_oracle(offs, x, w13, sx, s13)
+    h = fg.grouped_swiglu(x, w13, offs=offs, scale_a=sx, scale_b=s13, out_dtype=torch.float32)
+    assert ((h.double() - want).norm() / want.norm()).item() < 1e-6
+    h8, sh = fg.grouped_swiglu(x, w13, offs=offs, scale_a=sx, scale_b=s13, out_group=128)
+    _same((h8, sh), fg.quantize_rows(h, FP8, group=128))
+    w2 = (torch.randn(3, 320, 256, generator=g) * 0.5).to(FP8)
+    s2 = torch.rand(3, 3, 2, generator=g) + 0.5  # [G, ceil(H/128), ceil(I/128)]
+    y = fg.grouped_gemm_a8(h8, fg.preshuffle(w2), offs=offs, scale_a=sh, scale_b=s2, out_dtype=torch.float32)
+    assert y.shape == (70, 320) and torch.isfinite(y).all()
+
+
+def test_pair_ordered_block_scales_refusals():
+    g = torch.Generator().manual_seed(0)
+    offs, x, w13, sx, s13 = _deepseek_layer(g, inter=192)  # I not a multiple of 128
+    with pytest.raises(ValueError, match="I a multiple of 128"):
+        fg.grouped_swiglu(x, w13, offs=offs, scale_a=sx, scale_b=torch.rand(3, 3, 3))
+    a, w = torch.zeros(4, 256).to(FP8), fg.preshuffle(torch.zeros(384, 256).to(FP8))
+    with pytest.raises(ValueError, match="N must be a multiple of 256"):
+        fg.gemm_a8(a, w, scale_b=torch.ones(3, 2), epilogue="silu(gate) * up")
+    from fusedgemm.checks import check_gemm_a8_args
+
+    w512 = fg.preshuffle(torch.zeros(512, 256).to(FP8))
+    with pytest.raises(ValueError, match="sm_90a's block-scaled kernels take one scale per 128 columns"):
+        check_gemm_a8_args(a, w512, None, None, torch.ones(4, 2), "silu(gate) * up", torch.bfloat16, None,
+                           arch="sm_90a")

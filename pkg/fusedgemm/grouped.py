@@ -148,7 +148,8 @@ def _reference_into(x2, w_ref, expr, flat, layout, n_out, out, saved, blocks=Non
             acc = x2[rows].to(torch.float64) @ w_ref(g).to(torch.float64).T
         else:
             sa, sb = blocks
-            acc = block_scaled_acc(x2[rows], w_ref(g), None if sa is None else sa[rows], None if sb is None else sb[g])
+            acc = block_scaled_acc(x2[rows], w_ref(g), None if sa is None else sa[rows], None if sb is None else sb[g],
+                                   pairs=_epi.is_paired(expr))
         y, pre = evaluate_outputs(expr, acc, group_operands(expr, flat, g, rows, n_out))
         o2[rows] = round_to(y, out.dtype).to(out.dtype)
         if s2 is not None:
@@ -183,6 +184,7 @@ def _run_out_group(op, arch, x, w_kernel, w_ref, n, k, in_kind, expr, flat, bind
         for _g, rows in _group_rows(layout, x2.device):
             c2[rows], s2[rows] = qc[rows], qs[rows]
         return codes, scales
+    _out_groups.check_block_pairs(op, n_out != n, blocks is not None)
     _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, n_out, codes, None, blocks,
             (scales, group))
     return codes, scales
@@ -339,9 +341,13 @@ def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scal
     blocks, scale_a, scale_b = _block_scales(op, x, scale_a, scale_b, layout, groups, n, k)
     form = resolve_epilogue(op, epilogue)
     if isinstance(form, _epi.Node):
-        if any(v is not None for v in (scale_a, scale_b, bias)) or blocks is not None:
-            raise ValueError(f"{op}: with an epilogue expression, pass scales and bias as its operands (by name)")
+        if any(v is not None for v in (scale_a, scale_b, bias)):  # (block scales are the main loop's: taken)
+            raise ValueError(f"{op}: with an epilogue expression, pass scales (but block scales) and bias as its "
+                             "operands (by name)")
         expr, ops = form, dict(operands or {})
+        if blocks is not None and blocks[1] is not None and _epi.is_paired(expr) and n % 256:
+            raise ValueError(f"{op}: the block scale_b of a gate / up pair is pair-ordered per 128 gate / up rows "
+                             f"(block_scales.hpp): N (interleaved) must be a multiple of 256, got N={n}")
     else:
         if operands:
             raise ValueError(f"{op}: operands are for epilogue expressions")
@@ -437,6 +443,11 @@ def grouped_swiglu(x: torch.Tensor, w_gate_up, *, offs=None, masked_m=None, m_in
                             else type(w_gate_up).__name__))
     groups, n2, _k = w_gate_up.shape
     eight_bit = x.dtype in _EIGHT_BIT
+    block_a = block_b = None  # DeepSeek-style block scales: the main loop's (8-bit x)
+    if eight_bit:
+        block_a, block_b = _checks.swiglu_block_scales(op, x, scale_a, scale_b, groups, n2, _k)
+        scale_a = None if block_a is not None else scale_a
+        scale_b = None if block_b is not None else scale_b
     ops = {}
     for name, v in (("bias", bias), ("scale", scale_b)):
         if isinstance(v, torch.Tensor) and v.numel() != 1:
@@ -468,12 +479,14 @@ def grouped_swiglu(x: torch.Tensor, w_gate_up, *, offs=None, masked_m=None, m_in
     if isinstance(scale_a, torch.Tensor):
         ops["scale_a"] = scale_a
     expr = glu_expression(act, bias=bias is not None, scaled=True)
+    if torch.compiler.is_compiling() and (block_a is not None or block_b is not None):
+        raise NotImplementedError(f"{op}: block scales are not traced by torch.compile yet")
     if torch.compiler.is_compiling():
         return _via_op("swiglu_a8", x, w_gate_up, n2, w_gate_up.shape[2], (offs, masked_m, m_indices), expected_m,
                        expr, ops, out_dtype or torch.bfloat16, out)
     return grouped_gemm_a8(x, _cached_interleaved_groups(w_gate_up, shuffle=True), offs=offs, masked_m=masked_m,
-                           m_indices=m_indices, expected_m=expected_m, epilogue=expr, operands=ops, out_dtype=out_dtype,
-                           out=out, out_group=out_group)
+                           m_indices=m_indices, expected_m=expected_m, scale_a=block_a, scale_b=block_b, epilogue=expr,
+                           operands=ops, out_dtype=out_dtype, out=out, out_group=out_group)
 
 
 def interleave_groups(w: torch.Tensor) -> torch.Tensor:

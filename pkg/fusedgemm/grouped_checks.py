@@ -180,3 +180,22 @@ def x_tensor(op: str, x) -> torch.Tensor:
     if torch.is_grad_enabled() and x.requires_grad:
         raise NotImplementedError(f"{op} is not differentiable yet: call it under torch.no_grad() / inference_mode()")
     return x
+
+
+def swiglu_block_scales(op: str, x: torch.Tensor, scale_a, scale_b, groups: int, n2: int, k: int):
+    """grouped_swiglu's DeepSeek-style block scales, for the main loop: -> (scale_a or None, scale_b or None).
+    scale_a [M, ceil(K/128)] ([G, Mmax, ceil(K/128)] masked): 1 x 128 per row, passed on as it is. scale_b
+    [G, 2I/128, ceil(K/128)]: each expert's gate blocks then up blocks (merged order, the checkpoint's), I % 128 == 0;
+    returned pair-ordered for the interleaved weight (rows 2q, 2q + 1: the gate's and the up's block q; the kernels'
+    scale_b_row). Scales that are not block tables come back as None (they stay the epilogue's)."""
+    kb = -(-k // 128)
+    a_block = isinstance(scale_a, torch.Tensor) and kb > 1 and scale_a.dim() == x.dim() and scale_a.shape[-1] == kb
+    if not (isinstance(scale_b, torch.Tensor) and scale_b.dim() == 3):
+        return (scale_a if a_block else None), None
+    inter = n2 // 2
+    if inter % 128 or tuple(scale_b.shape) != (groups, n2 // 128, kb):
+        raise ValueError(f"{op}: a block scale_b is [G={groups}, 2I/128, ceil(K/128)={kb}] (each expert's gate blocks, "
+                         f"then its up blocks) with I a multiple of 128; got {list(scale_b.shape)} for 2I={n2}")
+    nbi = inter // 128
+    paired = torch.stack((scale_b[:, :nbi], scale_b[:, nbi:]), dim=2).reshape(groups, 2 * nbi, kb)
+    return (scale_a if a_block else None), paired.contiguous()

@@ -12,6 +12,7 @@ import math
 import torch
 
 from .epilogue.evaluate import evaluate_outputs, round_to
+from .epilogue.ir import is_paired as _is_paired
 from .epilogue.presets import parse_name as parse_epilogue
 
 
@@ -22,7 +23,8 @@ def gemm_reference(a2: torch.Tensor, b_nk: torch.Tensor, expr, operands: dict | 
     float64 precision; float32: torch's exact-fp32 matmul ('highest') and the epilogue in fp32.
     blocks: gemm_a8's block scales (blockscale.BlockScales): acc is then the block-scaled sum (block_scaled_acc)."""
     if blocks is not None:
-        acc = block_scaled_acc(a2, b_nk, blocks.a, blocks.b, compute_dtype=compute_dtype)
+        acc = block_scaled_acc(a2, b_nk, blocks.a, blocks.b, compute_dtype=compute_dtype,
+                               pairs=_is_paired(expr))
         return evaluate_outputs(expr, acc, operands, compute_dtype=compute_dtype, device=acc.device)
     prev = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("highest")
@@ -86,9 +88,11 @@ _BLOCK = 128
 
 
 def block_scaled_acc(a2: torch.Tensor, b_nk: torch.Tensor, sa_block, sb_block, *,
-                     compute_dtype: torch.dtype = torch.float64) -> torch.Tensor:
+                     compute_dtype: torch.dtype = torch.float64, pairs: bool = False) -> torch.Tensor:
     """acc[m, n] = sum_kb sa[m, kb] * sb[n // 128, kb] * sum_{k in block kb} a[m, k] * b[n, k] (K blocks of 128,
-    the last one ragged), on a2's device; sa_block [M, KB] / sb_block [NB, KB] float32, or None (1)."""
+    the last one ragged), on a2's device; sa_block [M, KB] / sb_block [NB, KB] float32, or None (1).
+    pairs: b is a gate / up interleaved weight (a paired epilogue) and sb_block pair-ordered: column n reads row
+    2 (n // 256) + n % 2 (block_scales.hpp scale_b_row)."""
     a = a2.to(torch.float32).to(compute_dtype)
     b = b_nk.to(torch.float32).to(compute_dtype)
     m, k = a.shape
@@ -100,7 +104,12 @@ def block_scaled_acc(a2: torch.Tensor, b_nk: torch.Tensor, sa_block, sb_block, *
         if sa_block is not None:
             part = part * sa_block[:, kb].to(device=a.device, dtype=compute_dtype)[:, None]
         if sb_block is not None:
-            sb = sb_block[:, kb].to(device=a.device, dtype=compute_dtype).repeat_interleave(_BLOCK)[:n]
+            col_scales = sb_block[:, kb].to(device=a.device, dtype=compute_dtype)
+            if pairs:
+                cols = torch.arange(n, device=a.device)
+                sb = col_scales[(cols // (2 * _BLOCK)) * 2 + cols % 2]
+            else:
+                sb = col_scales.repeat_interleave(_BLOCK)[:n]
             part = part * sb[None, :]
         acc += part
     return acc

@@ -187,7 +187,8 @@ FG_DEVICE void portable_gemm_direct_tile(const u8* __restrict__ a,  // [M, K] ro
 #pragma unroll
         for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
           const int col = n_warp + 16 * tn + Atom::acc_col(lane, 0);
-          sb[s][tn] = (bs.b != nullptr && kb_ok && col < N) ? bs.b[(col / 128) * bs.k_blocks + kb] : 1.f;
+          sb[s][tn] =
+              (bs.b != nullptr && kb_ok && col < N) ? bs.b[scale_b_row<Epi::kPairs>(col) * bs.k_blocks + kb] : 1.f;
         }
       }
     }

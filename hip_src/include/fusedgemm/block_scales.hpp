@@ -21,4 +21,13 @@ struct PortableBlockScaled : Cfg {
   static constexpr bool kBlockScaled = true;
 };
 
+// The row of scale_b's table that GEMM column `col` reads: its 128-row block, or, for a gate / up pair's
+// interleaved weight (a paired epilogue: gate j is column 2j, up j column 2j + 1), the pair-ordered table's: rows
+// 2q and 2q + 1 hold the gate's and the up's 128-row block q, so column col reads 2 (col / 256) + (col & 1) (the
+// table of a checkpoint's gate and up blocks, interleaved by row; N a multiple of 256, as the host checks).
+template <bool kPairs>
+FG_DEVICE int scale_b_row(int col) {
+  return kPairs ? ((col >> 8) << 1) | (col & 1) : col / 128;
+}
+
 }  // namespace fg

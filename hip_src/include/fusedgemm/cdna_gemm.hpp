@@ -296,7 +296,8 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
     for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::zero(acc[tm][tn]);
 
   // K block kb's MFMAs from LDS buffer buf. Block-scaled (one K block is one scale block): into a partial tile,
-  // added times sa[row, kb] * sb[col / 128, kb], the scales loaded before the MFMAs (their latency under them).
+  // added times sa[row, kb] * sb[scale_b_row(col), kb], the scales loaded before the MFMAs (their latency under
+  // them).
   auto mma_block = [&](int buf, const Frag (&fb)[kSteps][Cfg::kTilesN], int kb) {
     constexpr int kScaled = Cfg::kBlockScaled ? 1 : 0;
     float sa[kScaled ? Cfg::kTilesM : 1][4];
@@ -315,7 +316,8 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
 #pragma unroll
       for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
         const int col = n_warp + 16 * tn + Atom::acc_col(lane, 0);
-        sb[tn] = (bs.b != nullptr && kb_ok && col < N) ? bs.b[(col / 128) * bs.k_blocks + kb] : 1.f;
+        sb[tn] =
+            (bs.b != nullptr && kb_ok && col < N) ? bs.b[scale_b_row<Epi::kPairs>(col) * bs.k_blocks + kb] : 1.f;
       }
 #pragma unroll
       for (int tm = 0; tm < Cfg::kTilesM; ++tm)

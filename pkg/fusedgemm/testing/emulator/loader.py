@@ -192,6 +192,9 @@ def parse_instruction_text(text: str) -> tuple[str, list[str], list[str]]:
 
 _ENC = re.compile(r"^\s*(?P<inst>[a-z_][\w.]*(?:\s[^;]*)?)\s*;\s*encoding:\s*\[(?P<bytes>[^\]]*)\]")
 _LABEL = re.compile(r"^(?P<label>[.\w$]+):")
+_ALIGN = re.compile(r"^\s*\.p2align\s+(?P<log2>\d+)(?:\s*,\s*(?P<fill>0x[0-9a-fA-F]+|\d+))?")
+ALIGN_PADDING = ".p2align"  # the mnemonic of an alignment gap inside a function (never executed)
+_S_NOP_0 = bytes((0x00, 0x00, 0x80, 0xBF))  # what the assembler fills a code gap with when no fill is given
 _FIXUP = re.compile(r"fixup (?P<tag>\w) - offset: (?P<off>\d+), value: (?P<value>[^,]+), kind: (?P<kind>\w+)")
 
 
@@ -229,6 +232,16 @@ def decode_listing(enc_text: str, name: str) -> list[Instr]:
         m = _LABEL.match(line)
         if m:
             labels[m.group("label")] = len(instrs)
+            continue
+        m = _ALIGN.match(line)
+        if m:  # a block aligned inside the function (the function itself starts 256-byte aligned): its gap
+            pad = -pc % (1 << int(m.group("log2")))
+            if pad:
+                fill = m.group("fill")
+                enc = bytes([int(fill, 0) & 0xFF]) * pad if fill is not None else _S_NOP_0 * (pad // 4)
+                instrs.append(Instr(len(instrs), pc, f"{line.strip()}  ; {pad} bytes of padding", ALIGN_PADDING,
+                                    [], [], enc))
+                pc += pad
             continue
         m = _ENC.match(line)
         if m:

@@ -248,3 +248,15 @@ def test_deleted_epilogue_barrier_is_an_lds_race(seed):
     assert torch.equal(run(obj), torch.ones(m, 2))  # all-zero groups: scale 1
     with pytest.raises(HazardError, match="LDS race"):
         run(code)
+
+
+def test_a_kernel_that_spills_is_refused_by_name():
+    """The block-scaled gate / up kernel of the 2 x 4-wave config spills (why gemm_a8 refuses out_group there): the
+    emulator's loader says so -- scratch bytes, the kernel's name -- instead of executing what it does not model."""
+    from fusedgemm.runtime.gemm_spec import GemmKernel
+    from fusedgemm.testing.emulator.errors import LoadError
+
+    spec = EpilogueSpec.of(E.parse("silu(gate) * up"), {}, out_group=128)
+    k = GemmKernel("gfx942", "cdna_lds_128x256", "fp8", "fp8e4m3fnuz", spec, block_scaled=True)
+    with pytest.raises(LoadError, match=r"bytes of scratch per lane \(registers spilled\)"):
+        CodeObject.build(k.unit, "gfx942", k.source()).kernel(k.kernel_name)

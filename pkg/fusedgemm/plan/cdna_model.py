@@ -129,7 +129,7 @@ def classify(mnemonic: str) -> str:
         return "barrier"
     if mnemonic.startswith(("s_branch", "s_cbranch", "s_setpc", "s_swappc")):
         return "branch"
-    if mnemonic.startswith(("s_nop", "s_sleep")) or mnemonic == ".p2align":  # (an aligned block's gap: not issued)
+    if mnemonic.startswith(("s_nop", "s_sleep")):
         return "nop"
     if mnemonic.startswith("s_"):
         return "salu"

@@ -192,9 +192,6 @@ def parse_instruction_text(text: str) -> tuple[str, list[str], list[str]]:
 
 _ENC = re.compile(r"^\s*(?P<inst>[a-z_][\w.]*(?:\s[^;]*)?)\s*;\s*encoding:\s*\[(?P<bytes>[^\]]*)\]")
 _LABEL = re.compile(r"^(?P<label>[.\w$]+):")
-_ALIGN = re.compile(r"^\s*\.p2align\s+(?P<log2>\d+)(?:\s*,\s*(?P<fill>0x[0-9a-fA-F]+|\d+))?")
-ALIGN_PADDING = ".p2align"  # the mnemonic of an alignment gap inside a function (never executed)
-_S_NOP_0 = bytes((0x00, 0x00, 0x80, 0xBF))  # what the assembler fills a code gap with when no fill is given
 _FIXUP = re.compile(r"fixup (?P<tag>\w) - offset: (?P<off>\d+), value: (?P<value>[^,]+), kind: (?P<kind>\w+)")
 
 
@@ -232,16 +229,6 @@ def decode_listing(enc_text: str, name: str) -> list[Instr]:
         m = _LABEL.match(line)
         if m:
             labels[m.group("label")] = len(instrs)
-            continue
-        m = _ALIGN.match(line)
-        if m:  # a block aligned inside the function (the function itself starts 256-byte aligned): its gap
-            pad = -pc % (1 << int(m.group("log2")))
-            if pad:
-                fill = m.group("fill")
-                enc = bytes([int(fill, 0) & 0xFF]) * pad if fill is not None else _S_NOP_0 * (pad // 4)
-                instrs.append(Instr(len(instrs), pc, f"{line.strip()}  ; {pad} bytes of padding", ALIGN_PADDING,
-                                    [], [], enc))
-                pc += pad
             continue
         m = _ENC.match(line)
         if m:
@@ -337,6 +324,9 @@ def load_kernel(data: bytes, name: str, listing: str | None, *, where: str = "co
     code = data[fo:fo + fn_size]
     if kd.wave32:
         raise LoadError(f"{name}: wave32 kernels are not modelled (gfx9 runs wave64)")
+    if kd.private_segment_fixed_size:
+        raise LoadError(f"{name}: uses {kd.private_segment_fixed_size} bytes of scratch per lane (registers spilled): "
+                        "the emulator does not model scratch, and a shipped kernel must not spill")
     if listing is None:
         raise LoadError(f"{name}: no assembler listing for {where}; the emulator decodes the build's listing "
                         "(<unit>.s beside the hsaco)")

@@ -20,7 +20,7 @@ from .isa_mem import compile_memory_or_mfma
 from .isa_regs import Ctx
 from .isa_scalar import compile_misc_scalar, compile_salu, compile_sopp
 from .isa_valu import compile_valu
-from .loader import ALIGN_PADDING, Kernel
+from .loader import Kernel
 from .memory import Memory
 from .wave import Wave
 
@@ -101,10 +101,6 @@ def check_in_flight(w, touch, text) -> None:
 
 def compile_one(ins, ctx):
     mn = ins.mnemonic
-    if mn == ALIGN_PADDING:  # the gap before an aligned block: reached only by a jump past it, never by running on
-        def padding(w):
-            raise EmulatorError(f"{ctx.kernel}: execution ran into the alignment padding at byte {ins.pc} ({ins.text})")
-        return padding
     try:
         if mn in SOPP or mn.startswith("s_cbranch") or mn == "s_branch":
             return compile_sopp(ins, ctx)
@@ -125,11 +121,10 @@ def compile_one(ins, ctx):
 
 
 def coverage(kernel: Kernel) -> dict[str, int]:
-    """Mnemonic -> static count in the kernel (alignment padding is not an instruction)."""
+    """Mnemonic -> static count in the kernel."""
     out: dict[str, int] = {}
     for i in kernel.instructions:
-        if i.mnemonic != ALIGN_PADDING:
-            out[i.mnemonic] = out.get(i.mnemonic, 0) + 1
+        out[i.mnemonic] = out.get(i.mnemonic, 0) + 1
     return out
 
 

@@ -15,7 +15,6 @@ pytest.importorskip("msgpack")
 import fusedgemm as fg  # noqa: E402
 import fusedgemm.epilogue as E  # noqa: E402
 from fusedgemm.epilogue.codegen import EpilogueSpec  # noqa: E402
-from fusedgemm.quant import quantize_rows_torch  # noqa: E402
 from fusedgemm.reference import block_scaled_acc  # noqa: E402
 from fusedgemm.testing import emulate  # noqa: E402
 from fusedgemm.testing.emulator import codeobjects, loader  # noqa: E402
@@ -23,12 +22,12 @@ from fusedgemm.testing.emulator.errors import HazardError  # noqa: E402
 from fusedgemm.testing.emulator.machine import Machine  # noqa: E402
 from fusedgemm.testing.emulator.memory import Memory  # noqa: E402
 from fusedgemm.testing.emulator.runner import CodeObject, pack  # noqa: E402
+from poisoned_outputs import POISON_BYTE, poisoned_outputs  # noqa: E402
 
 pytestmark = pytest.mark.slow  # builds code objects (cached between runs)
 
 ARCHES = ("gfx942", "gfx950")
 FP8 = {"gfx942": torch.float8_e4m3fnuz, "gfx950": torch.float8_e4m3fn}
-NAN_CODE = {torch.float8_e4m3fnuz: 0x80, torch.float8_e4m3fn: 0x7F}
 # (M, N, K): two row blocks, the second of 3 rows, and a last group of 16 columns (144 = 128 + 16), K of 2.5 K
 # blocks; one row block of 37 rows, two whole groups, K of one partial K block.
 SHAPES = ((131, 144, 320), (37, 256, 96))
@@ -36,12 +35,7 @@ SHAPES = ((131, 144, 320), (37, 256, 96))
 
 def _oracle(y64: torch.Tensor, qdtype) -> tuple[torch.Tensor, torch.Tensor]:
     """quantize_rows' rule per 128 columns of y (float64 values rounded once to fp32, as the kernel holds them)."""
-    m, n = y64.shape
-    groups = -(-n // 128)
-    padded = torch.zeros(m, groups * 128, dtype=torch.float32)
-    padded[:, :n] = y64.to(torch.float32)
-    codes, scales = quantize_rows_torch(padded.reshape(m * groups, 128), qdtype)
-    return codes.reshape(m, groups * 128)[:, :n], scales.reshape(m, groups)
+    return fg.quantize_rows(y64.to(torch.float32), qdtype, group=128)
 
 
 def _check(codes, scales, y64, what):
@@ -51,32 +45,16 @@ def _check(codes, scales, y64, what):
     assert not scales.isnan().any(), f"{what}: scales never written"
     assert torch.allclose(scales, want_s, rtol=1e-5, atol=0), f"{what}: scales {(scales / want_s - 1).abs().max():.2e}"
     got, want = codes.view(torch.uint8), want_c.view(torch.uint8)
-    assert not (got == NAN_CODE[codes.dtype]).any(), f"{what}: codes never written (poison left)"
+    assert not (got == POISON_BYTE[codes.dtype]).any(), f"{what}: codes never written (poison left)"
     differ = got != want
     step = (codes.float() - want_c.float()).abs() / (want_c.float().abs().clamp(min=2.0 ** -6))
     assert differ.float().mean() < 0.01 and (step[differ] <= 0.13).all(), f"{what}: {int(differ.sum())} codes differ"
 
 
-def _poisoned_empty(real_empty):
-    def empty(*args, **kwargs):
-        t = real_empty(*args, **kwargs)
-        if t.numel() and t.dtype in NAN_CODE:
-            t.view(torch.uint8).fill_(NAN_CODE[t.dtype])
-        elif t.numel() and t.dtype.is_floating_point:
-            t.fill_(float("nan"))
-        return t
-    return empty
-
-
 def _call(arch, *args, grouped=False, **kwargs):
     """gemm_a8 (grouped: grouped_gemm_a8) with out_group=128 in the emulator, every tensor it allocates poisoned."""
-    real_empty = torch.empty
-    torch.empty = _poisoned_empty(real_empty)
-    try:
-        with emulate(arch) as dev:
-            codes, scales = (fg.grouped_gemm_a8 if grouped else fg.gemm_a8)(*args, out_group=128, **kwargs)
-    finally:
-        torch.empty = real_empty
+    with poisoned_outputs(), emulate(arch) as dev:
+        codes, scales = (fg.grouped_gemm_a8 if grouped else fg.gemm_a8)(*args, out_group=128, **kwargs)
     paired = isinstance(kwargs.get("epilogue"), str) and "gate" in kwargs["epilogue"]
     config = "cdna_lds_128x256" if paired else "cdna_lds_128x128"
     assert len(dev.launches) == 1 and dev.launches[0][0].endswith(config), dev.launches
@@ -131,14 +109,9 @@ def test_swiglu_pairs_on_the_256_column_config(arch, seed):
     a = (torch.randn(m, k, generator=g) * 2).to(FP8[arch])
     w = (torch.randn(n, k, generator=g) * 2).to(FP8[arch])
     s = torch.rand(n // 2, generator=g) + 0.5  # a pair's operands are per output column
-    real_empty = torch.empty
-    torch.empty = _poisoned_empty(real_empty)
-    try:
-        with emulate(arch) as dev:
-            codes, scales = fg.gemm_a8(a, fg.preshuffle(w), epilogue="silu(gate * n_vec(s)) * up", operands={"s": s},
-                                       out_group=128)
-    finally:
-        torch.empty = real_empty
+    with poisoned_outputs(), emulate(arch) as dev:
+        codes, scales = fg.gemm_a8(a, fg.preshuffle(w), epilogue="silu(gate * n_vec(s)) * up", operands={"s": s},
+                                   out_group=128)
     assert len(dev.launches) == 1 and dev.launches[0][0].endswith("cdna_lds_128x256"), dev.launches
     assert codes.shape == (m, n // 2) and scales.shape == (m, 2)
     acc = a.double() @ w.double().T
@@ -162,13 +135,8 @@ def test_grouped_swiglu_masked(arch, seed):
     w = (torch.randn(groups, 2 * inter, k, generator=g) * 0.5).to(FP8[arch])
     sa, sb = torch.rand(groups, mmax, generator=g) + 0.5, torch.rand(groups, 2 * inter, generator=g) + 0.5
     masked = torch.tensor([5, 0, 17], dtype=torch.int32)
-    real_empty = torch.empty
-    torch.empty = _poisoned_empty(real_empty)
-    try:
-        with emulate(arch) as dev:
-            codes, scales = fg.grouped_swiglu(x, w, masked_m=masked, scale_a=sa, scale_b=sb, out_group=128)
-    finally:
-        torch.empty = real_empty
+    with poisoned_outputs(), emulate(arch) as dev:
+        codes, scales = fg.grouped_swiglu(x, w, masked_m=masked, scale_a=sa, scale_b=sb, out_group=128)
     assert dev.launches[-1][0].endswith("cdna_lds_128x256"), dev.launches
     for e in range(groups):
         r = int(masked[e])
@@ -176,7 +144,7 @@ def test_grouped_swiglu_masked(arch, seed):
         if r:
             _check(codes[e, :r], scales[e, :r], torch.nn.functional.silu(acc[:, :inter]) * acc[:, inter:],
                    f"{arch} expert {e}")
-        assert scales[e, r:].isnan().all() and (codes[e, r:].view(torch.uint8) == NAN_CODE[FP8[arch]]).all()
+        assert scales[e, r:].isnan().all() and (codes[e, r:].view(torch.uint8) == POISON_BYTE[FP8[arch]]).all()
 
 
 @pytest.mark.parametrize("arch", ARCHES)

@@ -37,6 +37,7 @@ from . import grouped_checks as _checks
 from . import out_groups as _out_groups
 from .grouped_checks import GroupLayout, check_weight, flat_operands, group_layout, group_operands, x_tensor
 from .preshuffle import PreshuffledWeight, preshuffle, unshuffle
+from .quant import quantize_rows
 from .runtime.device import device_guard
 from .swiglu import ACTIVATIONS as GLU_ACTIVATIONS, glu_expression
 from .plan import forced as _forced_plan
@@ -179,7 +180,7 @@ def _run_out_group(op, arch, x, w_kernel, w_ref, n, k, in_kind, expr, flat, bind
     if arch == "cpu":  # the reference's values rounded to fp32 (what the kernel holds), then each group's rule
         y32 = torch.zeros((layout.m, n_out), dtype=torch.float32)
         _reference_into(x2, w_ref, expr, flat, layout, n_out, y32, None, blocks)
-        qc, qs = _out_groups.quantize_groups(y32, code_dtype, group)
+        qc, qs = quantize_rows(y32, code_dtype, group=group)
         c2, s2 = codes.view(layout.m, n_out), scales.view(layout.m, n_groups)
         for _g, rows in _group_rows(layout, x2.device):
             c2[rows], s2[rows] = qc[rows], qs[rows]
@@ -216,13 +217,13 @@ def _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, 
         x2 = x2.contiguous()
     pointers, aligns = expression_pointers(expr, flat, saved is not None)
     tensors = [out] if saved is None else [out, saved]
-    spec, config = binding.spec, None
+    spec, config, values = binding.spec, None, binding.values
     if scales_group is not None:
         scales, group = scales_group
         spec, config = dataclasses.replace(spec, out_group=group), _out_groups.group_config(n_out != n)
         pointers, tensors = (pointers[0], "out_scale", *pointers[1:]), [out, scales]
+        values = dict(values, ld_scale=scales.shape[-1])
     with device_guard(x2.device):
-        values = binding.values if scales_group is None else dict(binding.values, ld_scale=scales_group[0].shape[-1])
         if blocks is not None:
             sa, sb = blocks
             values = dict(values, bs_a=0 if sa is None else sa.data_ptr(), bs_b=0 if sb is None else sb.data_ptr(),

@@ -23,7 +23,7 @@ from .checks import FP8_DTYPE_FOR_ARCH, _FP8_DTYPES, arch_of, check_gemm_a8_args
 from .epilogue.codegen import OUT_GROUP
 from .plan.call import CallPlan
 from .preshuffle import PreshuffledWeight, unshuffle
-from .quant import quantize_rows_torch
+from .quant import quantize_rows
 from .reference import gemm_reference
 from .runtime.device import device_guard
 
@@ -72,16 +72,6 @@ def group_config(paired: bool) -> str:
     return PAIRED_GROUP_CONFIG if paired else GROUP_CONFIG
 
 
-def quantize_groups(y32: torch.Tensor, code_dtype, group: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """quantize_rows' rule per `group` columns of float32 y [M, N] (CPU): (codes [M, N], scales [M, ceil(N/group)])."""
-    m, n = y32.shape
-    groups = -(-n // group)
-    padded = torch.zeros((m, groups * group), dtype=torch.float32)  # zeros change no group's absmax
-    padded[:, :n] = y32
-    codes, scales = quantize_rows_torch(padded.reshape(m * groups, group), code_dtype)
-    return codes.reshape(m, groups * group)[:, :n].contiguous(), scales.reshape(m, groups)
-
-
 def gemm_a8_out_group(a, b: PreshuffledWeight, bias, scale_a, scale_b, epilogue, out_dtype, out, operands,
                       group) -> tuple[torch.Tensor, torch.Tensor]:
     """gemm_a8's out_group call (the arguments are gemm_a8's): -> (codes [M, N], scales [M, ceil(N / 128)] fp32);
@@ -101,7 +91,7 @@ def gemm_a8_out_group(a, b: PreshuffledWeight, bias, scale_a, scale_b, epilogue,
     groups = -(-n_out // group)
     if arch == "cpu":
         y, _saved = gemm_reference(a, unshuffle(b), p["expr"], p["operands"], blocks=p["blocks"])
-        return quantize_groups(y.to(torch.float32).reshape(m, n_out), out_dtype, group)  # the kernel's fp32 values
+        return quantize_rows(y.to(torch.float32).reshape(m, n_out), out_dtype, group=group)  # the kernel's fp32 y
     check_block_pairs("gemm_a8", n_out != n, p["blocks"] is not None)
     n_pad, k_pad = b.padded_shape
     if n_pad != n:

@@ -41,9 +41,10 @@
 //      K % 16 == 0; matmul_fused: K % 8 == 0); any such K runs. Plain B: columns >= N (N % 16 == 8) are never
 //      stored or passed to the epilogue.
 //   Epilogue: the generated epilogue functor (epilogue.hpp) through the same slot calls as portable_gemm_tile.
-//      A group-quantised output (out_groups.hpp; group = kBlockN = 128 columns, spread over the 4 waves) takes
-//      cdna_store_groups: each row's |y| reduced over the 16 lanes of a tile row, the wave's tiles, then the
-//      waves through LDS (the A buffers, free after the K loop's last barrier), one more barrier.
+//      A group-quantised output (out_groups.hpp; a group is the block's kBlockN columns: 128, or 256 GEMM columns
+//      of gate / up pairs on cdna_lds_128x256) takes cdna_store_groups: each row's |y| reduced over the 16 lanes
+//      of a tile row, the wave's tiles, then the waves through LDS (the A buffers, free after the K loop's last
+//      barrier), one more barrier.
 //
 // Requirements (checked on the host, as for every gemm_a8 / matmul_fused config): A / B 16-byte aligned;
 // gemm_a8: N % 16 == 0, K % 16 == 0; matmul_fused: N % 8 == 0, K % 8 == 0; and 128 * K * kBytes < 2^31 - 16

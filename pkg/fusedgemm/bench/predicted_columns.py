@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from ..plan import cdna_model
 
-# bench gemm_a8 / matmul_fused --predict: the paper model's columns beside a measured row (AMD GPUs).
 PREDICT_COLUMNS = [("pred_us", "PREDICTED us", ".1f"), ("meas_over_pred", "measured/predicted", ".2f"),
                    ("pred_bound", "predicted bound", "s")]
 

@@ -1,6 +1,6 @@
-"""poisoned_outputs(): while open, torch.empty returns poisoned CPU memory (the ops allocate their outputs with it),
-so an output element a kernel never writes stays NaN / an impossible code and fails the check. Shared by the
-emulator tests (their outputs live on the CPU)."""
+"""poisoned_outputs(): while open, torch.empty returns poisoned memory (the ops allocate their outputs with it), on the
+CPU (the emulator's outputs) and on a GPU, so an output element a kernel never writes stays NaN / an impossible code
+and fails the check. check_group_codes: a group-quantised output (out_group=128) against quantize_rows' rule."""
 from __future__ import annotations
 
 import contextlib
@@ -17,7 +17,7 @@ def poisoned_outputs():
 
     def empty(*args, **kwargs):
         t = real(*args, **kwargs)
-        if t.device.type == "cpu" and t.numel():
+        if t.device.type in ("cpu", "cuda") and t.numel():
             if t.dtype.is_floating_point and t.element_size() > 1:
                 t.fill_(float("nan"))
             elif t.dtype in POISON_BYTE:
@@ -31,3 +31,20 @@ def poisoned_outputs():
         yield
     finally:
         torch.empty = real
+
+
+def check_group_codes(codes, scales, y64, what):
+    """codes, scales of a group-quantised output (out_group=128) against quantize_rows' rule per 128 columns of y64
+    (the float64 oracle, rounded once to fp32 as a kernel holds it). Scales to fp32 rounding (a kernel's fp32 sums
+    differ from float64 by their rounding); codes equal to the oracle's but where the two fp32 values sit on either
+    side of a rounding boundary: one code step, rarely. Poison left anywhere fails."""
+    import fusedgemm as fg
+
+    want_c, want_s = (t.to(codes.device) for t in fg.quantize_rows(y64.to(torch.float32), codes.dtype, group=128))
+    assert not scales.isnan().any(), f"{what}: scales never written"
+    assert torch.allclose(scales, want_s, rtol=1e-5, atol=0), f"{what}: scales {(scales / want_s - 1).abs().max():.2e}"
+    got, want = codes.view(torch.uint8), want_c.view(torch.uint8)
+    assert not (got == POISON_BYTE[codes.dtype]).any(), f"{what}: codes never written (poison left)"
+    differ = got != want
+    step = (codes.float() - want_c.float()).abs() / (want_c.float().abs().clamp(min=2.0 ** -6))
+    assert differ.float().mean() < 0.01 and (step[differ] <= 0.13).all(), f"{what}: {int(differ.sum())} codes differ"

@@ -22,7 +22,7 @@ from fusedgemm.testing.emulator.errors import HazardError  # noqa: E402
 from fusedgemm.testing.emulator.machine import Machine  # noqa: E402
 from fusedgemm.testing.emulator.memory import Memory  # noqa: E402
 from fusedgemm.testing.emulator.runner import CodeObject, pack  # noqa: E402
-from poisoned_outputs import POISON_BYTE, poisoned_outputs  # noqa: E402
+from poisoned_outputs import POISON_BYTE, check_group_codes as _check, poisoned_outputs  # noqa: E402
 
 pytestmark = pytest.mark.slow  # builds code objects (cached between runs)
 
@@ -31,24 +31,6 @@ FP8 = {"gfx942": torch.float8_e4m3fnuz, "gfx950": torch.float8_e4m3fn}
 # (M, N, K): two row blocks, the second of 3 rows, and a last group of 16 columns (144 = 128 + 16), K of 2.5 K
 # blocks; one row block of 37 rows, two whole groups, K of one partial K block.
 SHAPES = ((131, 144, 320), (37, 256, 96))
-
-
-def _oracle(y64: torch.Tensor, qdtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """quantize_rows' rule per 128 columns of y (float64 values rounded once to fp32, as the kernel holds them)."""
-    return fg.quantize_rows(y64.to(torch.float32), qdtype, group=128)
-
-
-def _check(codes, scales, y64, what):
-    """Scales to fp32 rounding (the kernel's fp32 sums differ from float64 by their rounding); codes equal to the
-    oracle's but where the two fp32 values sit on either side of a rounding boundary: one code step, rarely."""
-    want_c, want_s = _oracle(y64, codes.dtype)
-    assert not scales.isnan().any(), f"{what}: scales never written"
-    assert torch.allclose(scales, want_s, rtol=1e-5, atol=0), f"{what}: scales {(scales / want_s - 1).abs().max():.2e}"
-    got, want = codes.view(torch.uint8), want_c.view(torch.uint8)
-    assert not (got == POISON_BYTE[codes.dtype]).any(), f"{what}: codes never written (poison left)"
-    differ = got != want
-    step = (codes.float() - want_c.float()).abs() / (want_c.float().abs().clamp(min=2.0 ** -6))
-    assert differ.float().mean() < 0.01 and (step[differ] <= 0.13).all(), f"{what}: {int(differ.sum())} codes differ"
 
 
 def _call(arch, *args, grouped=False, **kwargs):

@@ -135,17 +135,22 @@ def test_bad_arguments():
                            dtype=torch.int32), out_group=64)
 
 
-def test_sm90_refuses_by_name_with_the_two_step_recipe(monkeypatch):
-    a, w = torch.zeros(4, 32).to(FP8), fg.preshuffle(torch.zeros(128, 32).to(FP8))
+def test_sm90_refuses_a_gate_up_pair_by_name_with_the_two_step_recipe(monkeypatch):
+    """sm_90a fuses out_group on its 128-column tiles; a gate / up pair's group (256 GEMM columns) has no tile."""
+    a, w = torch.zeros(4, 32).to(FP8), fg.preshuffle(torch.zeros(256, 32).to(FP8))
     monkeypatch.setattr(out_groups, "arch_of", lambda *_args: "sm_90a")
-    monkeypatch.setattr(out_groups, "check_gemm_a8_args", lambda *args, **kw: _fake_checked())
-    with pytest.raises(NotImplementedError, match=r"no fused kernel on sm_90a.*quantize_rows\(y, 'fp8', group=128\)"):
+    monkeypatch.setattr(out_groups, "check_gemm_a8_args", lambda *args, **kw: _fake_checked(pairs=True))
+    with pytest.raises(NotImplementedError, match=r"pair has no sm_90a kernel.*quantize_rows\(h, 'fp8', group=128\)"):
+        fg.gemm_a8(a, w, epilogue="silu(gate) * up", out_group=128)
+    monkeypatch.setattr(out_groups, "arch_of", lambda *_args: "sm_100a")
+    with pytest.raises(NotImplementedError, match=r"no fused kernel on sm_100a.*quantize_rows\(y, 'fp8', group=128\)"):
         fg.gemm_a8(a, w, out_group=128)
 
 
-def _fake_checked():
-    spec = EpilogueSpec.of(E.parse("acc"))
-    return dict(saved_dtype=None, n_out=128, n=128, m=4, k=32, epi=spec, expr=spec.expr)
+def _fake_checked(pairs=False):
+    spec = EpilogueSpec.of(E.parse("silu(gate) * up" if pairs else "acc"))
+    return dict(saved_dtype=None, n_out=128, n=256 if pairs else 128, m=4, k=32, epi=spec, expr=spec.expr,
+                blocks=None)
 
 
 def test_plain_kernels_keep_their_keys_and_functors():
@@ -157,10 +162,11 @@ def test_plain_kernels_keep_their_keys_and_functors():
     assert "static constexpr int kOutGroup = 128;" in text and "store_scale" in text
     with pytest.raises(ValueError, match="out_group must be 128"):
         EpilogueSpec.of(expr, {"s": "f32"}, out_group=64)
-    with pytest.raises(ValueError, match="LDS configs of 128 columns"):
-        GemmKernel("sm_90a", "tile_128x128", "fp8", "fp8e4m3fn", grouped).source()
-    with pytest.raises(ValueError, match="LDS configs of 128 columns"):
-        GemmKernel("gfx942", "portable_128x128", "fp8", "fp8e4m3fnuz", grouped).source()
+    assert "kOutGroup" in GemmKernel("sm_90a", "tile_128x128", "fp8", "fp8e4m3fn", grouped).source()
+    for arch, config in (("sm_90a", "persistent_128x128"), ("sm_90a", "swap_16x128"), ("sm_90a", "tile_128x192"),
+                         ("gfx942", "portable_128x128"), ("gfx942", "tile_64x128")):
+        with pytest.raises(ValueError, match="configs whose block holds 128 columns"):
+            GemmKernel(arch, config, "fp8", "fp8e4m3fn", grouped).source()
 
 
 def _deepseek_layer(g, groups=3, inter=256, hidden=320, dtype=FP8):
@@ -222,3 +228,39 @@ def test_pair_ordered_block_scales_refusals():
     with pytest.raises(ValueError, match="sm_90a's block-scaled kernels take one scale per 128 columns"):
         check_gemm_a8_args(a, w512, None, None, torch.ones(4, 2), "silu(gate) * up", torch.bfloat16, None,
                            arch="sm_90a")
+
+
+# ---- the sm_90a group-quantised kernels build here (no GPU needed) -------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize("config,block_scaled,grouped", [("tile_128x128", False, False), ("tile_64x128", True, False),
+                                                         ("tile_128x128", False, True)])
+def test_sm90_group_kernel_builds_with_layout_and_no_spills(config, block_scaled, grouped):
+    """store_groups (sm90_gemm_stores.hpp) on the CTA-per-tile wgmma kernels: packed arguments equal the cubin's
+    metadata, fp8 wgmma, each row's group max in two butterfly shuffles (no shared memory), pair stores of the
+    codes, nothing spilled."""
+    import re
+
+    from fusedgemm.runtime.build import BuildSpec, code_object_dir
+    from fusedgemm.runtime.codeobject import cubin_params
+    from fusedgemm.runtime.gemm_spec import GemmKernel
+
+    from code_objects import sass
+
+    expr, dtypes = ("acc * m_vec(w)", {"w": "f32"}) if grouped else ("silu(acc * n_vec(s) + n_vec(b))",
+                                                                      {"s": "f32", "b": "f32"})
+    spec = GemmKernel("sm_90a", config, "fp8", "fp8e4m3fn", EpilogueSpec.of(E.parse(expr), dtypes, out_group=128),
+                      "nk", block_scaled, grouped=grouped)
+    build = BuildSpec(spec.unit, "sm_90a", spec.source())
+    d = code_object_dir(build)
+    sig = spec.signature
+    assert "args.out_scale" in sig.flat_names and "args.ld_scale" in sig.flat_names
+    params = cubin_params((d / build.file_name()).read_bytes())
+    assert [(p.offset, p.size) for p in params[spec.kernel_name]] == list(zip(sig.offsets, sig.sizes))
+    text = sass(d / build.file_name())
+    assert re.search(r"\bQGMMA\.64x128x32\.F32\.E4M3\.E4M3\b", text)
+    if not grouped:  # (the grouped kernels' group walk shuffles too)
+        assert len(re.findall(r"\bSHFL\.BFLY\b", text)) == 4, "rows row0 and row0 + 8: xor 1 and 2 each"
+    assert len(re.findall(r"\bSTG\.E\.U16\b", text)) == 32, "a thread's 64 codes as 32 pair stores"
+    assert not re.search(r"\b(LDL|STL)\b", text), "local memory traffic"
+    log = (d / f"{spec.unit}.log").read_text()
+    assert re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores", log) == [("0", "0")], log[-2000:]

@@ -185,7 +185,7 @@ def _run_out_group(op, arch, x, w_kernel, w_ref, n, k, in_kind, expr, flat, bind
         for _g, rows in _group_rows(layout, x2.device):
             c2[rows], s2[rows] = qc[rows], qs[rows]
         return codes, scales
-    _out_groups.check_block_pairs(op, n_out != n, blocks is not None)
+    _out_groups.check_kernel(op, arch, n_out != n, blocks is not None)
     _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, n_out, codes, None, blocks,
             (scales, group))
     return codes, scales
@@ -220,7 +220,7 @@ def _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, 
     spec, config, values = binding.spec, None, binding.values
     if scales_group is not None:
         scales, group = scales_group
-        spec, config = dataclasses.replace(spec, out_group=group), _out_groups.group_config(n_out != n)
+        spec, config = dataclasses.replace(spec, out_group=group), _out_groups.group_config(n_out != n, arch)
         pointers, tensors = (pointers[0], "out_scale", *pointers[1:]), [out, scales]
         values = dict(values, ld_scale=scales.shape[-1])
     with device_guard(x2.device):

@@ -8,8 +8,10 @@ quantize_rows(y, "fp8", group=128) returns for y the GEMM's fp32 output, without
 
 Where it runs: gfx942 / gfx950 fuse it into the LDS-pipelined CDNA kernel (cdna_gemm.hpp: a group is its block's
 128 columns -- 256 for a gate / up pair, on cdna_lds_128x256 --, reduced across its waves through LDS;
-hip_src/include/fusedgemm/out_groups.hpp); CPU tensors get the float64 reference, rounded to fp32, then
-quantize_rows' torch path. sm_90a has no fused kernel yet and says so. The grouped ops (grouped.py) take it too.
+hip_src/include/fusedgemm/out_groups.hpp); sm_90a into the CTA-per-tile wgmma kernels of 128 columns (tile_64x128,
+tile_128x128: a row's group is in 4 threads of one warp, sm90_gemm_stores.hpp), except a gate / up pair's (128
+outputs are 256 GEMM columns, and no 8-bit sm_90a tile is that wide: it says so). CPU tensors get the float64
+reference, rounded to fp32, then quantize_rows' torch path. The grouped ops (grouped.py) take it too.
 """
 from __future__ import annotations
 
@@ -28,12 +30,13 @@ from .reference import gemm_reference
 from .runtime.device import device_guard
 
 # The configs whose block holds whole groups (the group's absmax is reduced inside the block): 128 GEMM columns,
-# or 256 for a gate / up pair (128 outputs).
+# or 256 for a gate / up pair (128 outputs). sm_90a: tile_64x128 / tile_128x128 (group_config).
 GROUP_CONFIG = "cdna_lds_128x128"
 PAIRED_GROUP_CONFIG = "cdna_lds_128x256"
 
 
 AMD_ARCHES = ("gfx942", "gfx950")
+FUSED_ARCHES = (*AMD_ARCHES, "sm_90a")
 
 
 def check_out_group(group, out_dtype, out, arch: str, op: str = "gemm_a8") -> torch.dtype:
@@ -44,11 +47,11 @@ def check_out_group(group, out_dtype, out, arch: str, op: str = "gemm_a8") -> to
     if out is not None:
         raise ValueError(f"{op}: out= is not taken with out_group: the call returns new (codes [M, N], scales "
                          "[M, ceil(N / 128)]) tensors")
-    if arch not in ("cpu", *AMD_ARCHES):
+    if arch not in ("cpu", *FUSED_ARCHES):
         raise NotImplementedError(
-            f"{op}: out_group has no fused kernel on {arch} yet (gfx942 / gfx950 fuse it; CPU tensors run the "
-            f"reference). Meanwhile: y = {op}(..., out_dtype=torch.float32), then fusedgemm.quantize_rows(y, 'fp8', "
-            "group=128) gives the same codes and scales")
+            f"{op}: out_group has no fused kernel on {arch} yet (gfx942 / gfx950 / sm_90a fuse it; CPU tensors run "
+            f"the reference). Meanwhile: y = {op}(..., out_dtype=torch.float32), then fusedgemm.quantize_rows(y, "
+            "'fp8', group=128) gives the same codes and scales")
     if out_dtype is None:
         return FP8_DTYPE_FOR_ARCH.get(arch, torch.float8_e4m3fn)
     if out_dtype not in _FP8_DTYPES:
@@ -57,19 +60,33 @@ def check_out_group(group, out_dtype, out, arch: str, op: str = "gemm_a8") -> to
     return out_dtype
 
 
-def check_block_pairs(op: str, paired: bool, block_scaled: bool) -> None:
-    """Block scales with a gate / up pair's group-quantised output are not built on AMD: the 2 x 4-wave kernel's
-    registers (a partial tile per K block on top of 256 B columns) do not fit, and it spills to scratch."""
-    if paired and block_scaled:
+def check_kernel(op: str, arch: str, paired: bool, block_scaled: bool) -> None:
+    """The group-quantised calls with no kernel, refused by name with the two-step recipe: a gate / up pair's on
+    sm_90a (a group is 256 GEMM columns; the 8-bit wgmma tiles are 128 wide, and a 256-wide one would hold a second
+    128-register partial tile per thread) and, on AMD, a pair's with block scales (the 2 x 4-wave kernel's registers,
+    a partial tile per K block on top of 256 B columns, do not fit: it spills to scratch)."""
+    why = None
+    if paired and arch == "sm_90a":
+        why = "no sm_90a kernel yet (its 8-bit tiles are 128 GEMM columns = 64 outputs, half a group)"
+    elif paired and block_scaled:
+        why = "no AMD kernel with block scales yet (it would spill to scratch)"
+    if why is not None:
         raise NotImplementedError(
-            f"{op}: out_group=128 of a gate / up pair with block scales has no AMD kernel yet (it would spill to "
-            f"scratch). Meanwhile: h = {op}(..., out_dtype=torch.float32), then fusedgemm.quantize_rows(h, 'fp8', "
-            "group=128) gives the same codes and scales")
+            f"{op}: out_group=128 of a gate / up pair has {why}. Meanwhile: h = {op}(..., out_dtype=torch.float32), "
+            "then fusedgemm.quantize_rows(h, 'fp8', group=128) gives the same codes and scales")
 
 
-def group_config(paired: bool) -> str:
-    """The config of a group-quantised call: a block holds whole groups."""
-    return PAIRED_GROUP_CONFIG if paired else GROUP_CONFIG
+def group_config(paired: bool, arch: str, m: int = 0, n: int = 0, dev: int | None = None) -> str | None:
+    """The config of a group-quantised call: a block holds whole groups. sm_90a: tile_128x128 where its tiles fill
+    the SMs twice, else tile_64x128 (twice the CTAs); None where the plan's own choice holds groups (the grouped
+    calls on sm_90a: their CTA-per-tile configs are 128 wide)."""
+    if arch != "sm_90a":
+        return PAIRED_GROUP_CONFIG if paired else GROUP_CONFIG
+    if dev is None:
+        return None
+    from .plan import sm_count
+
+    return "tile_128x128" if -(-m // 128) * -(-n // 128) >= 2 * sm_count(dev) else "tile_64x128"
 
 
 def gemm_a8_out_group(a, b: PreshuffledWeight, bias, scale_a, scale_b, epilogue, out_dtype, out, operands,
@@ -92,7 +109,7 @@ def gemm_a8_out_group(a, b: PreshuffledWeight, bias, scale_a, scale_b, epilogue,
     if arch == "cpu":
         y, _saved = gemm_reference(a, unshuffle(b), p["expr"], p["operands"], blocks=p["blocks"])
         return quantize_rows(y.to(torch.float32).reshape(m, n_out), out_dtype, group=group)  # the kernel's fp32 y
-    check_block_pairs("gemm_a8", n_out != n, p["blocks"] is not None)
+    check_kernel("gemm_a8", arch, n_out != n, p["blocks"] is not None)
     n_pad, k_pad = b.padded_shape
     if n_pad != n:
         raise ValueError(f"gemm_a8: out_group needs N a multiple of 16 on {arch} today (the padded columns of a "
@@ -108,7 +125,8 @@ def gemm_a8_out_group(a, b: PreshuffledWeight, bias, scale_a, scale_b, epilogue,
         values = _blockscale.block_values(values, blocks)
     with device_guard(a.device):
         plan = CallPlan(a.device.index, arch, p["in_kind"], m, n, k_pad, out_dtype, spec, values, ("out", "out_scale"),
-                        block_scaled=blocks is not None, config=group_config(n_out != n))
+                        block_scaled=blocks is not None,
+                        config=group_config(n_out != n, arch, m, n, a.device.index))
         plan.run(a_k.data_ptr(), b.data.data_ptr(), codes.data_ptr(), scales.data_ptr())
     return codes, scales
 

@@ -2,6 +2,7 @@
 // The sm_90a GEMM, persistent: one wave of CTAs looping over 128 x 128 tiles, the epilogue on the producer
 // warpgroup's spare warps under the next tile's MMAs (WgmmaConfig::kPersistent; sm90_gemm.hpp dispatches).
 #pragma once
+#include "out_groups.hpp"
 #include "sm90_gemm_mainloop.hpp"
 
 #if defined(FG_NVIDIA)
@@ -122,6 +123,7 @@ FG_DEVICE void sm90_gemm_persistent(const sm90::TmaDesc& a_map, const sm90::TmaD
                                     const typename Epi::Params& ep, const BlockScaleArgs& bs = BlockScaleArgs{}) {
   static_assert(Epi::kRowValues * Cfg::kBlockM + Epi::kColValues * Cfg::kBlockN <= Cfg::kStagedFloats,
                 "the epilogue hoists more row/column values than the persistent config stages");
+  static_assert(OutGroupOf<Epi>::value == 0, "group-quantised outputs run on the CTA-per-tile configs");
   using Mma = MmaOf<In, Cfg>;
   using Acc = typename Mma::Acc;
   constexpr int kAcc = Cfg::kAccPerThread;

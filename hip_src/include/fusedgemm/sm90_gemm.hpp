@@ -148,6 +148,8 @@ FG_DEVICE void sm90_gemm_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-majo
                                const BlockScaleArgs& bs = BlockScaleArgs{}, const GroupArgs& ga = GroupArgs{}) {
   static_assert(!kGrouped || !(Cfg::kTileLoop || Cfg::kPairB || Cfg::kSwapAB || Cfg::kBlockScaled),
                 "grouped GEMMs run on the CTA-per-tile, unswapped, unpaired configs");
+  static_assert(OutGroupOf<Epi>::value == 0 || !(Cfg::kTileLoop || Cfg::kPairB || Cfg::kSwapAB),
+                "group-quantised outputs run on the CTA-per-tile, unswapped, unpaired configs (store_groups)");
   using Mma = MmaOf<In, Cfg>;
   using Acc = typename Mma::Acc;
   constexpr int kAcc = Cfg::kAccPerThread;
@@ -316,6 +318,10 @@ FG_DEVICE void sm90_gemm_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-majo
     // 64 x 128 tile's fp8 paired (swiglu) kernels spill.
     float row_values[2][Epi::kRowValues];  // of rows row0 and row0 + 8
     load_row_pair<Epi>(ep, m_end, row0, row_values);
+    if constexpr (OutGroupOf<Epi>::value != 0) {  // planned without split-K (out_groups.py)
+      store_groups<Epi>(ep, m_end, N, row_values, row0, n0, ct, col_base, acc);
+      return;
+    }
     if (splits == 1) {
       // The groups' column values in column_rounds rounds (one, but for the 256-wide tiles): round r covers
       // accumulators kRoundAcc r .. kRoundAcc (r + 1) - 1, i.e. the columns from n0 + 2 kRoundAcc r on.

@@ -3,6 +3,7 @@
 // swapped (decode) tiles' epilogue with its values loaded before the main loop. (The persistent kernel stores
 // through its epilogue warps: sm90_gemm_persistent.hpp.)
 #pragma once
+#include "out_groups.hpp"
 #include "sm90_gemm_common.hpp"
 
 #if defined(FG_NVIDIA)
@@ -79,6 +80,54 @@ FG_DEVICE void store_group(const typename Epi::Params& ep, int M, int N, const f
   if (row0 + 8 < M) {
     const float acc[2] = {static_cast<float>(v2), static_cast<float>(v3)};
     Epi::template store<2>(ep, row0 + 8, col, acc, r[1], c);
+  }
+}
+
+// The group-quantised store (out_group: out_groups.hpp) of a warpgroup's 64 x kBlockN tile, whose kBlockN columns
+// are one group: rows row0 and row0 + 8 (values r) of consumer thread t, columns n0 + acc_col(t, j). A row of the
+// wgmma D fragment lives in the 4 threads t ^ {1, 2, 3} of one warp (acc_row reads t >> 2 only), so its |y| max over
+// the group is the thread's own values and two shuffles: no shared memory, no barrier. Rows >= M and columns >= N
+// take no part and are not written. Every thread of the warpgroup calls it (shuffles inside).
+template <class Epi, int kAcc, class Acc>
+FG_DEVICE void store_groups(const typename Epi::Params& ep, int M, int N, const float (&r)[2][Epi::kRowValues],
+                            int row0, int n0, int t, int col_base, const Acc (&acc)[kAcc]) {
+  static_assert(!Epi::kPairs, "out_group of a gate / up pair: 128 outputs are 256 GEMM columns, wider than the tile");
+  static_assert(!Epi::kSaves, "out_group: no saved output");
+  static_assert(2 * kAcc == OutGroupOf<Epi>::value, "out_group: the tile's columns (4 threads x kAcc / 2) are a group");
+  using Q = typename QuantCodesOf<typename Epi::Output>::type;
+  ColumnValues<Epi, kAcc / 4> cv;
+  cv.load(ep, N, n0, t, col_base);
+  const bool row_in[2] = {row0 < M, row0 + 8 < M};
+  float y[kAcc];  // element j: row row0 + 8 ((j >> 1) & 1), column n0 + acc_col(t, j)
+  u32 key[2] = {0, 0};  // |y| of the thread's columns of each row, as ordered bits (quant::abs_bits): NaN above inf
+#pragma unroll
+  for (int j = 0; j < kAcc; ++j) {
+    const int h = (j >> 1) & 1, e = j & 1;
+    const int col = n0 + acc_col(t, j);
+    const bool in = row_in[h] && col < N;  // (a value outside is never evaluated: its aux operands are out of bounds)
+    float saved;
+    y[j] = in ? Epi::value(ep, static_cast<float>(acc[j]), r[h], cv.v[2 * (j / 4) + e], row0 + 8 * h, col, saved)
+              : 0.f;
+    key[h] = quant::max_u32(key[h], quant::abs_bits(y[j]));
+  }
+  float inv[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int mask = 1; mask < 4; mask *= 2)
+      key[h] = quant::max_u32(key[h], float_to_bits(arch::shfl_xor(bits_to_float(key[h]), mask)));
+    const float s = quant::row_scale<Q>(bits_to_float(key[h]));
+    inv[h] = 1.f / s;  // IEEE division, as quantize_rows
+    if (row_in[h] && (t & 3) == 0) Epi::store_scale(ep, row0 + 8 * h, n0 / OutGroupOf<Epi>::value, s);
+  }
+#pragma unroll
+  for (int j = 0; j < kAcc; j += 2) {  // a column pair of one row: one 2-byte store
+    const int h = (j >> 1) & 1;
+    const int col = n0 + acc_col(t, j);
+    if (row_in[h] && col < N) {  // N % 16 == 0: a column pair is all in or all out
+      const float v[2] = {y[j], y[j + 1]};
+      Epi::template store_codes<2>(ep, row0 + 8 * h, col, v, inv[h]);
+    }
   }
 }
 

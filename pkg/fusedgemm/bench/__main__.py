@@ -25,6 +25,8 @@ SUBCOMMANDS = {
                     "optionally clocks and energy per call",
     "moe": "mixture-of-experts grouped GEMMs (gate_up + SwiGLU, down; bf16 and fp8) on DeepSeek-V3 / Qwen3-30B-A3B / "
            "Mixtral-8x7B experts with uniform and skewed routing vs torch._grouped_mm, a per-expert loop and the floor",
+    "out_group": "gemm_a8(out_group=128), the output as the next layer's 1x128 block-quantised fp8 input, vs the same "
+                 "GEMM writing bf16 and vs the GEMM + quantize_rows(group=128)",
     "predict": "PREDICTED (never measured) time, TFLOP/s, fraction of MFMA peak and bound of the AMD kernels on the "
                "LLM grid and square sizes, from the datasheets and each kernel's compiled hot loop (no GPU needed)",
 }

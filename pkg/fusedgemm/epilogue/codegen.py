@@ -402,9 +402,16 @@ def render_functor(spec: EpilogueSpec, name: str | None = None) -> str:
         store_doc = ""
     group = "" if not spec.out_group else f"""  // Group-quantised output (out_groups.hpp): the kernel reduces |value| over a row's {spec.out_group} columns.
   static constexpr int kOutGroup = {spec.out_group};
+  template <int V>  // V consecutive codes of row m from column n: one store (V = 1, or 2 aligned at an even n)
+  FG_DEVICE static void store_codes(const Params& p, int m, int n, const float (&y)[V], float inv_scale) {{
+    float t[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) t[v] = fg::quant::mul_rn(y[v], inv_scale);  // rounded, then converted: quantize_rows'
+    fg::epi::store_row<Out, V>(const_cast<void*>(p.out), p.ld_out, m, n, t);
+  }}
   FG_DEVICE static void store_code(const Params& p, int m, int n, float y, float inv_scale) {{
-    const float t[1] = {{fg::quant::mul_rn(y, inv_scale)}};  // rounded, then converted: quantize_rows' rule
-    fg::epi::store_row<Out, 1>(const_cast<void*>(p.out), p.ld_out, m, n, t);
+    const float t[1] = {{y}};
+    store_codes<1>(p, m, n, t, inv_scale);
   }}
   FG_DEVICE static void store_scale(const Params& p, int m, int g, float s) {{
     static_cast<float*>(const_cast<void*>(p.out_scale))[static_cast<long long>(m) * p.ld_scale + g] = s;

@@ -104,10 +104,10 @@ class GemmKernel:
         args = f"fg::{'Sm90GemmArgs' if sm90 else 'PortableGemmArgs'}<{epi}>"
         group = self.epilogue.out_group
         width = group * (2 if self.epilogue.pairs else 1)  # GEMM columns of one group (a gate / up pair: twice)
-        if group and not (isinstance(tile_configs.CONFIGS[self.config], tile_configs.CdnaTile)
-                          and self.cfg.block_n == width and self.arch in ("gfx942", "gfx950")):
-            raise ValueError(f"group-quantised outputs (out_group={group}) run on the AMD LDS configs of {width} "
-                             f"columns (cdna_gemm.hpp), not {self.arch} {self.config}")
+        if group and not tile_configs.holds_groups(self.config, self.arch, width):
+            raise ValueError(f"group-quantised outputs (out_group={group}) run on configs whose block holds {width} "
+                             f"columns: the AMD LDS configs (cdna_gemm.hpp) and sm_90a's CTA-per-tile unswapped ones "
+                             f"(sm90_gemm_stores.hpp), not {self.arch} {self.config}")
         m_off, ep_off = kernels.gemm_arg_offsets(self.cfg.unit, self.epilogue)
         bs_check = ""
         if self.block_scaled:

@@ -155,6 +155,19 @@ CONFIGS: dict[str, PortableTile | CdnaTile | Sm90Tile] = {
     "f32x3_128x128": Sm90Tile(128, 4, split_tf32=True, in_kinds=SPLIT_TF32),
 }
 
+def holds_groups(name: str, arch: str, width: int) -> bool:
+    """Whether config `name` can write a group-quantised output (out_group) of `width` GEMM columns per group on
+    `arch`: its block holds whole groups, reduced inside it -- the AMD LDS configs (across waves, through LDS) and
+    sm_90a's CTA-per-tile, unswapped, unpaired configs (within a warpgroup's rows: sm90_gemm_stores.hpp)."""
+    t = CONFIGS[name]
+    if t.block_n != width:
+        return False
+    if isinstance(t, CdnaTile):
+        return arch in ("gfx942", "gfx950")
+    return (isinstance(t, Sm90Tile) and arch == "sm_90a"
+            and not (t.swap_ab or t.pair_b or t.persistent or t.tile_loop or t.split_tf32))
+
+
 # The names these configs had before they were named by their fields (docs and measurement logs use them).
 FORMER_NAMES = {
     "m16n16k8": "portable_16x16_k8", "m64n16k8": "portable_64x16_k8", "m128n128": "portable_128x128",

@@ -1,0 +1,125 @@
+"""gemm_a8 / grouped_gemm_a8 (out_group=128) on an sm_90a GPU (skipped without one): the output written as the next
+layer's 1x128 block-quantised fp8 input by the wgmma kernels' epilogue (sm90_gemm_stores.hpp store_groups), against
+quantize_rows' rule on the float64 oracle, outputs poisoned. A gate / up pair's is refused by name there."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fusedgemm as fg
+import fusedgemm.epilogue as E
+from fusedgemm.reference import block_scaled_acc
+from poisoned_outputs import POISON_BYTE, check_group_codes, poisoned_outputs
+
+pytestmark = pytest.mark.gpu
+
+FP8 = torch.float8_e4m3fn
+# (M, N, K): ragged rows and a last group of 16 columns; one partial K block; decode; both tiles the plan picks
+# (tile_128x128 once the 128 x 128 tiles fill the SMs twice: 2048 x 4096).
+SHAPES = ((131, 144, 320), (37, 256, 96), (1, 512, 1024), (2048, 4096, 512))
+
+
+@pytest.fixture(autouse=True)
+def sm90():
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    from fusedgemm.runtime.arch import device_arch
+
+    if device_arch(torch.cuda.current_device()) != "sm_90a":
+        pytest.skip("the sm_90a kernels")
+
+
+def _rand(g, *shape, scale=1.0):
+    return (torch.randn(*shape, generator=g) * scale).cuda()
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+def test_fp8_bias_silu_per_channel(m, n, k, seed):
+    g = torch.Generator().manual_seed(seed)
+    a, w = _rand(g, m, k, scale=2).to(FP8), _rand(g, n, k, scale=2).to(FP8)
+    bias, sa, sb = _rand(g, n), torch.rand(m, generator=g).cuda() + 0.5, torch.rand(n, generator=g).cuda() + 0.5
+    with poisoned_outputs():
+        codes, scales = fg.gemm_a8(a, fg.preshuffle(w), bias, scale_a=sa, scale_b=sb, epilogue="bias_silu",
+                                   out_group=128)
+    assert codes.shape == (m, n) and codes.dtype == FP8 and scales.shape == (m, -(-n // 128))
+    pre = (a.double() @ w.double().T) * sa.double()[:, None] * sb.double() + bias.double()
+    check_group_codes(codes, scales, torch.nn.functional.silu(pre), f"fp8 bias_silu {m}x{n}x{k}")
+
+
+def test_int8_and_the_fp32_output_of_the_same_kernel(seed):
+    """int8 (exact int32 sums): the codes and scales are quantize_rows' of the plain fp32 output bit for bit."""
+    g = torch.Generator().manual_seed(seed)
+    m, n, k = 131, 384, 640
+    a = torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g).cuda()
+    w = torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g).cuda()
+    sa = torch.rand(m, generator=g).cuda() * 0.01
+    wq = fg.preshuffle(w)
+    with poisoned_outputs():
+        codes, scales = fg.gemm_a8(a, wq, scale_a=sa, epilogue="gelu_erf", out_group=128)
+    y = fg.gemm_a8(a, wq, scale_a=sa, epilogue="gelu_erf", out_dtype=torch.float32)
+    want_c, want_s = fg.quantize_rows(y, FP8, group=128)
+    assert torch.equal(scales, want_s)
+    assert (codes.view(torch.uint8) != want_c.view(torch.uint8)).float().mean() < 1e-3
+
+
+def test_expression_with_aux_on_block_scales(seed):
+    """An [M, N] aux operand (rows past M never evaluated) on DeepSeek block scales: the layer that feeds the next."""
+    g = torch.Generator().manual_seed(seed)
+    m, n, k = 131, 256, 320
+    a, w = _rand(g, m, k, scale=2).to(FP8), _rand(g, n, k, scale=2).to(FP8)
+    sa = torch.rand(m, -(-k // 128), generator=g).cuda() + 0.5
+    sb = torch.rand(-(-n // 128), -(-k // 128), generator=g).cuda() + 0.5
+    res, s = _rand(g, m, n).to(torch.bfloat16), torch.rand(n, generator=g).cuda() + 0.5
+    with poisoned_outputs():
+        codes, scales = fg.gemm_a8(a, fg.preshuffle(w), scale_a=sa, scale_b=sb,
+                                   epilogue=E.parse("silu(acc * n_vec(s)) + aux(res)"), operands={"s": s, "res": res})
+    acc = block_scaled_acc(a.cpu(), w.cpu(), sa.cpu(), sb.cpu()).cuda()
+    check_group_codes(codes, scales, torch.nn.functional.silu(acc * s.double()) + res.double(), "block expression")
+
+
+def test_grouped_offs_and_masked(seed):
+    """grouped_gemm_a8 (contiguous offs with an empty expert; masked decode layout): rows no expert owns stay
+    poisoned."""
+    g = torch.Generator().manual_seed(seed)
+    G, n, k = 3, 256, 384
+    w = _rand(g, G, n, k, scale=2).to(FP8)
+    sb = torch.rand(G, n, generator=g).cuda() + 0.5
+    x = _rand(g, 70, k, scale=2).to(FP8)
+    offs = torch.tensor([20, 20, 70], dtype=torch.int32, device="cuda")
+    with poisoned_outputs():
+        codes, scales = fg.grouped_gemm_a8(x, fg.preshuffle(w), scale_b=sb, offs=offs, epilogue="silu",
+                                           out_group=128)
+    want = torch.empty(70, n, dtype=torch.float64, device="cuda")
+    for e, (lo, hi) in enumerate(((0, 20), (20, 20), (20, 70))):
+        want[lo:hi] = torch.nn.functional.silu((x[lo:hi].double() @ w[e].double().T) * sb[e].double())
+    check_group_codes(codes, scales, want, "grouped offs")
+    xm = _rand(g, G, 16, k, scale=2).to(FP8)
+    masked = torch.tensor([5, 0, 16], dtype=torch.int32, device="cuda")
+    with poisoned_outputs():
+        codes, scales = fg.grouped_gemm_a8(xm, fg.preshuffle(w), scale_b=sb, masked_m=masked, expected_m=8,
+                                           epilogue="silu", out_group=128)
+    for e, r in enumerate(masked.tolist()):
+        if r:
+            y = torch.nn.functional.silu((xm[e, :r].double() @ w[e].double().T) * sb[e].double())
+            check_group_codes(codes[e, :r], scales[e, :r], y, f"masked expert {e}")
+        assert scales[e, r:].isnan().all() and (codes[e, r:].view(torch.uint8) == POISON_BYTE[FP8]).all()
+
+
+def test_cuda_graph_replay(seed):
+    g = torch.Generator().manual_seed(seed)
+    a, w = _rand(g, 64, 512, scale=2).to(FP8), fg.preshuffle(_rand(g, 384, 512, scale=2).to(FP8))
+    sa = torch.rand(64, generator=g).cuda() + 0.5
+    fg.gemm_a8(a, w, scale_a=sa, epilogue="silu", out_group=128)  # build outside the capture
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        codes, scales = fg.gemm_a8(a, w, scale_a=sa, epilogue="silu", out_group=128)
+    a.copy_(_rand(g, 64, 512, scale=2).to(FP8))
+    graph.replay()
+    want = torch.nn.functional.silu((a.double() @ fg.unshuffle(w).double().T) * sa.double()[:, None])
+    check_group_codes(codes, scales, want, "graph replay")
+
+
+def test_gate_up_pair_is_refused_by_name():
+    a, w = torch.zeros(4, 128, device="cuda").to(FP8), fg.preshuffle(torch.zeros(256, 128, device="cuda").to(FP8))
+    with pytest.raises(NotImplementedError, match=r"gate / up pair has no sm_90a kernel.*quantize_rows"):
+        fg.gemm_a8(a, w, epilogue="silu(gate) * up", out_group=128)

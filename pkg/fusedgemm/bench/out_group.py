@@ -103,7 +103,6 @@ def run(argv=None) -> int:
             row["x_bf16"] = row["fused_us"] / row["bf16_us"]
             row["x_two_step"] = row["two_step_us"] / row["fused_us"]
             rows.append(row)
-            del a, wq
     print(f"gemm_a8 out_group=128, {args.scales} scales, {args.epilogue}, {device_info()}")
     print_table(rows, [("shape", "shape", "s"), ("M", "M", "d"), ("N", "N", "d"), ("K", "K", "d"),
                        ("tile", "fused tile", "s"), ("fused_us", "fused us", ".1f"), ("bf16_us", "bf16 us", ".1f"),

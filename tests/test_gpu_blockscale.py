@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import fusedgemm as fg
+from fusedgemm.bench.gemm_a8 import torch_block_mm as _torch_block_mm
 from fusedgemm.reference import gemm_a8_block_reference, rel_error
 
 pytestmark = pytest.mark.gpu
@@ -76,26 +77,9 @@ def problem(m, n, k, seed):
 
 
 def torch_block_mm(a, w, sa, sb):
-    """torch's block-scaled fp8 GEMM (cuBLAS on sm_90; torch >= 2.9: torch._scaled_mm / F.scaled_mm with 1x128 and
-    128x128 scales) in bf16, or None where the installed torch does not offer it for these inputs. Its layouts
-    (torch 2.11): scale_a [M, KB] outer-dim-major (strides (1, M)); scale_b [KB, NB] near-inner-dim-major (strides
-    (1, KB rounded up to 4: 16-byte aligned))."""
-    kb, nb = sa.shape[1], sb.shape[0]
-    sa_t = sa.t().contiguous().t()
-    padded = torch.zeros(nb, -(-kb // 4) * 4, device=sb.device, dtype=sb.dtype)
-    padded[:, :kb] = sb
-    sb_t = padded[:, :kb].t()
-    attempts = [lambda: torch._scaled_mm(a, w.t(), scale_a=sa_t, scale_b=sb_t, out_dtype=torch.bfloat16)]
-    F = torch.nn.functional
-    if hasattr(F, "scaled_mm") and hasattr(F, "ScalingType"):
-        attempts.append(lambda: F.scaled_mm(a, w.t(), sa_t, F.ScalingType.BlockWise1x128, sb_t,
-                                            F.ScalingType.BlockWise128x128, output_dtype=torch.bfloat16))
-    for attempt in attempts:
-        try:
-            return attempt()
-        except (RuntimeError, ValueError, TypeError, NotImplementedError, AttributeError):
-            continue
-    return None
+    """torch's block-scaled fp8 GEMM in bf16 (the bench's baseline), or None where the installed torch has none."""
+    mm = _torch_block_mm(a, w, sa, sb)
+    return None if mm is None else mm()
 
 
 def tolerance(a, w, sa, sb, oracle):

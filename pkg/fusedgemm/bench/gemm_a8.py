@@ -5,6 +5,11 @@ activation, (c) _scaled_mm alone, (d) torch.compile of (a). int8: (a) torch._int
 activation, (c) _int_mm alone, (d) torch.compile of (a). Floor = max(min bytes / copy bandwidth measured now,
 flops / dense peak). Median of CUDA-event timings, L2 flushed before each run; ours and the baselines of a row
 are timed rep by rep in one interleaved set (the same GPU clock for all).
+
+--scales block (fp8): DeepSeek-style scale_a [M, K/128] and scale_b [N/128, K/128]; (a) and (c) are torch's
+block-scaled _scaled_mm (torch_block_mm: cuBLAS, torch >= 2.9; empty ("-") where the installed torch refuses the
+shape), (b) and (d) are not run, and (pc) is our own per-channel kernel on the same shape (x(pc) = its time / ours:
+what block scaling costs).
 """
 from __future__ import annotations
 
@@ -86,6 +91,43 @@ SWEEP_CASES = ([(_SWEEP_N[(i + t) % 5], k, _SWEEP_M[(i + t) % 4]) for i, k in en
                + [(32768, 16384, 16384)])  # (1024, 768, 256) is already the first
 
 
+def torch_block_mm(a, w, sa, sb, out_dtype=torch.bfloat16):
+    """torch's block-scaled fp8 GEMM a @ w.T (cuBLAS on sm_90; torch >= 2.9: torch._scaled_mm / F.scaled_mm with 1x128
+    and 128x128 scales), or None where the installed torch does not offer it for these inputs. Its layouts (torch
+    2.11): scale_a [M, KB] outer-dim-major (strides (1, M)); scale_b [KB, NB] near-inner-dim-major (strides (1, KB
+    rounded up to 4: 16-byte aligned)). The layouts are made here, outside any timing: -> a callable, or None."""
+    kb, nb = sa.shape[1], sb.shape[0]
+    sa_t = sa.t().contiguous().t()
+    padded = torch.zeros(nb, -(-kb // 4) * 4, device=sb.device, dtype=sb.dtype)
+    padded[:, :kb] = sb
+    sb_t = padded[:, :kb].t()
+    attempts = [lambda: torch._scaled_mm(a, w.t(), scale_a=sa_t, scale_b=sb_t, out_dtype=out_dtype)]
+    if hasattr(F, "scaled_mm") and hasattr(F, "ScalingType"):
+        attempts.append(lambda: F.scaled_mm(a, w.t(), sa_t, F.ScalingType.BlockWise1x128, sb_t,
+                                            F.ScalingType.BlockWise128x128, output_dtype=out_dtype))
+    for attempt in attempts:
+        try:
+            attempt()
+            return attempt
+        except (RuntimeError, ValueError, TypeError, NotImplementedError, AttributeError):
+            continue
+    return None
+
+
+def _block_baselines(a, w, bias, sa, sb, act_name, out_dtype):
+    """--scales block: (a) torch's block-scaled GEMM + bias + activation, (c) it alone (absent where torch has none)."""
+    act = ACTS[act_name]
+    mm = torch_block_mm(a, w, sa, sb, out_dtype)
+    if mm is None:
+        return {"a": None, "c": None}
+
+    def a_path():
+        y = mm()
+        return act(y + bias) if bias is not None else act(y)
+
+    return {"a": a_path, "c": mm}
+
+
 def _baselines(kind, a, w, bias, sa, sb, act_name, out_dtype, compile_it):
     act = ACTS[act_name]
     wt = w.T
@@ -128,6 +170,9 @@ def run(argv=None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     add_dtype(p, "--dtype", ["fp8", "int8"], "fp8",
               "input dtype (fp8: the device's e4m3 variant, e4m3fn on sm_90a / gfx950, e4m3fnuz on gfx942)")
+    p.add_argument("--scales", choices=["channel", "block"], default="channel",
+                   help="per-token x per-channel scales, or (fp8) DeepSeek 1x128 / 128x128 block scales beside torch's "
+                        "block-scaled GEMM and our per-channel kernel (default channel)")
     p.add_argument("--epilogue", default="bias_silu", choices=fg.EPILOGUES,
                    help="the fused epilogue preset; the baselines run the same epilogue as torch ops (default bias_silu)")
     add_dtype(p, "--out-dtype", ["bf16", "fp16"], "bf16", "output dtype")
@@ -166,6 +211,10 @@ def run(argv=None) -> int:
     if args.predict and predict_problem(arch):
         print(predict_problem(arch), file=sys.stderr)
         return 1
+    block = args.scales == "block"
+    if block and (args.dtype != "fp8" or args.compare_plans is not None or args.tune or args.predict):
+        print("--scales block: fp8 only, without --compare-plans / --tune / --predict", file=sys.stderr)
+        return 2
     if args.tune and args.compare_plans is None:
         args.compare_plans = []  # every plan
     out_dtype = torch_dtype(args.out_dtype)
@@ -204,7 +253,18 @@ def run(argv=None) -> int:
             return fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, epilogue=args.epilogue, out_dtype=out_dtype,
                               out=out)
 
-        paths = {"fg": ours, **_baselines(args.dtype, a, w, bias, sa, sb, act_name, out_dtype, not args.no_compile)}
+        if block:
+            sa_b = torch.rand(m, -(-k // 128), device="cuda") / math.sqrt(k)
+            sb_b = torch.rand(-(-n // 128), -(-k // 128), device="cuda") + 0.5
+
+            def ours_block():
+                return fg.gemm_a8(a, wq, bias, scale_a=sa_b, scale_b=sb_b, epilogue=args.epilogue,
+                                  out_dtype=out_dtype, out=out)
+
+            paths = {"fg": ours_block, "pc": ours, **_block_baselines(a, w, bias, sa_b, sb_b, act_name, out_dtype)}
+        else:
+            paths = {"fg": ours,
+                     **_baselines(args.dtype, a, w, bias, sa, sb, act_name, out_dtype, not args.no_compile)}
         times, errors = time_what_runs(timer, paths)  # ours and the baselines rep by rep (common.py says why)
         if "fg" in errors:
             raise errors["fg"]
@@ -223,7 +283,7 @@ def run(argv=None) -> int:
             row["plans_us"] = dict(zip(names, plan_times))
         if args.kernel_time:
             row["fg_kern_us"] = kernel_us(ours, timer)
-            for key in ("a", "c"):
+            for key in ("a", "c", "pc"):
                 if key in times:
                     row[f"{key}_kern_us"] = kernel_us(paths[key], timer)
                     row[f"kx_{key}"] = row[f"{key}_kern_us"] / row["fg_kern_us"]
@@ -233,7 +293,7 @@ def run(argv=None) -> int:
         row["pct_floor"] = 100.0 * row["floor_us"] / row["fg_us"]
         row["tflops"] = flops / (row["fg_us"] * 1e-6) / 1e12
         row["gbs"] = nbytes / (row["fg_us"] * 1e-6) / 1e9
-        for key in ("a", "b", "c", "d"):
+        for key in ("a", "b", "c", "d", "pc"):
             t = row.get(f"{key}_us")
             row[f"x_{key}"] = t / row["fg_us"] if t else None
         if args.predict:
@@ -247,6 +307,9 @@ def run(argv=None) -> int:
             ("floor_us", "floor us", ".1f"), ("pct_floor", "% floor", ".0f"), ("tflops", "TFLOP/s", ".0f"),
             ("gbs", "GB/s", ".0f"), ("x_a", "x(a)", ".2f"), ("x_b", "x(b)", ".2f"), ("x_c", "x(c)", ".2f"),
             ("x_d", "x(d)", ".2f")] + (PREDICT_COLUMNS if args.predict else [])
+    if block:
+        cols = [c for c in cols if c[0] not in ("b_us", "d_us", "x_b", "x_d")] + [("pc_us", "(pc) us", ".1f"),
+                                                                                 ("x_pc", "x(pc)", ".2f")]
     print_table(rows, cols)
     if args.sweep:
         ranked = sorted((r for r in rows if r.get("x_c")), key=lambda r: r["x_c"])
@@ -274,18 +337,20 @@ def run(argv=None) -> int:
         print("kernel time only (profiler; no event-pair overhead on either side):")
         print_table(rows, [("shape", "shape", "s"), ("M", "M", "d"), ("fg_kern_us", "fg kernel us", ".1f"),
                            ("a_kern_us", "(a) kernels us", ".1f"), ("c_kern_us", "(c) kernel us", ".1f"),
-                           ("kx_a", "kx(a)", ".2f"), ("kx_c", "kx(c)", ".2f")])
+                           ("kx_a", "kx(a)", ".2f"), ("kx_c", "kx(c)", ".2f")]
+                    + ([("pc_kern_us", "(pc) kernel us", ".1f"), ("kx_pc", "kx(pc)", ".2f")] if block else []))
     summary = {}
     for band, pred in BANDS:
         sel = [r for r in rows if pred(r["M"])]
         if sel:
-            summary[band] = {f"x_{k}": geomean(r[f"x_{k}"] for r in sel) for k in ("a", "b", "c", "d")}
+            summary[band] = {f"x_{k}": geomean(r.get(f"x_{k}") for r in sel) for k in ("a", "b", "c", "d", "pc")}
             summary[band]["floor_ratio"] = geomean(r["fg_us"] / r["floor_us"] for r in sel)
             print(f"geomean {band:12}: " + "  ".join(f"x({k[2:]}) {v:.2f}" for k, v in summary[band].items()
                                                      if k.startswith("x_")) + f"  time/floor {summary[band]['floor_ratio']:.2f}")
             if args.kernel_time:
-                summary[band].update({f"kx_{k}": geomean(r.get(f"kx_{k}") for r in sel) for k in ("a", "c")})
-                print(f"  kernel time   : kx(a) {summary[band]['kx_a']:.2f}  kx(c) {summary[band]['kx_c']:.2f}")
+                summary[band].update({f"kx_{k}": geomean(r.get(f"kx_{k}") for r in sel) for k in ("a", "c", "pc")})
+                print("  kernel time   : " + "  ".join(f"kx({k}) {summary[band][f'kx_{k}']:.2f}"
+                                                       for k in ("a", "c", "pc")))
 
     # Host overhead: CPU time per eager call on a tiny problem.
     a1 = torch.randn(16, 256, device="cuda").to(in_dtype) if in_dtype != torch.int8 else \

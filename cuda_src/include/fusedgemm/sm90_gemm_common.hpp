@@ -177,15 +177,22 @@ struct BlockScaled : Cfg {
 };
 
 // One consumer thread's block scales: its two accumulator rows' scale_a rows and the tile's scale_b row, each
-// advanced to the CTA's first K block (split-K). scale(i, s): s[h] = sa[row h, kb] * sb[kb] for the CTA's K block i.
+// advanced to the CTA's first K block (split-K). load(i, raw) loads the CTA's K block i's three values;
+// combine(raw, s): s[h] = sa[row h, kb] * sb[kb]. The main loop loads a block's values one K block before it
+// promotes that block: loaded after the block's own wgmmas, ptxas put the product (and so the wait for the loads)
+// before the block's last wgmma, stalling the warpgroup for a global load's latency every K block.
 struct BlockScaleRows {
   const float* a0 = nullptr;  // rows acc_row(t, 0) and + 8; null: outside M or no scale_a
   const float* a1 = nullptr;
   const float* b = nullptr;
-  FG_DEVICE void scale(int i, float (&s)[2]) const {
-    const float sb = b != nullptr ? __ldg(b + i) : 1.0f;
-    s[0] = (a0 != nullptr ? __ldg(a0 + i) : 1.0f) * sb;
-    s[1] = (a1 != nullptr ? __ldg(a1 + i) : 1.0f) * sb;
+  FG_DEVICE void load(int i, float (&raw)[3]) const {
+    raw[0] = a0 != nullptr ? __ldg(a0 + i) : 1.0f;
+    raw[1] = a1 != nullptr ? __ldg(a1 + i) : 1.0f;
+    raw[2] = b != nullptr ? __ldg(b + i) : 1.0f;
+  }
+  FG_DEVICE static void combine(const float (&raw)[3], float (&s)[2]) {
+    s[0] = raw[0] * raw[2];
+    s[1] = raw[1] * raw[2];
   }
 };
 

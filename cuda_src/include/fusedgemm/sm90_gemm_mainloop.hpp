@@ -201,8 +201,16 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
 #pragma unroll
       for (int j = 0; j < kAcc; ++j) acc[j] += p[j];
     };
-    // Block-scaled: the scales of the blocks in part0 / part1, and the promotion times them.
-    float scale0[2], scale1[2];
+    // Block-scaled: the scales of the blocks in part0 / part1, and the promotion times them; `next`: the raw scales
+    // of the next block to issue, loaded one block ahead (BlockScaleRows says why).
+    float scale0[2], scale1[2], next[3];
+    if constexpr (Cfg::kBlockScaled) {
+      if (kb_count > 0) scales.load(0, next);
+    }
+    auto take_scales = [&](int j, float(&sc)[2]) {  // block j's scales; then block j + 1's loads (the last: again)
+      BlockScaleRows::combine(next, sc);
+      scales.load(j + 1 < kb_count ? j + 1 : j, next);
+    };
     auto promote_scaled = [&](Acc(&p)[kAcc], const float(&sc)[2]) {
       sm90::fence_regs(p);
 #pragma unroll
@@ -216,11 +224,11 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
         if (u & 1) {
           sm90::fence_regs(part1);
           issue(i + u, part1, false);
-          if constexpr (Cfg::kBlockScaled) scales.scale(i + u, scale1);
+          if constexpr (Cfg::kBlockScaled) take_scales(i + u, scale1);
         } else {
           sm90::fence_regs(part0);
           issue(i + u, part0, false);
-          if constexpr (Cfg::kBlockScaled) scales.scale(i + u, scale0);
+          if constexpr (Cfg::kBlockScaled) take_scales(i + u, scale0);
         }
         if (u > 0) {
           sm90::wgmma_wait<1>();  // block i + u - 1 is complete
@@ -276,11 +284,18 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
     Acc part[kAcc];
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) part[j] = Acc(0);
+    float next[3];  // block-scaled: the raw scales of the next block, loaded one block ahead (BlockScaleRows)
+    if constexpr (Cfg::kBlockScaled) {
+      if (kb_count > 0) scales.load(0, next);
+    }
     for (int i = 0; i < kb_count; ++i) {
       sm90::fence_regs(part);
       issue(i, part, false);
-      float sc[2];  // block-scaled: block i's scales, loaded under its MMAs
-      if constexpr (Cfg::kBlockScaled) scales.scale(i, sc);
+      float sc[2];  // block-scaled: block i's scales; block i + 1's loads go out under block i's MMAs
+      if constexpr (Cfg::kBlockScaled) {
+        BlockScaleRows::combine(next, sc);
+        scales.load(i + 1 < kb_count ? i + 1 : i, next);
+      }
       sm90::wgmma_wait<0>();
       sm90::fence_regs(part);
       release(i);

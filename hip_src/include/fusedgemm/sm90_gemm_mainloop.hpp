@@ -95,7 +95,7 @@ FG_DEVICE void split_tf32_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* s
 // The consumer warpgroups' main loop: K blocks i = 0 .. kb_count - 1 of the tile into acc (zeroed by the
 // caller). Block i is the CTA's g0 + i-th: the ring's stage and phase follow that count, so a persistent CTA's
 // tiles continue one sequence. Cfg::kBlockScaled (fp8): block i's partial tile is promoted times its block scales,
-// scales.scale(i, ...), loaded while its MMAs run.
+// its scales (BlockScaleRows: loaded one K block ahead).
 template <class In, class Cfg, class Acc, int kAcc>
 FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* stage_a, u8* stage_b,
                                  sm90::u64* full, sm90::u64* empty, int wg, int lane,
@@ -200,8 +200,16 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
 #pragma unroll
       for (int j = 0; j < kAcc; ++j) acc[j] += p[j];
     };
-    // Block-scaled: the scales of the blocks in part0 / part1, and the promotion times them.
-    float scale0[2], scale1[2];
+    // Block-scaled: the scales of the blocks in part0 / part1, and the promotion times them; `next`: the raw scales
+    // of the next block to issue, loaded one block ahead (BlockScaleRows says why).
+    float scale0[2], scale1[2], next[3];
+    if constexpr (Cfg::kBlockScaled) {
+      if (kb_count > 0) scales.load(0, next);
+    }
+    auto take_scales = [&](int j, float(&sc)[2]) {  // block j's scales; then block j + 1's loads (the last: again)
+      BlockScaleRows::combine(next, sc);
+      scales.load(j + 1 < kb_count ? j + 1 : j, next);
+    };
     auto promote_scaled = [&](Acc(&p)[kAcc], const float(&sc)[2]) {
       sm90::fence_regs(p);
 #pragma unroll
@@ -215,11 +223,11 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
         if (u & 1) {
           sm90::fence_regs(part1);
           issue(i + u, part1, false);
-          if constexpr (Cfg::kBlockScaled) scales.scale(i + u, scale1);
+          if constexpr (Cfg::kBlockScaled) take_scales(i + u, scale1);
         } else {
           sm90::fence_regs(part0);
           issue(i + u, part0, false);
-          if constexpr (Cfg::kBlockScaled) scales.scale(i + u, scale0);
+          if constexpr (Cfg::kBlockScaled) take_scales(i + u, scale0);
         }
         if (u > 0) {
           sm90::wgmma_wait<1>();  // block i + u - 1 is complete
@@ -275,11 +283,18 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
     Acc part[kAcc];
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) part[j] = Acc(0);
+    float next[3];  // block-scaled: the raw scales of the next block, loaded one block ahead (BlockScaleRows)
+    if constexpr (Cfg::kBlockScaled) {
+      if (kb_count > 0) scales.load(0, next);
+    }
     for (int i = 0; i < kb_count; ++i) {
       sm90::fence_regs(part);
       issue(i, part, false);
-      float sc[2];  // block-scaled: block i's scales, loaded under its MMAs
-      if constexpr (Cfg::kBlockScaled) scales.scale(i, sc);
+      float sc[2];  // block-scaled: block i's scales; block i + 1's loads go out under block i's MMAs
+      if constexpr (Cfg::kBlockScaled) {
+        BlockScaleRows::combine(next, sc);
+        scales.load(i + 1 < kb_count ? i + 1 : i, next);
+      }
       sm90::wgmma_wait<0>();
       sm90::fence_regs(part);
       release(i);

@@ -224,7 +224,7 @@ def test_oracle_block_formula_by_hand():
 
 # ---- the sm_90a block-scaled kernels build here (no GPU needed) ----------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize("config", ["tile_64x128", "tile_128x128", "tile_192x128", "persistent_128x128",
+@pytest.mark.parametrize("config", ["swap_16x128", "tile_64x128", "tile_128x128", "tile_192x128", "persistent_128x128",
                                     "persistent_128x128_epi7", "persistent_128x128_epi7_1chain"])
 def test_block_scaled_kernel_builds_with_layout_and_no_spills(config):
     """The generated unit of a block-scaled kernel (BlockScaled<Config>, Sm90GemmBlockArgs): its packed arguments
@@ -248,7 +248,8 @@ def test_block_scaled_kernel_builds_with_layout_and_no_spills(config):
     params = cubin_params((d / build.file_name()).read_bytes())
     assert [(p.offset, p.size) for p in params[spec.kernel_name]] == list(zip(sig.offsets, sig.sizes))
     text = sass(d / build.file_name())
-    assert re.search(r"\bQGMMA\.64x128x32\.F32\.E4M3\.E4M3\b", text)
+    mma_n = 16 if config.startswith("swap") else 128  # the swapped tile: weights are the wgmma's A, 16 activations
+    assert re.search(rf"\bQGMMA\.64x{mma_n}x32\.F32\.E4M3\.E4M3\b", text)
     assert len(re.findall(r"\bLDG\.E\.CONSTANT\b", text)) >= 3  # sa (two rows) and sb per K block
     assert not re.search(r"\b(LDL|STL)\b", text), "local memory traffic"
     log = (d / f"{spec.unit}.log").read_text()

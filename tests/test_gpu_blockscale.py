@@ -15,6 +15,7 @@ import torch
 import fusedgemm as fg
 from fusedgemm.bench.gemm_a8 import torch_block_mm as _torch_block_mm
 from fusedgemm.reference import gemm_a8_block_reference, rel_error
+from poisoned_outputs import poisoned_outputs
 
 pytestmark = pytest.mark.gpu
 
@@ -176,6 +177,20 @@ def test_non_block_configs_are_refused_when_pinned():
     from fusedgemm.plan import forced_config
 
     a, w, sa, sb = problem(16, 256, 512, seed=1)
-    with forced_config("swap_16x128"), pytest.raises(ValueError, match="has no block-scaled kernel"):
+    with forced_config("tile_128x192"), pytest.raises(ValueError, match="has no block-scaled kernel"):
         fg.gemm_a8(a, fg.preshuffle(w), scale_a=sa, scale_b=sb)
+
+
+@pytest.mark.parametrize("m,splits", [(1, 1), (5, 2), (16, 4), (13, 8)])
+def test_swapped_decode_tile_with_split_k(m, splits):
+    """The swapped decode tile (weights as the wgmma's A): each thread's four activation rows are D's columns, their
+    scale_a rows read per K block (swapped_block_scale_rows); split-K over the cluster as the plan splits it."""
+    from fusedgemm.plan import forced_config
+
+    a, w, sa, sb = problem(m, 384, 1280, seed=m)
+    bias = torch.randn(384, device="cuda")
+    with forced_config("swap_16x128", splits), poisoned_outputs():
+        out = fg.gemm_a8(a, fg.preshuffle(w), bias.to(torch.bfloat16), scale_a=sa, scale_b=sb, epilogue="bias_silu")
+    z = gemm_a8_block_reference(a, w, scale_a=sa, scale_b=sb, unrounded=True) + bias.to(torch.bfloat16).cpu().double()
+    check(out, z * torch.sigmoid(z), ONE_ROUNDING, f"swap_16x128 M={m} splits={splits}")
 

@@ -117,13 +117,12 @@ SM90_KERNEL = True  # the sm_90a block-scaled tile kernels are wired in (gemm_a8
 
 
 # ---- sm_90a: the plan and launch of a block-scaled call --------------------------------------------------------
-# The configs with block-scaled kernels (BlockScaled<Config>, sm90_gemm_common.hpp): unswapped tiles of N 128, CTA per
-# tile or persistent, no B-multicast pairs (a tile's columns are one 128-row block of scale_b; a K block of the
-# kernels, 128 fp8 values, is one scale block). Rule: the heuristic's plan (plan.plan_for) when it is one of these;
-# else its nearest: the swapped decode tile -> tile_64x128 (split-K as the heuristic would split it), a pair ->
-# persistent_128x128, tile_128x192 -> tile_128x128.
-BLOCK_CONFIGS = ("tile_64x128", "tile_128x128", "tile_192x128", "persistent_128x128", "persistent_128x128_epi7",
-                 "persistent_128x128_epi7_1chain")
+# The configs with block-scaled kernels (BlockScaled<Config>, sm90_gemm_common.hpp): tiles of N 128, CTA per tile
+# (the swapped decode tile too) or persistent, no B-multicast pairs (a tile's columns are one 128-row block of
+# scale_b; a K block of the kernels, 128 fp8 values, is one scale block). Rule: the heuristic's plan (plan.plan_for)
+# when it is one of these; else its nearest: a pair -> persistent_128x128, tile_128x192 -> tile_128x128.
+BLOCK_CONFIGS = ("swap_16x128", "tile_64x128", "tile_128x128", "tile_192x128", "persistent_128x128",
+                 "persistent_128x128_epi7", "persistent_128x128_epi7_1chain")
 _NEAREST = {"pair_persistent_128x128": "persistent_128x128", "tile_128x192": "tile_128x128"}
 
 
@@ -148,7 +147,7 @@ def block_plan(m: int, n: int, k: int, dev: int, persistent_ok: bool = True):
         return kernels.GEMM_CONFIGS[name], 1
     if pinned is not None and pinned[0] not in BLOCK_CONFIGS:
         raise ValueError(f"gemm_a8: config {pinned[0]} has no block-scaled kernel; block scales run on "
-                         f"{', '.join(BLOCK_CONFIGS)} (unswapped tiles of N 128, no B-multicast pairs)")
+                         f"{', '.join(BLOCK_CONFIGS)} (tiles of N 128, no B-multicast pairs)")
     cfg, splits = plan_for(m, n, k, dev, persistent_ok=persistent_ok, in_kind="fp8")
     if cfg.name in BLOCK_CONFIGS:
         return cfg, splits

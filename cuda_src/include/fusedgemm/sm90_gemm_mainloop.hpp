@@ -96,11 +96,11 @@ FG_DEVICE void split_tf32_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* s
 // The consumer warpgroups' main loop: K blocks i = 0 .. kb_count - 1 of the tile into acc (zeroed by the
 // caller). Block i is the CTA's g0 + i-th: the ring's stage and phase follow that count, so a persistent CTA's
 // tiles continue one sequence. Cfg::kBlockScaled (fp8): block i's partial tile is promoted times its block scales,
-// scales.scale(i, ...), loaded while its MMAs run.
-template <class In, class Cfg, class Acc, int kAcc>
+// its scales (BlockScaleRows: loaded one K block ahead).
+template <class In, class Cfg, class Acc, int kAcc, int kScaleRows = 2>
 FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* stage_a, u8* stage_b,
                                  sm90::u64* full, sm90::u64* empty, int wg, int lane,
-                                 const BlockScaleRows& scales = BlockScaleRows{}) {
+                                 const BlockScaleRows<kScaleRows>& scales = BlockScaleRows<kScaleRows>{}) {
   if constexpr (InTraits<In>::kSplitTf32) {
     split_tf32_mainloop<In, Cfg>(acc, g0, kb_count, stage_a, stage_b, full, empty, wg, lane);
     return;
@@ -203,18 +203,18 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
     };
     // Block-scaled: the scales of the blocks in part0 / part1, and the promotion times them; `next`: the raw scales
     // of the next block to issue, loaded one block ahead (BlockScaleRows says why).
-    float scale0[2], scale1[2], next[3];
+    float scale0[kScaleRows], scale1[kScaleRows], next[kScaleRows + 1];
     if constexpr (Cfg::kBlockScaled) {
       if (kb_count > 0) scales.load(0, next);
     }
-    auto take_scales = [&](int j, float(&sc)[2]) {  // block j's scales; then block j + 1's loads (the last: again)
-      BlockScaleRows::combine(next, sc);
+    auto take_scales = [&](int j, float(&sc)[kScaleRows]) {  // block j's scales; block j + 1's loads (last: again)
+      BlockScaleRows<kScaleRows>::combine(next, sc);
       scales.load(j + 1 < kb_count ? j + 1 : j, next);
     };
-    auto promote_scaled = [&](Acc(&p)[kAcc], const float(&sc)[2]) {
+    auto promote_scaled = [&](Acc(&p)[kAcc], const float(&sc)[kScaleRows]) {
       sm90::fence_regs(p);
 #pragma unroll
-      for (int j = 0; j < kAcc; ++j) acc[j] = fmaf(p[j], sc[(j >> 1) & 1], acc[j]);  // rows acc_row(t, j)
+      for (int j = 0; j < kAcc; ++j) acc[j] = fmaf(p[j], sc[block_scale_slot<Cfg::kSwapAB, kAccPerMma>(j)], acc[j]);
     };
     // Blocks i .. i + count - 1 (count: an integral_constant), unrolled; nothing is in flight after it.
     auto run_blocks = [&](auto count, int i) {
@@ -284,16 +284,16 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
     Acc part[kAcc];
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) part[j] = Acc(0);
-    float next[3];  // block-scaled: the raw scales of the next block, loaded one block ahead (BlockScaleRows)
+    float next[kScaleRows + 1];  // block-scaled: the next block's raw scales, loaded one block ahead (BlockScaleRows)
     if constexpr (Cfg::kBlockScaled) {
       if (kb_count > 0) scales.load(0, next);
     }
     for (int i = 0; i < kb_count; ++i) {
       sm90::fence_regs(part);
       issue(i, part, false);
-      float sc[2];  // block-scaled: block i's scales; block i + 1's loads go out under block i's MMAs
+      float sc[kScaleRows];  // block-scaled: block i's scales; block i + 1's loads go out under block i's MMAs
       if constexpr (Cfg::kBlockScaled) {
-        BlockScaleRows::combine(next, sc);
+        BlockScaleRows<kScaleRows>::combine(next, sc);
         scales.load(i + 1 < kb_count ? i + 1 : i, next);
       }
       sm90::wgmma_wait<0>();
@@ -301,7 +301,8 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
       release(i);
       if constexpr (Cfg::kBlockScaled) {
 #pragma unroll
-        for (int j = 0; j < kAcc; ++j) acc[j] = fmaf(part[j], sc[(j >> 1) & 1], acc[j]);  // rows acc_row(t, j)
+        for (int j = 0; j < kAcc; ++j)
+          acc[j] = fmaf(part[j], sc[block_scale_slot<Cfg::kSwapAB, kAccPerMma>(j)], acc[j]);
       } else {
 #pragma unroll
         for (int j = 0; j < kAcc; ++j) acc[j] += part[j];

@@ -300,7 +300,10 @@ FG_DEVICE void sm90_gemm_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-majo
   // struct is never loaded or read, and the compiler drops it: their SASS is unchanged by it).
   SwappedOperands<Epi, Cfg::kSwapAB ? kAcc : 4, Cfg::kSwapAB ? kAccPerMma : 4> swapped_ops;
   if constexpr (Cfg::kSwapAB) swapped_ops.load(ep, M, N, m0, n0, ct);
-  if constexpr (Cfg::kBlockScaled)
+  if constexpr (Cfg::kBlockScaled && Cfg::kSwapAB)
+    consumer_mainloop<In, Cfg>(acc, 0, kb_count, stage_a, stage_b, full, empty, sm90::warp_uniform(warp >> 2), lane,
+                               swapped_block_scale_rows<kAccPerMma / 2>(bs, M, m0, n0, ct, kb_begin));
+  else if constexpr (Cfg::kBlockScaled)
     consumer_mainloop<In, Cfg>(acc, 0, kb_count, stage_a, stage_b, full, empty, sm90::warp_uniform(warp >> 2), lane,
                                block_scale_rows(bs, M, m0 + 64 * (warp >> 2), n0, ct, kb_begin));
   else

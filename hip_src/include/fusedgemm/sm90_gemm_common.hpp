@@ -169,29 +169,31 @@ struct SplitTf32 : Cfg {
 template <class Cfg>
 struct BlockScaled : Cfg {
   static constexpr bool kBlockScaled = true;
-  static_assert(!Cfg::kSwapAB && !Cfg::kTileLoop && !Cfg::kPairB && !Cfg::kBMnMajor && !Cfg::kSplitTf32 &&
-                    Cfg::kBlockN == 128 && Cfg::kBlockK == 128,
-                "block scales: the unswapped CTA-per-tile or persistent kernels, tiles of N 128 (one scale_b block "
-                "per K block), no B-multicast pairs");
+  static_assert(!Cfg::kTileLoop && !Cfg::kPairB && !Cfg::kBMnMajor && !Cfg::kSplitTf32 && Cfg::kBlockN == 128 &&
+                    Cfg::kBlockK == 128,
+                "block scales: the CTA-per-tile (swapped too) or persistent kernels, tiles of N 128 (one scale_b "
+                "block per K block), no B-multicast pairs");
 };
 
-// One consumer thread's block scales: its two accumulator rows' scale_a rows and the tile's scale_b row, each
-// advanced to the CTA's first K block (split-K). load(i, raw) loads the CTA's K block i's three values;
-// combine(raw, s): s[h] = sa[row h, kb] * sb[kb]. The main loop loads a block's values one K block before it
-// promotes that block: loaded after the block's own wgmmas, ptxas put the product (and so the wait for the loads)
-// before the block's last wgmma, stalling the warpgroup for a global load's latency every K block.
+// One consumer thread's block scales: the scale_a rows of its kRows activation rows and the tile's scale_b row, each
+// advanced to the CTA's first K block (split-K). Unswapped tiles: kRows = 2, the accumulator rows acc_row(t, 0) and
+// + 8; swapped (decode) tiles: the activation rows are the wgmma D's columns, kRows = kAccPerMma / 2 of them
+// (SwappedOperands' row slots). The tile's N columns are one scale_b block either way. load(i, raw) loads the CTA's
+// K block i's kRows + 1 values; combine(raw, s): s[r] = sa[row r, kb] * sb[kb]. The main loop loads a block's values
+// one K block before it promotes that block: loaded after the block's own wgmmas, ptxas put the product (and so the
+// wait for the loads) before the block's last wgmma, stalling the warpgroup for a global load's latency every block.
+template <int kRows>
 struct BlockScaleRows {
-  const float* a0 = nullptr;  // rows acc_row(t, 0) and + 8; null: outside M or no scale_a
-  const float* a1 = nullptr;
+  const float* a[kRows] = {};  // null: a row outside M, or no scale_a
   const float* b = nullptr;
-  FG_DEVICE void load(int i, float (&raw)[3]) const {
-    raw[0] = a0 != nullptr ? __ldg(a0 + i) : 1.0f;
-    raw[1] = a1 != nullptr ? __ldg(a1 + i) : 1.0f;
-    raw[2] = b != nullptr ? __ldg(b + i) : 1.0f;
+  FG_DEVICE void load(int i, float (&raw)[kRows + 1]) const {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) raw[r] = a[r] != nullptr ? __ldg(a[r] + i) : 1.0f;
+    raw[kRows] = b != nullptr ? __ldg(b + i) : 1.0f;
   }
-  FG_DEVICE static void combine(const float (&raw)[3], float (&s)[2]) {
-    s[0] = raw[0] * raw[2];
-    s[1] = raw[1] * raw[2];
+  FG_DEVICE static void combine(const float (&raw)[kRows + 1], float (&s)[kRows]) {
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) s[r] = raw[r] * raw[kRows];
   }
 };
 
@@ -262,15 +264,40 @@ FG_DEVICE int acc_row(int t, int j) { return 16 * (t >> 5) + ((t & 31) >> 2) + 8
 FG_DEVICE int acc_col(int t, int j) { return 8 * (j >> 2) + 2 * (t & 3) + (j & 1); }
 
 // The scales of consumer thread t of warpgroup rows wg_row0 .. + 63 in the tile at column n0, from K block kb0 on.
-FG_DEVICE BlockScaleRows block_scale_rows(const BlockScaleArgs& bs, int M, int wg_row0, int n0, int t, int kb0) {
-  BlockScaleRows r;
+FG_DEVICE BlockScaleRows<2> block_scale_rows(const BlockScaleArgs& bs, int M, int wg_row0, int n0, int t, int kb0) {
+  BlockScaleRows<2> r;
   const int row0 = wg_row0 + acc_row(t, 0);
   if (bs.a != nullptr) {
-    if (row0 < M) r.a0 = bs.a + static_cast<i64>(row0) * bs.k_blocks + kb0;
-    if (row0 + 8 < M) r.a1 = bs.a + static_cast<i64>(row0 + 8) * bs.k_blocks + kb0;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      if (row0 + 8 * h < M) r.a[h] = bs.a + static_cast<i64>(row0 + 8 * h) * bs.k_blocks + kb0;
   }
   if (bs.b != nullptr) r.b = bs.b + static_cast<i64>(n0 / 128) * bs.k_blocks + kb0;
   return r;
+}
+
+// A swapped tile's: activation rows m0 + acc_col(t, e) of its D fragments, slot r <-> e = 4 (r >> 1) + (r & 1)
+// (swapped_scale_slot), from K block kb0 on.
+template <int kRows>
+FG_DEVICE BlockScaleRows<kRows> swapped_block_scale_rows(const BlockScaleArgs& bs, int M, int m0, int n0, int t,
+                                                         int kb0) {
+  BlockScaleRows<kRows> r;
+  if (bs.a != nullptr) {
+#pragma unroll
+    for (int s = 0; s < kRows; ++s) {
+      const int m = m0 + acc_col(t, 4 * (s >> 1) + (s & 1));
+      if (m < M) r.a[s] = bs.a + static_cast<i64>(m) * bs.k_blocks + kb0;
+    }
+  }
+  if (bs.b != nullptr) r.b = bs.b + static_cast<i64>(n0 / 128) * bs.k_blocks + kb0;
+  return r;
+}
+
+// The slot (BlockScaleRows) of accumulator j's activation row: unswapped, its row acc_row(t, j) is row0 + 8 ((j >> 1)
+// & 1); swapped, column acc_col(t, e) of D fragment j / kAccPerMma, e = j % kAccPerMma (SwappedOperands::row_slot).
+template <bool kSwapAB, int kAccPerMma>
+FG_DEVICE constexpr int block_scale_slot(int j) {
+  return kSwapAB ? (j & 1) | ((j % kAccPerMma) >> 2 << 1) : (j >> 1) & 1;
 }
 
 // Element (row, col) of a shared-memory fp32 tile of kWidth-word rows that the consumers write in the fragment layout

@@ -282,7 +282,7 @@ def run(argv=None) -> int:
             plan_times = timer.interleaved([with_plan(ours, c, int(s)) for c, s in (p.split(":") for p in names)])
             row["plans_us"] = dict(zip(names, plan_times))
         if args.kernel_time:
-            row["fg_kern_us"] = kernel_us(ours, timer)
+            row["fg_kern_us"] = kernel_us(paths["fg"], timer)
             for key in ("a", "c", "pc"):
                 if key in times:
                     row[f"{key}_kern_us"] = kernel_us(paths[key], timer)

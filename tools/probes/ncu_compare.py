@@ -9,7 +9,9 @@ torch._scaled_mm with row-wise scales (CUTLASS's fp8 kernel, no epilogue beyond 
 forced config with the identity epilogue (the same work) and with bias + SiLU. Shape: M N K from the command line,
 default the grid's qkv at M = 8192. `--kinds fp8,int8` adds the int8 kernels on the same configs (after
 torch._int_mm), e.g. to set fp8's promotion beside int8's loop, which has none; `--kinds bf16` runs matmul_fused's
-kernels on those configs against torch.mm (cuBLAS's bf16 GEMM, no epilogue).
+kernels on those configs against torch.mm (cuBLAS's bf16 GEMM, no epilogue); `--kinds fp8,fp8block` adds the
+block-scaled kernels (1x128 / 128x128 scales: scale_a's row value in every K block, scale_b ones; identity epilogue
+only) on the same configs, beside the per-channel ones: where block scaling's time goes.
 """
 import argparse
 import functools
@@ -34,7 +36,7 @@ def main() -> None:
     bias = torch.randn(n, device="cuda", dtype=torch.bfloat16)
     cases, refs = [], {}
     for kind in args.kinds.split(","):
-        if kind == "fp8":
+        if kind in ("fp8", "fp8block"):
             dt = fg.FP8_DTYPE_FOR_ARCH["sm_90a"]
             a = (torch.randn(m, k, device="cuda") / 4).to(dt)
             w = (torch.randn(n, k, device="cuda") / 4).to(dt)
@@ -42,6 +44,18 @@ def main() -> None:
             def base(a=a, w=w):
                 return torch._scaled_mm(a, w.t(), scale_a=sa[:, None], scale_b=sb[None, :], out_dtype=torch.bfloat16)
             label, refs[kind] = "torch._scaled_mm", base()
+            if kind == "fp8block":  # the same products: scale_a per row in every K block, scale_b ones
+                kb = -(-k // 128)
+                sa_b = sa[:, None].expand(m, kb).contiguous()
+                sb_b = torch.ones(-(-n // 128), kb, device="cuda")
+                refs[kind] = torch._scaled_mm(a, w.t(), scale_a=sa[:, None], scale_b=torch.ones(1, n, device="cuda"),
+                                              out_dtype=torch.bfloat16)
+
+                def ours_block(epi, a=a, wq=fg.preshuffle(w)):
+                    return fg.gemm_a8(a, wq, scale_a=sa_b, scale_b=sb_b, epilogue=epi)
+                for cfg in args.configs.split(","):
+                    cases.append((f"{kind} {cfg} none", with_plan(functools.partial(ours_block, "none"), cfg)))
+                continue
         elif kind == "bf16":  # matmul_fused's kernels against torch.mm (cuBLAS, no epilogue)
             a = torch.randn(m, k, device="cuda").to(torch.bfloat16)
             w = (torch.randn(n, k, device="cuda") / k ** 0.5).to(torch.bfloat16)

@@ -1,6 +1,7 @@
 """The LDS-staged, pipelined CDNA GEMM (hip_src/include/fusedgemm/cdna_gemm.hpp, config cdna_lds_128x128) in the
 AMD emulator: its real gfx942 and gfx950 code objects on CPU tensors, fp8 and int8, ragged M / N / K (rows past M and
-K chunks past K through the buffer descriptors' range check; K not a multiple of the 128-byte K block), presets and
+K chunks past K through the buffer descriptors' range check; K not a multiple of the 128-byte K block) and whole K
+blocks, presets and
 an expression epilogue with an aux operand through the public API, outputs poisoned, a float64 oracle, every hazard
 check on (waits, LDS races across waves, LDS writes not completed before a barrier); and a planted bug: the barrier
 between the LDS write of a K block and its reads deleted must be reported as an LDS race."""
@@ -27,8 +28,11 @@ CONFIG = "cdna_lds_128x128"
 ARCHES = ("gfx942", "gfx950")
 FP8 = {"gfx942": torch.float8_e4m3fnuz, "gfx950": torch.float8_e4m3fn}
 # (M, N, K): one row; a partial row tile; two row tiles, the second of 3 rows, and a partial column tile (144 =
-# 128 + 16); K of 2.5 K blocks (320), of one partial block (96), of one chunk (16), and of 1.5 blocks (192).
-SHAPES = ((131, 144, 320), (37, 48, 96), (1, 144, 16), (37, 144, 192))
+# 128 + 16); K of 2.5 K blocks (320), of one partial block (96), of one chunk (16), and of 1.5 blocks (192); then
+# whole K blocks (K % 128 == 0, every LLM shape): 3 (the twice-unrolled loop's both halves, then one more block), 2
+# and 1.
+SHAPES = ((131, 144, 320), (37, 48, 96), (1, 144, 16), (37, 144, 192), (131, 144, 384), (37, 48, 256),
+          (1, 144, 128))
 
 
 def _operands(kind, arch, m, n, k, g):

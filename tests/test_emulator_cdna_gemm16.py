@@ -3,8 +3,9 @@ matmul_fused's 16-bit kinds in the AMD emulator: bf16 and fp16 with a plain row-
 double-buffered swizzled LDS tile, B straight to registers), the real gfx942 and gfx950 code objects reached
 through the public API with the config forced, ragged M / N / K (rows past M, rows of B past N -- N % 16 == 8 --
 and K chunks past K through the buffer descriptors' range check; K a multiple of 8, not of the 64-element K
-block), the bias + SiLU preset, alpha / beta / c, an expression epilogue with column and aux operands, outputs
-poisoned, float64 oracles, every hazard check on; and a planted bug: a deleted s_barrier must be an LDS race."""
+block) and whole K blocks, the bias + SiLU preset, alpha / beta / c, an expression epilogue with column and aux
+operands, outputs poisoned, float64 oracles, every hazard check on; and a planted bug: a deleted s_barrier must be
+an LDS race."""
 from __future__ import annotations
 
 import contextlib
@@ -32,8 +33,9 @@ DTYPES = (torch.bfloat16, torch.float16)
 # (M, N, K), K in elements (64 per 128-byte K block): two row tiles, the second of 3 rows, and a partial column tile
 # (144 = 128 + 16), K of 3 blocks + one chunk (4 blocks: the twice-unrolled loop runs both halves); a tile straddling
 # N (40 = 2.5 tiles), K of 1 block + 1 chunk; one row, N = 24, K of one chunk; a second column block of 8 rows of B
-# (136 = 128 + 8), K of 2 blocks + 1 chunk (3 blocks: the loop leaves by its mid-iteration break).
-SHAPES = ((131, 144, 200), (37, 40, 72), (1, 24, 8), (37, 136, 136))
+# (136 = 128 + 8), K of 2 blocks + 1 chunk (3 blocks: the loop leaves by its mid-iteration break); then whole K
+# blocks (K % 64 == 0, every LLM shape): 3 with a partial column tile, 2 with a tile straddling N.
+SHAPES = ((131, 144, 200), (37, 40, 72), (1, 24, 8), (37, 136, 136), (131, 144, 192), (37, 40, 128))
 
 
 def _check(out, ref, tol, what):

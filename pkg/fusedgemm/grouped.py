@@ -34,6 +34,7 @@ from .epilogue.bind import bind as _bind_epilogue
 from .epilogue.evaluate import evaluate_outputs, round_to
 from .epilogue.presets import activation_name, resolve as resolve_epilogue
 from . import grouped_checks as _checks
+from . import blockscale as _blockscale
 from . import out_groups as _out_groups
 from .grouped_checks import GroupLayout, check_weight, flat_operands, group_layout, group_operands, x_tensor
 from .preshuffle import PreshuffledWeight, preshuffle, unshuffle
@@ -224,10 +225,8 @@ def _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, 
         pointers, tensors = (pointers[0], "out_scale", *pointers[1:]), [out, scales]
         values = dict(values, ld_scale=scales.shape[-1])
     with device_guard(x2.device):
-        if blocks is not None:
-            sa, sb = blocks
-            values = dict(values, bs_a=0 if sa is None else sa.data_ptr(), bs_b=0 if sb is None else sb.data_ptr(),
-                          bs_k_blocks=-(-k // 128))
+        if blocks is not None:  # (sa [M, KB] or None, sb [G, NB, KB] or None): the kernels' block-scale fields
+            values = _blockscale.block_values(values, _blockscale.BlockScales(*blocks, -(-k // _blockscale.BLOCK)))
         plan = GroupedCallPlan(x2.device.index, arch, in_kind, layout, n, k, out.dtype, spec, values,
                                pointers, n_out, op, block_scaled=blocks is not None, config=config)
         plan.run(x2.data_ptr(), w_kernel.data_ptr(), layout.index.data_ptr(), *(t.data_ptr() for t in tensors),

@@ -133,8 +133,8 @@ def test_grouped_swiglu_masked(arch, seed):
 def test_deepseek_expert_gate_up_block_scaled(arch, seed):
     """The DeepSeek-V3 FP8 expert GEMM on the grouped kernels: the checkpoint's merged-order 128x128 gate / up scales,
     pair-ordered for the interleaved weight (block_scales.hpp scale_b_row: a gate column and its up column read
-    different blocks), on the register-direct and the LDS template. Requantising its SwiGLU output in the same kernel
-    is refused with the reason (the block-scaled 2 x 4-wave kernel spills)."""
+    different blocks), on the register-direct and the LDS template; then its SwiGLU output requantised in the same
+    kernel (out_group=128) for the down projection."""
     from fusedgemm.plan import forced_config
     from fusedgemm.reference import block_scaled_acc
 
@@ -159,8 +159,13 @@ def test_deepseek_expert_gate_up_block_scaled(arch, seed):
         assert dev.launches[-1][0].endswith(config), dev.launches
         err = ((h.double() - want).norm() / want.norm()).item()
         assert err < 1e-6, f"{arch} {config}: relative error {err:.2e}"
-    with emulate(arch), pytest.raises(NotImplementedError, match="would spill to scratch"):
-        fg.grouped_swiglu(x, w13, offs=offs, scale_a=sx, scale_b=s13, out_group=128)
+    # ... and requantised for the down projection in the same kernel: the 4-wave 64 x 256 block (cdna_lds_64x256),
+    # whose waves may use the AGPRs beside 256 VGPRs (the 8-wave 128 x 256 one spills: the test below)
+    with poisoned_outputs(), emulate(arch) as dev:
+        codes, scales = fg.grouped_swiglu(x, w13, offs=offs, scale_a=sx, scale_b=s13, out_group=128)
+    assert dev.launches[-1][0].endswith("cdna_lds_64x256"), dev.launches
+    assert codes.shape == (70, inter) and scales.shape == (70, 2)
+    _check(codes, scales, want, f"{arch} DeepSeek gate / up, block scales, requantised")
 
 
 def test_deleted_epilogue_barrier_is_an_lds_race(seed):
@@ -201,7 +206,7 @@ def test_deleted_epilogue_barrier_is_an_lds_race(seed):
 
 
 def test_a_kernel_that_spills_is_refused_by_name():
-    """The block-scaled gate / up kernel of the 2 x 4-wave config spills (why gemm_a8 refuses out_group there): the
+    """The block-scaled gate / up kernel of the 2 x 4-wave config spills (why such calls take cdna_lds_64x256): the
     emulator's loader says so -- scratch bytes, the kernel's name -- instead of executing what it does not model."""
     from fusedgemm.runtime.gemm_spec import GemmKernel
     from fusedgemm.testing.emulator.errors import LoadError
@@ -210,3 +215,25 @@ def test_a_kernel_that_spills_is_refused_by_name():
     k = GemmKernel("gfx942", "cdna_lds_128x256", "fp8", "fp8e4m3fnuz", spec, block_scaled=True)
     with pytest.raises(LoadError, match=r"bytes of scratch per lane \(registers spilled\)"):
         CodeObject.build(k.unit, "gfx942", k.source()).kernel(k.kernel_name)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_gemm_a8_pair_with_block_scales_requantised(arch, seed):
+    """gemm_a8 with a gate / up pair, block scales (a pair-ordered scale_b, N % 256 == 0) and out_group=128: one
+    4-wave 64 x 256 block (cdna_lds_64x256) holds a group of 128 outputs."""
+    g = torch.Generator().manual_seed(seed)
+    m, n, k = 70, 512, 320  # 256 outputs: two groups
+    a = (torch.randn(m, k, generator=g) * 2).to(FP8[arch])
+    w = (torch.randn(n, k, generator=g) * 0.5).to(FP8[arch])
+    sa = torch.rand(m, -(-k // 128), generator=g) + 0.5
+    sb = torch.rand(n // 128, -(-k // 128), generator=g) + 0.5  # row 2 (c // 256) + c % 2 for column c
+    with poisoned_outputs(), emulate(arch) as dev:
+        codes, scales = fg.gemm_a8(a, fg.preshuffle(w), scale_a=sa, scale_b=sb, epilogue="silu(gate) * up",
+                                   out_group=128)
+    assert len(dev.launches) == 1 and dev.launches[0][0].endswith("cdna_lds_64x256"), dev.launches
+    rows = torch.tensor([2 * (c // 256) + c % 2 for c in range(n)])
+    acc = torch.zeros(m, n, dtype=torch.float64)
+    for kb in range(-(-k // 128)):
+        part = a[:, 128 * kb:128 * kb + 128].double() @ w[:, 128 * kb:128 * kb + 128].double().T
+        acc += part * sa[:, kb:kb + 1].double() * sb[rows, kb].double()
+    _check(codes, scales, torch.nn.functional.silu(acc[:, 0::2]) * acc[:, 1::2], f"{arch} gemm_a8 pair block")

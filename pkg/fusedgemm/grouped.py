@@ -186,7 +186,7 @@ def _run_out_group(op, arch, x, w_kernel, w_ref, n, k, in_kind, expr, flat, bind
         for _g, rows in _group_rows(layout, x2.device):
             c2[rows], s2[rows] = qc[rows], qs[rows]
         return codes, scales
-    _out_groups.check_kernel(op, arch, n_out != n, blocks is not None)
+    _out_groups.check_kernel(op, arch, n_out != n)
     _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, n_out, codes, None, blocks,
             (scales, group))
     return codes, scales
@@ -221,7 +221,8 @@ def _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, 
     spec, config, values = binding.spec, None, binding.values
     if scales_group is not None:
         scales, group = scales_group
-        spec, config = dataclasses.replace(spec, out_group=group), _out_groups.group_config(n_out != n, arch)
+        config = _out_groups.group_config(n_out != n, arch, block_scaled=blocks is not None)
+        spec = dataclasses.replace(spec, out_group=group)
         pointers, tensors = (pointers[0], "out_scale", *pointers[1:]), [out, scales]
         values = dict(values, ld_scale=scales.shape[-1])
     with device_guard(x2.device):

@@ -7,7 +7,8 @@ round(y * (1 / scale)) saturating at +-qmax (448 e4m3fn, 240 e4m3fnuz). So the r
 quantize_rows(y, "fp8", group=128) returns for y the GEMM's fp32 output, without y ever leaving the kernel.
 
 Where it runs: gfx942 / gfx950 fuse it into the LDS-pipelined CDNA kernel (cdna_gemm.hpp: a group is its block's
-128 columns -- 256 for a gate / up pair, on cdna_lds_128x256 --, reduced across its waves through LDS;
+128 columns -- 256 for a gate / up pair, on cdna_lds_128x256, or with block scales cdna_lds_64x256 --, reduced across
+its waves through LDS;
 hip_src/include/fusedgemm/out_groups.hpp); sm_90a into the CTA-per-tile wgmma kernels of 128 columns (tile_64x128,
 tile_128x128: a row's group is in 4 threads of one warp, sm90_gemm_stores.hpp), except a gate / up pair's (128
 outputs are 256 GEMM columns, and no 8-bit sm_90a tile is that wide: it says so). CPU tensors get the float64
@@ -33,6 +34,9 @@ from .runtime.device import device_guard
 # or 256 for a gate / up pair (128 outputs). sm_90a: tile_64x128 / tile_128x128 (group_config).
 GROUP_CONFIG = "cdna_lds_128x128"
 PAIRED_GROUP_CONFIG = "cdna_lds_128x256"
+# A pair's with block scales: 4 waves in one row, so each may use the AGPRs beside its 256 VGPRs (the 8-wave block
+# spills its partial tile per K block to scratch).
+BLOCK_PAIRED_GROUP_CONFIG = "cdna_lds_64x256"
 
 
 AMD_ARCHES = ("gfx942", "gfx950")
@@ -60,28 +64,27 @@ def check_out_group(group, out_dtype, out, arch: str, op: str = "gemm_a8") -> to
     return out_dtype
 
 
-def check_kernel(op: str, arch: str, paired: bool, block_scaled: bool) -> None:
+def check_kernel(op: str, arch: str, paired: bool) -> None:
     """The group-quantised calls with no kernel, refused by name with the two-step recipe: a gate / up pair's on
     sm_90a (a group is 256 GEMM columns; the 8-bit wgmma tiles are 128 wide, and a 256-wide one would hold a second
-    128-register partial tile per thread) and, on AMD, a pair's with block scales (the 2 x 4-wave kernel's registers,
-    a partial tile per K block on top of 256 B columns, do not fit: it spills to scratch)."""
-    why = None
+    128-register partial tile per thread)."""
     if paired and arch == "sm_90a":
-        why = "no sm_90a kernel yet (its 8-bit tiles are 128 GEMM columns = 64 outputs, half a group)"
-    elif paired and block_scaled:
-        why = "no AMD kernel with block scales yet (it would spill to scratch)"
-    if why is not None:
         raise NotImplementedError(
-            f"{op}: out_group=128 of a gate / up pair has {why}. Meanwhile: h = {op}(..., out_dtype=torch.float32), "
-            "then fusedgemm.quantize_rows(h, 'fp8', group=128) gives the same codes and scales")
+            f"{op}: out_group=128 of a gate / up pair has no sm_90a kernel yet (its 8-bit tiles are 128 GEMM columns "
+            f"= 64 outputs, half a group). Meanwhile: h = {op}(..., out_dtype=torch.float32), then "
+            "fusedgemm.quantize_rows(h, 'fp8', group=128) gives the same codes and scales")
 
 
-def group_config(paired: bool, arch: str, m: int = 0, n: int = 0, dev: int | None = None) -> str | None:
-    """The config of a group-quantised call: a block holds whole groups. sm_90a: tile_128x128 where its tiles fill
-    the SMs twice, else tile_64x128 (twice the CTAs); None where the plan's own choice holds groups (the grouped
-    calls on sm_90a: their CTA-per-tile configs are 128 wide)."""
+def group_config(paired: bool, arch: str, m: int = 0, n: int = 0, dev: int | None = None,
+                 block_scaled: bool = False) -> str | None:
+    """The config of a group-quantised call: a block holds whole groups. AMD: cdna_lds_128x128, a pair's
+    cdna_lds_128x256 (with block scales cdna_lds_64x256). sm_90a: tile_128x128 where its tiles fill the SMs twice,
+    else tile_64x128 (twice the CTAs); None where the plan's own choice holds groups (the grouped calls on sm_90a:
+    their CTA-per-tile configs are 128 wide)."""
     if arch != "sm_90a":
-        return PAIRED_GROUP_CONFIG if paired else GROUP_CONFIG
+        if paired:
+            return BLOCK_PAIRED_GROUP_CONFIG if block_scaled else PAIRED_GROUP_CONFIG
+        return GROUP_CONFIG
     if dev is None:
         return None
     from .plan import sm_count
@@ -109,7 +112,7 @@ def gemm_a8_out_group(a, b: PreshuffledWeight, bias, scale_a, scale_b, epilogue,
     if arch == "cpu":
         y, _saved = gemm_reference(a, unshuffle(b), p["expr"], p["operands"], blocks=p["blocks"])
         return quantize_rows(y.to(torch.float32).reshape(m, n_out), out_dtype, group=group)  # the kernel's fp32 y
-    check_kernel("gemm_a8", arch, n_out != n, p["blocks"] is not None)
+    check_kernel("gemm_a8", arch, n_out != n)
     n_pad, k_pad = b.padded_shape
     if n_pad != n:
         raise ValueError(f"gemm_a8: out_group needs N a multiple of 16 on {arch} today (the padded columns of a "
@@ -126,7 +129,7 @@ def gemm_a8_out_group(a, b: PreshuffledWeight, bias, scale_a, scale_b, epilogue,
     with device_guard(a.device):
         plan = CallPlan(a.device.index, arch, p["in_kind"], m, n, k_pad, out_dtype, spec, values, ("out", "out_scale"),
                         block_scaled=blocks is not None,
-                        config=group_config(n_out != n, arch, m, n, a.device.index))
+                        config=group_config(n_out != n, arch, m, n, a.device.index, p["blocks"] is not None))
         plan.run(a_k.data_ptr(), b.data.data_ptr(), codes.data_ptr(), scales.data_ptr())
     return codes, scales
 

@@ -66,6 +66,15 @@ struct CdnaLds128x256Shape {  // cdna_lds_128x256
 };
 using ConfigCdnaLds128x256 = CdnaLdsGemmConfig<CdnaLds128x256Shape>;
 
+struct CdnaLds64x256Shape {  // cdna_lds_64x256
+  static constexpr int kWarpsM = 1;
+  static constexpr int kWarpsN = 4;
+  static constexpr int kTilesM = 4;
+  static constexpr int kTilesN = 4;
+  static constexpr int kBlockKBytes = 128;
+};
+using ConfigCdnaLds64x256 = CdnaLdsGemmConfig<CdnaLds64x256Shape>;
+
 struct Tile64x128Shape {  // tile_64x128
   static constexpr int kBlockM = 64;
   static constexpr int kBlockN = 128;

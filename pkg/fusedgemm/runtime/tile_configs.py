@@ -120,6 +120,9 @@ CONFIGS: dict[str, PortableTile | CdnaTile | Sm90Tile] = {
     # GEMM columns are one group of 128 outputs, so a block holds whole groups; 2 x 4 waves of 64 x 64 (B's columns
     # read by both rows of waves). Only that call takes it: no presets, not in the plan
     "cdna_lds_128x256": CdnaTile(2, 4, 4, 4, in_kinds=EIGHT_BIT, presets=False),
+    # ... with block scales: the 8-wave block's 256 VGPRs per lane cannot hold a partial tile per K block beside 64 x 64
+    # accumulators (it spills); 4 waves of 64 x 64 in one row (B's columns read once) may use the AGPRs too
+    "cdna_lds_64x256": CdnaTile(1, 4, 4, 4, in_kinds=EIGHT_BIT, presets=False),
     # M <= 64: two CTAs per SM, 4 x 24 KB stages in flight each
     "tile_64x128": Sm90Tile(64, 4, min_blocks_per_sm=2),
     # 6 x 32 KB stages; two accumulator chains, so a K block's MMAs never wait in the tensor core for the previous

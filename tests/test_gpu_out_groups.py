@@ -2,8 +2,8 @@
 layer's 1x128 block-quantised fp8 input by the wgmma kernels' epilogue (sm90_gemm_stores.hpp store_groups), outputs
 poisoned, checked twice: against quantize_rows of the same kernel's fp32 output (the op's contract: same config, so
 the same sums and activations; equal but for FMA contraction) and, dequantised, against the float64 oracle
-(check_dequantized: sm_90a's activations use the fast hardware tanh / exp). A gate / up pair's is refused by name
-there."""
+(check_dequantized: sm_90a's activations use the fast hardware tanh / exp). A gate / up pair's, and decode-size
+calls, run as the GEMM to fp32 then quantize_rows (out_groups.two_kernels)."""
 from __future__ import annotations
 
 import pytest
@@ -57,12 +57,14 @@ def check_dequantized(codes, scales, y64, what, rel=2e-3):
 def _check(codes, scales, y64, what, call):
     """codes, scales against the oracle (loosely) and against quantize_rows of call(out_dtype=float32) -- the same
     kernel's fp32 output, on the tile the group-quantised call took -- strictly."""
-    from fusedgemm.out_groups import group_config
+    from fusedgemm.out_groups import group_config, two_kernels
     from fusedgemm.plan import forced_config
 
     check_dequantized(codes, scales, y64, what)
-    m, n = codes.shape[-2] if codes.dim() == 2 else None, codes.shape[-1]
-    tile = group_config(False, "sm_90a", m, n, torch.cuda.current_device()) if m is not None else None
+    m, n, dev = codes.shape[-2] if codes.dim() == 2 else None, codes.shape[-1], torch.cuda.current_device()
+    tile = None  # the grouped calls, and the calls that run as GEMM + quantize_rows: the plan's own tile
+    if m is not None and not two_kernels("sm_90a", False, m, n, dev):
+        tile = group_config(False, "sm_90a", m, n, dev)
     if tile is not None:
         with forced_config(tile):
             y32 = call(out_dtype=torch.float32)
@@ -171,7 +173,16 @@ def test_cuda_graph_replay(seed):
     _check(codes, scales, want, "graph replay", lambda **kw: fg.gemm_a8(a, w, scale_a=sa, epilogue="silu", **kw))
 
 
-def test_gate_up_pair_is_refused_by_name():
-    a, w = torch.zeros(4, 128, device="cuda").to(FP8), fg.preshuffle(torch.zeros(256, 128, device="cuda").to(FP8))
-    with pytest.raises(NotImplementedError, match=r"gate / up pair has no sm_90a kernel.*quantize_rows"):
-        fg.gemm_a8(a, w, epilogue="silu(gate) * up", out_group=128)
+def test_gate_up_pairs_run_as_the_gemm_then_quantize_rows(seed):
+    """A gate / up pair's groups are 256 GEMM columns, wider than any 8-bit sm_90a tile: gemm_a8 and grouped_swiglu
+    run the GEMM to fp32, then quantize_rows(group=128) -- the caller's own two-step, bit for bit."""
+    g = torch.Generator().manual_seed(seed)
+    a, w = _rand(g, 37, 256, scale=2).to(FP8), fg.preshuffle(_rand(g, 512, 256, scale=0.5).to(FP8))
+    codes, scales = fg.gemm_a8(a, w, epilogue="silu(gate) * up", out_group=128)
+    want = fg.quantize_rows(fg.gemm_a8(a, w, epilogue="silu(gate) * up", out_dtype=torch.float32), FP8, group=128)
+    assert torch.equal(codes.view(torch.uint8), want[0].view(torch.uint8)) and torch.equal(scales, want[1])
+    x, w13 = _rand(g, 70, 256, scale=2).to(FP8), _rand(g, 3, 512, 256, scale=0.5).to(FP8)
+    offs = torch.tensor([20, 20, 70], dtype=torch.int32, device="cuda")
+    codes, scales = fg.grouped_swiglu(x, w13, offs=offs, out_group=128)
+    want = fg.quantize_rows(fg.grouped_swiglu(x, w13, offs=offs, out_dtype=torch.float32), FP8, group=128)
+    assert torch.equal(codes.view(torch.uint8), want[0].view(torch.uint8)) and torch.equal(scales, want[1])

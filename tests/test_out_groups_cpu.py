@@ -135,22 +135,22 @@ def test_bad_arguments():
                            dtype=torch.int32), out_group=64)
 
 
-def test_sm90_refuses_a_gate_up_pair_by_name_with_the_two_step_recipe(monkeypatch):
-    """sm_90a fuses out_group on its 128-column tiles; a gate / up pair's group (256 GEMM columns) has no tile."""
-    a, w = torch.zeros(4, 32).to(FP8), fg.preshuffle(torch.zeros(256, 32).to(FP8))
+def test_sm90_runs_a_gate_up_pair_as_the_gemm_then_quantize_rows(monkeypatch, seed):
+    """sm_90a fuses out_group on its 128-column tiles; a gate / up pair's group (256 GEMM columns) has no tile, so
+    there the call is the GEMM to fp32, then quantize_rows(group=128): the caller's own two-step, the same values
+    (here through the CPU reference, arch patched). An arch without a kernel says so with that recipe."""
+    g = torch.Generator().manual_seed(seed)
+    a = (torch.randn(5, 64, generator=g) * 2).to(FP8)
+    w = fg.preshuffle((torch.randn(512, 64, generator=g) * 0.5).to(FP8))
+    want = fg.quantize_rows(fg.gemm_a8(a, w, epilogue="silu(gate) * up", out_dtype=torch.float32), FP8, group=128)
     monkeypatch.setattr(out_groups, "arch_of", lambda *_args: "sm_90a")
-    monkeypatch.setattr(out_groups, "check_gemm_a8_args", lambda *args, **kw: _fake_checked(pairs=True))
-    with pytest.raises(NotImplementedError, match=r"pair has no sm_90a kernel.*quantize_rows\(h, 'fp8', group=128\)"):
-        fg.gemm_a8(a, w, epilogue="silu(gate) * up", out_group=128)
+    got = fg.gemm_a8(a, w, epilogue="silu(gate) * up", out_group=128)
+    assert torch.equal(got[0].view(torch.uint8), want[0].view(torch.uint8)) and torch.equal(got[1], want[1])
+    assert out_groups.two_kernels("sm_90a", True) and not out_groups.two_kernels("sm_90a", False)
+    assert not out_groups.two_kernels("gfx942", True)
     monkeypatch.setattr(out_groups, "arch_of", lambda *_args: "sm_100a")
     with pytest.raises(NotImplementedError, match=r"no fused kernel on sm_100a.*quantize_rows\(y, 'fp8', group=128\)"):
         fg.gemm_a8(a, w, out_group=128)
-
-
-def _fake_checked(pairs=False):
-    spec = EpilogueSpec.of(E.parse("silu(gate) * up" if pairs else "acc"))
-    return dict(saved_dtype=None, n_out=128, n=256 if pairs else 128, m=4, k=32, epi=spec, expr=spec.expr,
-                blocks=None)
 
 
 def test_plain_kernels_keep_their_keys_and_functors():

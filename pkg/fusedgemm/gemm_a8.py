@@ -94,8 +94,11 @@ def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = N
     elif epilogue.__class__ is str and epilogue not in _PRESET_NAMES:
         epilogue = _epilogue_text("gemm_a8", epilogue)
     if out_group is not None:
+        def fp32_gemm():  # the same call to fp32 (out_groups.two_kernels: the calls that take GEMM + quantize_rows)
+            return gemm_a8(a, b, bias, scale_a=scale_a, scale_b=scale_b, epilogue=epilogue, out_dtype=torch.float32,
+                           operands=operands)
         return _out_groups.gemm_a8_out_group(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, operands,
-                                             out_group)
+                                             out_group, fp32_gemm)
     if torch.compiler.is_compiling():
         return _gemm_a8_traced(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, operands)
     # Fast path (host time per call is part of the speed at decode sizes). The first call of a signature --

@@ -186,7 +186,11 @@ def _run_out_group(op, arch, x, w_kernel, w_ref, n, k, in_kind, expr, flat, bind
         for _g, rows in _group_rows(layout, x2.device):
             c2[rows], s2[rows] = qc[rows], qs[rows]
         return codes, scales
-    _out_groups.check_kernel(op, arch, n_out != n)
+    if _out_groups.two_kernels(arch, n_out != n):  # the GEMM to fp32, then quantize_rows (out_groups.py says when)
+        y32 = torch.empty((layout.m, n_out), dtype=torch.float32, device=x.device)
+        _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, n_out, y32, None, blocks)
+        qc, qs = quantize_rows(y32, code_dtype, group=group)  # (rows no group owns: codes of unwritten values)
+        return qc.view(codes.shape), qs.view(scales.shape)
     _launch(op, arch, x2, w_kernel, n, k, in_kind, binding, flat, expr, layout, n_out, codes, None, blocks,
             (scales, group))
     return codes, scales

@@ -11,8 +11,9 @@ Where it runs: gfx942 / gfx950 fuse it into the LDS-pipelined CDNA kernel (cdna_
 its waves through LDS;
 hip_src/include/fusedgemm/out_groups.hpp); sm_90a into the CTA-per-tile wgmma kernels of 128 columns (tile_64x128,
 tile_128x128: a row's group is in 4 threads of one warp, sm90_gemm_stores.hpp), except a gate / up pair's (128
-outputs are 256 GEMM columns, and no 8-bit sm_90a tile is that wide: it says so). CPU tensors get the float64
-reference, rounded to fp32, then quantize_rows' torch path. The grouped ops (grouped.py) take it too.
+outputs are 256 GEMM columns, and no 8-bit sm_90a tile is that wide) and decode-size calls, which run as the GEMM
+to fp32 and quantize_rows (two_kernels). CPU tensors get the float64 reference, rounded to fp32, then quantize_rows'
+torch path. The grouped ops (grouped.py) take it too.
 """
 from __future__ import annotations
 
@@ -64,15 +65,22 @@ def check_out_group(group, out_dtype, out, arch: str, op: str = "gemm_a8") -> to
     return out_dtype
 
 
-def check_kernel(op: str, arch: str, paired: bool) -> None:
-    """The group-quantised calls with no kernel, refused by name with the two-step recipe: a gate / up pair's on
-    sm_90a (a group is 256 GEMM columns; the 8-bit wgmma tiles are 128 wide, and a 256-wide one would hold a second
-    128-register partial tile per thread)."""
-    if paired and arch == "sm_90a":
-        raise NotImplementedError(
-            f"{op}: out_group=128 of a gate / up pair has no sm_90a kernel yet (its 8-bit tiles are 128 GEMM columns "
-            f"= 64 outputs, half a group). Meanwhile: h = {op}(..., out_dtype=torch.float32), then "
-            "fusedgemm.quantize_rows(h, 'fp8', group=128) gives the same codes and scales")
+def two_kernels(arch: str, paired: bool, m: int = 0, n_out: int = 0, dev: int | None = None) -> bool:
+    """Whether a group-quantised call runs as two kernels -- the GEMM to fp32, then quantize_rows(group=128) of it:
+    exactly the caller's own two-step, so the same codes and scales -- instead of the fused kernel. On sm_90a: a gate
+    / up pair's (a group is 256 GEMM columns; the 8-bit wgmma tiles are 128 wide, and a 256-wide one would hold a
+    second 128-register partial tile per thread), and a gemm_a8 call (dev given) with fewer 64 x 128 output tiles than
+    half the SMs: the fused kernels have no split-K, and measured up to 1.7x slower than the two kernels there (H100,
+    2026-12-07, M = 16: 32-56 tiles; from 128 tiles on the fused kernel was faster)."""
+    if arch != "sm_90a":
+        return False
+    if paired:
+        return True
+    if dev is None:
+        return False
+    from .plan import sm_count
+
+    return -(-m // 64) * -(-n_out // 128) < sm_count(dev) // 2
 
 
 def group_config(paired: bool, arch: str, m: int = 0, n: int = 0, dev: int | None = None,
@@ -93,8 +101,9 @@ def group_config(paired: bool, arch: str, m: int = 0, n: int = 0, dev: int | Non
 
 
 def gemm_a8_out_group(a, b: PreshuffledWeight, bias, scale_a, scale_b, epilogue, out_dtype, out, operands,
-                      group) -> tuple[torch.Tensor, torch.Tensor]:
-    """gemm_a8's out_group call (the arguments are gemm_a8's): -> (codes [M, N], scales [M, ceil(N / 128)] fp32);
+                      group, fp32_gemm) -> tuple[torch.Tensor, torch.Tensor]:
+    """gemm_a8's out_group call (the arguments are gemm_a8's; fp32_gemm() runs the same call with
+    out_dtype=torch.float32, for the calls that take two kernels): -> (codes [M, N], scales [M, ceil(N / 128)] fp32);
     a gate / up pair's: codes [M, N / 2], scales [M, ceil(N / 256)]."""
     if torch.compiler.is_compiling():
         raise NotImplementedError("gemm_a8: out_group is not traced by torch.compile yet; call it outside the "
@@ -112,7 +121,8 @@ def gemm_a8_out_group(a, b: PreshuffledWeight, bias, scale_a, scale_b, epilogue,
     if arch == "cpu":
         y, _saved = gemm_reference(a, unshuffle(b), p["expr"], p["operands"], blocks=p["blocks"])
         return quantize_rows(y.to(torch.float32).reshape(m, n_out), out_dtype, group=group)  # the kernel's fp32 y
-    check_kernel("gemm_a8", arch, n_out != n)
+    if two_kernels(arch, n_out != n, m, n_out, a.device.index):
+        return quantize_rows(fp32_gemm(), out_dtype, group=group)
     n_pad, k_pad = b.padded_shape
     if n_pad != n:
         raise ValueError(f"gemm_a8: out_group needs N a multiple of 16 on {arch} today (the padded columns of a "

@@ -181,8 +181,10 @@ struct BlockScaled : Cfg {
 // + 8; swapped (decode) tiles: the activation rows are the wgmma D's columns, kRows = kAccPerMma / 2 of them
 // (SwappedOperands' row slots). The tile's N columns are one scale_b block either way. load(i, raw) loads the CTA's
 // K block i's kRows + 1 values; combine(raw, s): s[r] = sa[row r, kb] * sb[kb]. The main loop loads a block's values
-// one K block before it promotes that block: loaded after the block's own wgmmas, ptxas put the product (and so the
-// wait for the loads) before the block's last wgmma, stalling the warpgroup for a global load's latency every block.
+// one K block before it promotes that block (loaded after the block's own wgmmas, ptxas put the product, and so the
+// wait for the loads, before the block's last wgmma). It does not hide the loads: ptxas computes the product right
+// after the first wgmma wait that follows them, at any prefetch distance, and the consumers still stall there on a
+// global load (docs/perf-notes.md: the scales' next home is shared memory, staged with the operands).
 template <int kRows>
 struct BlockScaleRows {
   const float* a[kRows] = {};  // null: a row outside M, or no scale_a

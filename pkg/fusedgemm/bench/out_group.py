@@ -4,7 +4,8 @@ recipe (the GEMM, then fusedgemm.quantize_rows(y, "fp8", group=128)). A bias is 
 
 Per LLM-grid row (fp8 x fp8, the epilogue preset, per-channel or DeepSeek block scales), kernel time from the
 profiler (L2 flushed before each call, medians; bench/common.py kernel_us):
-  fused      gemm_a8(..., out_group=128): codes [M, N] + scales [M, N / 128]
+  fused      gemm_a8(..., out_group=128): codes [M, N] + scales [M, N / 128] (on sm_90a, calls with fewer 64 x 128
+             tiles than half the SMs take two kernels, GEMM to fp32 + quantize_rows: out_groups.two_kernels)
   bf16       gemm_a8(..., out_dtype=bf16) as the plan runs it (what a caller without out_group gets)
   bf16 tile  the same on the fused call's tile config (tile_64x128 / tile_128x128: the epilogue's cost alone;
              per-channel scales only -- block-scaled calls take the block plan's configs)

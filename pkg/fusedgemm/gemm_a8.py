@@ -77,8 +77,9 @@ def gemm_a8(a: torch.Tensor, b: PreshuffledWeight, bias: torch.Tensor | None = N
     out_group: 128 writes the output as the next layer's 1x128 block-quantised input: returns (codes [M, N] in
               out_dtype -- the arch's fp8, the default --, scales [M, ceil(N / 128)] float32), what
               quantize_rows(y, "fp8", group=128) gives for y the fp32 output, in one kernel (out_groups.py;
-              gfx942 / gfx950 and CPU tensors; N % 16 == 0 on AMD; no out=, no save(...); a gate / up pair's
-              [M, N / 2] outputs are grouped by 128 as well).
+              gfx942 / gfx950, sm_90a and CPU tensors; N % 16 == 0 on a GPU; no out=, no save(...); a gate / up
+              pair's [M, N / 2] outputs are grouped by 128 as well; on sm_90a a pair's and decode-size calls run
+              as the GEMM to fp32 then quantize_rows: out_groups.two_kernels).
     Runs on torch.cuda.current_stream(); no host synchronisation; CUDA-graph capturable. Epilogue expressions
     and fp32 / fp8 outputs compile their kernel on first use (cached on disk; FUSEDGEMM_JIT_VERBOSE=1 says so).
     CPU tensors: the same checks, output dtype and shape, computed by a torch reference (fp8 / int8 upcast,

@@ -255,15 +255,14 @@ def _expression(op: str, activation, epilogue, bias, operands):
 # ---- the public ops -------------------------------------------------------------------------------------------
 def grouped_matmul(x: torch.Tensor, w: torch.Tensor, *, offs=None, masked_m=None, m_indices=None,
                    expected_m: int | None = None, bias=None, activation=None, epilogue=None,
-                   operands: dict | None = None,
-                   out_dtype=None, out=None):
+                   operands: dict | None = None, out_dtype=None, out=None):
     """y[rows of group g] = act(x[rows] @ w[g].T + bias[g]) -- or any epilogue expression -- for every group, one
     kernel. x: [M, K] with offs (int32 [G] cumulative row ends), [G, Mmax, K] with masked_m (int32 [G]), or [M, K]
     with m_indices (int32 [M]: DeepGEMM's layout, each row's expert or -1, experts' rows starting at multiples of
     128, M too; -1 rows are not written); bf16 / fp16. w: [G, N, K] of x's dtype; N % 8 == 0 and K % 8 == 0.
-    bias: [G, N] (or [N], every expert's). expected_m:
-    rows per group, a plan hint (default M / G, or Mmax). out_dtype: bf16 / fp16 / fp32 / the arch's fp8, default
-    x's dtype. Returns [M, N] (masked: [G, Mmax, N]; rows past masked_m[g] are not written)."""
+    bias: [G, N] (or [N], every expert's). expected_m: rows per group, a plan hint (default M / G, or Mmax).
+    out_dtype: bf16 / fp16 / fp32 / the arch's fp8, default x's dtype. Returns [M, N] (masked: [G, Mmax, N]; rows
+    past masked_m[g] are not written)."""
     op = "grouped_matmul"
     if torch.compiler.is_compiling():
         expr, ops = _expression(op, activation, epilogue, bias, operands)
@@ -305,7 +304,8 @@ def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scal
     masked: [G, Mmax]); scale_b: None, a number, float32 [G] (per expert) or [G, N] (per channel). epilogue: None,
     a preset name ('silu', 'bias_gelu', ...) or an expression (its operands by name; then no scale / bias args).
     out_dtype: default bfloat16. out_group=128: the output as the next layer's 1x128 block-quantised input, returns
-    (codes [M, N] the arch's fp8, scales [M, ceil(N / 128)] fp32) -- gemm_a8's out_group (gfx942 / gfx950, CPU)."""
+    (codes [M, N] the arch's fp8, scales [M, ceil(N / 128)] fp32) -- gemm_a8's out_group (gfx942 / gfx950, sm_90a,
+    CPU)."""
     op = "grouped_gemm_a8"
     if out_group is not None and torch.compiler.is_compiling():
         raise NotImplementedError(f"{op}: out_group is not traced by torch.compile yet; call it outside the compiled "

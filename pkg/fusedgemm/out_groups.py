@@ -8,12 +8,11 @@ quantize_rows(y, "fp8", group=128) returns for y the GEMM's fp32 output, without
 
 Where it runs: gfx942 / gfx950 fuse it into the LDS-pipelined CDNA kernel (cdna_gemm.hpp: a group is its block's
 128 columns -- 256 for a gate / up pair, on cdna_lds_128x256, or with block scales cdna_lds_64x256 --, reduced across
-its waves through LDS;
-hip_src/include/fusedgemm/out_groups.hpp); sm_90a into the CTA-per-tile wgmma kernels of 128 columns (tile_64x128,
-tile_128x128: a row's group is in 4 threads of one warp, sm90_gemm_stores.hpp), except a gate / up pair's (128
-outputs are 256 GEMM columns, and no 8-bit sm_90a tile is that wide) and decode-size calls, which run as the GEMM
-to fp32 and quantize_rows (two_kernels). CPU tensors get the float64 reference, rounded to fp32, then quantize_rows'
-torch path. The grouped ops (grouped.py) take it too.
+its waves through LDS; hip_src/include/fusedgemm/out_groups.hpp); sm_90a into the CTA-per-tile wgmma kernels of
+128 columns (tile_64x128, tile_128x128: a row's group is in 4 threads of one warp, sm90_gemm_stores.hpp), except a
+gate / up pair's (128 outputs are 256 GEMM columns, and no 8-bit sm_90a tile is that wide) and decode-size calls,
+which run as the GEMM to fp32 and quantize_rows (two_kernels). CPU tensors get the float64 reference, rounded to
+fp32, then quantize_rows' torch path. The grouped ops (grouped.py) take it too.
 """
 from __future__ import annotations
 

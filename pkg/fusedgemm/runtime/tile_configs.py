@@ -158,6 +158,7 @@ CONFIGS: dict[str, PortableTile | CdnaTile | Sm90Tile] = {
     "f32x3_128x128": Sm90Tile(128, 4, split_tf32=True, in_kinds=SPLIT_TF32),
 }
 
+
 def holds_groups(name: str, arch: str, width: int) -> bool:
     """Whether config `name` can write a group-quantised output (out_group) of `width` GEMM columns per group on
     `arch`: its block holds whole groups, reduced inside it -- the AMD LDS configs (across waves, through LDS) and

@@ -197,6 +197,15 @@ struct BlockScaleRows {
 #pragma unroll
     for (int r = 0; r < kRows; ++r) s[r] = raw[r] * raw[kRows];
   }
+  // The main loop's use: start(next) before the K loop loads block 0's values; take(j, ...) after block j's
+  // wgmmas gives block j's scales from `next` and loads block j + 1's into it (the last block: its own again).
+  FG_DEVICE void start(int kb_count, float (&next)[kRows + 1]) const {
+    if (kb_count > 0) load(0, next);
+  }
+  FG_DEVICE void take(int j, int kb_count, float (&next)[kRows + 1], float (&s)[kRows]) const {
+    combine(next, s);
+    load(j + 1 < kb_count ? j + 1 : j, next);
+  }
 };
 
 // The wgmma a config runs for input kind In: its N, and the transpose an MN-major B needs.

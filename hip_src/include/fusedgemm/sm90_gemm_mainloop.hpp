@@ -203,13 +203,7 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
     // Block-scaled: the scales of the blocks in part0 / part1, and the promotion times them; `next`: the raw scales
     // of the next block to issue, loaded one block ahead (BlockScaleRows says why).
     float scale0[kScaleRows], scale1[kScaleRows], next[kScaleRows + 1];
-    if constexpr (Cfg::kBlockScaled) {
-      if (kb_count > 0) scales.load(0, next);
-    }
-    auto take_scales = [&](int j, float(&sc)[kScaleRows]) {  // block j's scales; block j + 1's loads (last: again)
-      BlockScaleRows<kScaleRows>::combine(next, sc);
-      scales.load(j + 1 < kb_count ? j + 1 : j, next);
-    };
+    if constexpr (Cfg::kBlockScaled) scales.start(kb_count, next);
     auto promote_scaled = [&](Acc(&p)[kAcc], const float(&sc)[kScaleRows]) {
       sm90::fence_regs(p);
 #pragma unroll
@@ -223,11 +217,11 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
         if (u & 1) {
           sm90::fence_regs(part1);
           issue(i + u, part1, false);
-          if constexpr (Cfg::kBlockScaled) take_scales(i + u, scale1);
+          if constexpr (Cfg::kBlockScaled) scales.take(i + u, kb_count, next, scale1);
         } else {
           sm90::fence_regs(part0);
           issue(i + u, part0, false);
-          if constexpr (Cfg::kBlockScaled) take_scales(i + u, scale0);
+          if constexpr (Cfg::kBlockScaled) scales.take(i + u, kb_count, next, scale0);
         }
         if (u > 0) {
           sm90::wgmma_wait<1>();  // block i + u - 1 is complete
@@ -284,17 +278,12 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) part[j] = Acc(0);
     float next[kScaleRows + 1];  // block-scaled: the next block's raw scales, loaded one block ahead (BlockScaleRows)
-    if constexpr (Cfg::kBlockScaled) {
-      if (kb_count > 0) scales.load(0, next);
-    }
+    if constexpr (Cfg::kBlockScaled) scales.start(kb_count, next);
     for (int i = 0; i < kb_count; ++i) {
       sm90::fence_regs(part);
       issue(i, part, false);
       float sc[kScaleRows];  // block-scaled: block i's scales; block i + 1's loads go out under block i's MMAs
-      if constexpr (Cfg::kBlockScaled) {
-        BlockScaleRows<kScaleRows>::combine(next, sc);
-        scales.load(i + 1 < kb_count ? i + 1 : i, next);
-      }
+      if constexpr (Cfg::kBlockScaled) scales.take(i, kb_count, next, sc);
       sm90::wgmma_wait<0>();
       sm90::fence_regs(part);
       release(i);

@@ -14,6 +14,7 @@ import torch
 
 import fusedgemm as fg
 from fusedgemm.bench.gemm_a8 import torch_block_mm as _torch_block_mm
+from fusedgemm.blockscale import BLOCK_CONFIGS
 from fusedgemm.reference import gemm_a8_block_reference, rel_error
 from poisoned_outputs import poisoned_outputs
 
@@ -61,6 +62,8 @@ def prebuilt():
     configs = sorted({block_plan(m, -(-n // 16) * 16, -(-k // 16) * 16, dev)[0].name for m, n, k in shapes})
     specs = [GemmKernel("sm_90a", cfg, "fp8", "bf16", epi, "nk", True)
              for cfg in configs for epi in (spec_for_activation("none"), spec_for_activation("silu"), expr_spec)]
+    specs += [GemmKernel("sm_90a", cfg, "fp8", "bf16", spec_for_activation("silu"), "nk", True)
+              for cfg in BLOCK_CONFIGS if cfg not in configs]  # test_every_block_config_pinned
     with concurrent.futures.ThreadPoolExecutor(len(specs)) as pool:
         list(pool.map(lambda s: code_object_path(s.unit, "sm_90a", s.source()), specs))
 
@@ -194,3 +197,25 @@ def test_swapped_decode_tile_with_split_k(m, splits):
     z = gemm_a8_block_reference(a, w, scale_a=sa, scale_b=sb, unrounded=True) + bias.to(torch.bfloat16).cpu().double()
     check(out, z * torch.sigmoid(z), ONE_ROUNDING, f"swap_16x128 M={m} splits={splits}")
 
+
+
+@pytest.mark.parametrize("scale_a", ["block", "none"])
+@pytest.mark.parametrize("config", BLOCK_CONFIGS)
+def test_every_block_config_pinned(config, scale_a):
+    """Each block-scaled config run pinned: its scale ring (BlockScaleRows: 4 slots, copies three K blocks ahead)
+    wraps over 10 K blocks; rows past M in the last row tile; persistent configs loop over ~2 tiles per CTA (the
+    ring reused across tiles), the CTA-per-tile ones split K in two (a CTA's ring starts at its first K block);
+    scale_a absent (the ring's ones)."""
+    from fusedgemm.plan import forced_config
+    from fusedgemm.runtime.kernels import GEMM_CONFIGS
+
+    cfg = GEMM_CONFIGS[config]
+    m, n, k = (13, 384, 1280) if cfg.swap_ab else (2100, 2048, 1280)
+    splits = 1 if cfg.one_wave else 2
+    a, w, sa, sb = problem(m, n, k, seed=len(config))
+    sa = sa if scale_a == "block" else None
+    bias = torch.randn(n, device="cuda").to(torch.bfloat16)
+    with forced_config(config, splits), poisoned_outputs():
+        out = fg.gemm_a8(a, fg.preshuffle(w), bias, scale_a=sa, scale_b=sb, epilogue="bias_silu")
+    z = gemm_a8_block_reference(a, w, scale_a=sa, scale_b=sb, unrounded=True) + bias.cpu().double()
+    check(out, z * torch.sigmoid(z), ONE_ROUNDING, f"{config} splits={splits} scale_a={scale_a}")

@@ -300,13 +300,14 @@ FG_DEVICE void sm90_gemm_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-majo
   // struct is never loaded or read, and the compiler drops it: their SASS is unchanged by it).
   SwappedOperands<Epi, Cfg::kSwapAB ? kAcc : 4, Cfg::kSwapAB ? kAccPerMma : 4> swapped_ops;
   if constexpr (Cfg::kSwapAB) swapped_ops.load(ep, M, N, m0, n0, ct);
-  if constexpr (Cfg::kBlockScaled && Cfg::kSwapAB)
+  if constexpr (Cfg::kBlockScaled) {
+    // the warp's 16 activation rows: swapped, the tile's; else its 16 of its warpgroup's 64
+    const int rows0 = Cfg::kSwapAB ? m0 : m0 + 16 * warp;
+    const u32 ring = sm90::smem_addr(smem) + Cfg::kScaleRingOffset;
+    constexpr int kRows = Cfg::kSwapAB ? kAccPerMma / 2 : 2;
     consumer_mainloop<In, Cfg>(acc, 0, kb_count, stage_a, stage_b, full, empty, sm90::warp_uniform(warp >> 2), lane,
-                               swapped_block_scale_rows<kAccPerMma / 2>(bs, M, m0, n0, ct, kb_begin));
-  else if constexpr (Cfg::kBlockScaled)
-    consumer_mainloop<In, Cfg>(acc, 0, kb_count, stage_a, stage_b, full, empty, sm90::warp_uniform(warp >> 2), lane,
-                               block_scale_rows(bs, M, m0 + 64 * (warp >> 2), n0, ct, kb_begin));
-  else
+                               block_scale_rows<kRows, Cfg::kSwapAB, Cfg>(bs, M, rows0, n0, ct, warp, kb_begin, ring));
+  } else
     consumer_mainloop<In, Cfg>(acc, 0, kb_count, stage_a, stage_b, full, empty,
                                sm90::warp_uniform(warp >> 2), lane);
   // A pair: done with the peer (its last remote arrive is behind); its wait is at the end, after the stores.

@@ -165,46 +165,74 @@ struct SplitTf32 : Cfg {
 // (consumer_mainloop): scale_a [M, k_blocks] (1 x 128 blocks), scale_b [ceil(N / 128), k_blocks] (128 x 128 blocks),
 // row-major fp32; a null pointer is a scale of 1 (that side's scale, if any, is the epilogue's). Unswapped tiles of
 // N 128 (CTA per tile or persistent): a tile's columns are one block of scale_b, its rows a thread's two
-// accumulator rows.
+// accumulator rows. The scales reach the consumers through a ring in shared memory (BlockScaleRows), after the
+// barriers: kScaleSlots slots per consumer warp of kScaleSlotFloats floats. The persistent kernels give a stage for
+// it (their parked tile and 5 stages leave 416 bytes of the CTA's shared memory).
+template <class Tile>
+struct BlockScaledTile : Tile {
+  static constexpr int kStages = Tile::kPersistent ? Tile::kStages - 1 : Tile::kStages;
+};
 template <class Cfg>
-struct BlockScaled : Cfg {
+struct BlockScaled;
+template <class Tile>
+struct BlockScaled<WgmmaConfig<Tile>> : WgmmaConfig<BlockScaledTile<Tile>> {
+  using Base = WgmmaConfig<BlockScaledTile<Tile>>;
   static constexpr bool kBlockScaled = true;
-  static_assert(!Cfg::kTileLoop && !Cfg::kPairB && !Cfg::kBMnMajor && !Cfg::kSplitTf32 && Cfg::kBlockN == 128 &&
-                    Cfg::kBlockK == 128,
+  static constexpr int kScaleSlots = 4;         // K blocks j .. j + 3: a block's copies start three blocks ahead
+  static constexpr int kScaleSlotFloats = 20;   // a warp's 16 scale_a rows, then scale_b's value (16-byte slots)
+  static constexpr int kScaleRingOffset = Base::kBarrierOffset + Base::kBarriers * 8;
+  static constexpr int kScaleRingBytes = kScaleSlots * (Base::kConsumerThreads / 32) * kScaleSlotFloats * 4;
+  static constexpr int kSmemBytes = Base::kSmemBytes + kScaleRingBytes;
+  static_assert(!Base::kTileLoop && !Base::kPairB && Base::kBlockN == 128 && Base::kBlockK == 128,
                 "block scales: the CTA-per-tile (swapped too) or persistent kernels, tiles of N 128 (one scale_b "
                 "block per K block), no B-multicast pairs");
+  static_assert(kScaleRingOffset % 16 == 0 && kSmemBytes <= 227 * 1024 && (kScaleSlots & (kScaleSlots - 1)) == 0,
+                "the scale ring after the barriers, a power of two of slots");
 };
 
-// One consumer thread's block scales: the scale_a rows of its kRows activation rows and the tile's scale_b row, each
-// advanced to the CTA's first K block (split-K). Unswapped tiles: kRows = 2, the accumulator rows acc_row(t, 0) and
-// + 8; swapped (decode) tiles: the activation rows are the wgmma D's columns, kRows = kAccPerMma / 2 of them
-// (SwappedOperands' row slots). The tile's N columns are one scale_b block either way. load(i, raw) loads the CTA's
-// K block i's kRows + 1 values; combine(raw, s): s[r] = sa[row r, kb] * sb[kb]. The main loop loads a block's values
-// one K block before it promotes that block (loaded after the block's own wgmmas, ptxas put the product, and so the
-// wait for the loads, before the block's last wgmma). It does not hide the loads: ptxas computes the product right
-// after the first wgmma wait that follows them, at any prefetch distance, and the consumers still stall there on a
-// global load (docs/perf-notes.md: the scales' next home is shared memory, staged with the operands).
-template <int kRows>
+// One consumer thread's block scales, K block by K block. The 16 activation rows a warp reads (unswapped: the
+// warp's 16 rows of its warpgroup's 64, a thread's accumulator rows lane / 4 and + 8; swapped (decode) tiles: the
+// tile's 16 rows, a thread's kRows D columns) and the tile's scale_b value are copied by lanes 0-15 and 16 of the
+// warp (cp.async, 4 bytes each) into the warp's ring slot of the block, three K blocks ahead of its promotion.
+// NOTE: the copies go to shared memory rather than registers because a wgmma fence waits for every load still
+// writing a register: scales loaded into registers, at any prefetch distance, stalled the consumers at the next
+// block's fence on their global latency (the largest stall of the block-scaled kernels in Nsight Compute).
+// Rows outside M or a side without scales hold 1 (written once, never copied).
+template <int kRows, bool kSwapped>
 struct BlockScaleRows {
-  const float* a[kRows] = {};  // null: a row outside M, or no scale_a
-  const float* b = nullptr;
-  FG_DEVICE void load(int i, float (&raw)[kRows + 1]) const {
+  static constexpr int kSlots = 4, kSlotBytes = 20 * 4;  // BlockScaled<Config>::kScaleSlots / kScaleSlotFloats
+  static constexpr int kAhead = kSlots - 1;               // blocks copied ahead of the one read
+  const float* src = nullptr;  // this lane's value of the CTA's first K block; null: none (lanes 17-31 too)
+  u32 dst = 0;                 // its place in slot 0 (shared address)
+  u32 read = 0;                // this thread's first value in slot 0
+  u32 b_read = 0;              // scale_b's value in slot 0
+  bool copier = false;         // lanes 0-16: their value is copied, or is 1
+  // Value r of this thread (row slot r; block_scale_slot) at `read` + 4 offset(r).
+  FG_DEVICE static constexpr int offset(int r) { return kSwapped ? 8 * (r >> 1) + (r & 1) : 8 * r; }
+  FG_DEVICE void copy(int i, int kb_count) const {  // K block i's values into slot i % kSlots: one copy group
+    if (i < kb_count && src != nullptr) sm90::cp_async_4(dst + (i & (kSlots - 1)) * kSlotBytes, src + i);
+    sm90::cp_async_commit();
+  }
+  // Before the K loop: the ones, and the copies of blocks 0 .. kAhead - 1.
+  FG_DEVICE void start(int kb_count) const {
+    if (copier && src == nullptr) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) raw[r] = a[r] != nullptr ? __ldg(a[r] + i) : 1.0f;
-    raw[kRows] = b != nullptr ? __ldg(b + i) : 1.0f;
-  }
-  FG_DEVICE static void combine(const float (&raw)[kRows + 1], float (&s)[kRows]) {
+      for (int slot = 0; slot < kSlots; ++slot) sm90::st_shared_f32(dst + slot * kSlotBytes, 1.0f);
+    }
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) s[r] = raw[r] * raw[kRows];
+    for (int i = 0; i < kAhead; ++i) copy(i, kb_count);
   }
-  // The main loop's use: start(next) before the K loop loads block 0's values; take(j, ...) after block j's
-  // wgmmas gives block j's scales from `next` and loads block j + 1's into it (the last block: its own again).
-  FG_DEVICE void start(int kb_count, float (&next)[kRows + 1]) const {
-    if (kb_count > 0) load(0, next);
-  }
-  FG_DEVICE void take(int j, int kb_count, float (&next)[kRows + 1], float (&s)[kRows]) const {
-    combine(next, s);
-    load(j + 1 < kb_count ? j + 1 : j, next);
+  // After block j's wgmmas are issued: block j's scales into s, and block j + kAhead's copies into the slot of
+  // block j - 1 (every lane of the warp has read it: each passed block j's wgmma fence since, which waits for the
+  // read).
+  FG_DEVICE void take(int j, int kb_count, float (&s)[kRows]) const {
+    sm90::cp_async_wait<kAhead - 1>();  // block j's group (only the kAhead - 1 after it may still be in flight)
+    __syncwarp();
+    const u32 slot = (j & (kSlots - 1)) * kSlotBytes;
+    const float b = sm90::ld_shared_f32(b_read + slot);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) s[r] = sm90::ld_shared_f32(read + slot + 4 * offset(r)) * b;
+    copy(j + kAhead, kb_count);
   }
 };
 
@@ -274,33 +302,24 @@ FG_DEVICE int a_box_rows(int M) {
 FG_DEVICE int acc_row(int t, int j) { return 16 * (t >> 5) + ((t & 31) >> 2) + 8 * ((j >> 1) & 1); }
 FG_DEVICE int acc_col(int t, int j) { return 8 * (j >> 2) + 2 * (t & 3) + (j & 1); }
 
-// The scales of consumer thread t of warpgroup rows wg_row0 .. + 63 in the tile at column n0, from K block kb0 on.
-FG_DEVICE BlockScaleRows<2> block_scale_rows(const BlockScaleArgs& bs, int M, int wg_row0, int n0, int t, int kb0) {
-  BlockScaleRows<2> r;
-  const int row0 = wg_row0 + acc_row(t, 0);
-  if (bs.a != nullptr) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      if (row0 + 8 * h < M) r.a[h] = bs.a + static_cast<i64>(row0 + 8 * h) * bs.k_blocks + kb0;
-  }
-  if (bs.b != nullptr) r.b = bs.b + static_cast<i64>(n0 / 128) * bs.k_blocks + kb0;
-  return r;
-}
-
-// A swapped tile's: activation rows m0 + acc_col(t, e) of its D fragments, slot r <-> e = 4 (r >> 1) + (r & 1)
-// (swapped_scale_slot), from K block kb0 on.
-template <int kRows>
-FG_DEVICE BlockScaleRows<kRows> swapped_block_scale_rows(const BlockScaleArgs& bs, int M, int m0, int n0, int t,
-                                                         int kb0) {
-  BlockScaleRows<kRows> r;
-  if (bs.a != nullptr) {
-#pragma unroll
-    for (int s = 0; s < kRows; ++s) {
-      const int m = m0 + acc_col(t, 4 * (s >> 1) + (s & 1));
-      if (m < M) r.a[s] = bs.a + static_cast<i64>(m) * bs.k_blocks + kb0;
-    }
-  }
-  if (bs.b != nullptr) r.b = bs.b + static_cast<i64>(n0 / 128) * bs.k_blocks + kb0;
+// The block scales of consumer thread t (within its warpgroup; warp: its consumer warp in the CTA) of rows row0 ..
+// row0 + 15 (unswapped: its warp's 16 rows, wg_row0 + 16 (t / 32) on; swapped: the tile's) in the tile at column n0,
+// from K block kb0 on; ring: the kernel's scale ring (shared address).
+template <int kRows, bool kSwapped, class Cfg>
+FG_DEVICE BlockScaleRows<kRows, kSwapped> block_scale_rows(const BlockScaleArgs& bs, int M, int row0, int n0, int t,
+                                                          int warp, int kb0, u32 ring) {
+  static_assert(BlockScaleRows<kRows, kSwapped>::kSlots == Cfg::kScaleSlots &&
+                    BlockScaleRows<kRows, kSwapped>::kSlotBytes == 4 * Cfg::kScaleSlotFloats,
+                "the ring's layout");
+  BlockScaleRows<kRows, kSwapped> r;
+  const int lane = t & 31;
+  const u32 slots = ring + static_cast<u32>(warp * Cfg::kScaleSlots * Cfg::kScaleSlotFloats * 4);
+  r.dst = slots + 4 * lane;
+  r.read = slots + 4 * (kSwapped ? 2 * (lane & 3) : lane >> 2);
+  r.b_read = slots + 4 * 16;
+  r.copier = lane <= 16;
+  if (lane < 16 && bs.a != nullptr && row0 + lane < M) r.src = bs.a + static_cast<i64>(row0 + lane) * bs.k_blocks + kb0;
+  if (lane == 16 && bs.b != nullptr) r.src = bs.b + static_cast<i64>(n0 / 128) * bs.k_blocks + kb0;
   return r;
 }
 

@@ -95,11 +95,11 @@ FG_DEVICE void split_tf32_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* s
 // The consumer warpgroups' main loop: K blocks i = 0 .. kb_count - 1 of the tile into acc (zeroed by the
 // caller). Block i is the CTA's g0 + i-th: the ring's stage and phase follow that count, so a persistent CTA's
 // tiles continue one sequence. Cfg::kBlockScaled (fp8): block i's partial tile is promoted times its block scales,
-// its scales (BlockScaleRows: loaded one K block ahead).
+// its scales read from the scale ring (BlockScaleRows: copied two K blocks ahead).
 template <class In, class Cfg, class Acc, int kAcc, int kScaleRows = 2>
 FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* stage_a, u8* stage_b,
                                  sm90::u64* full, sm90::u64* empty, int wg, int lane,
-                                 const BlockScaleRows<kScaleRows>& scales = BlockScaleRows<kScaleRows>{}) {
+                                 const BlockScaleRows<kScaleRows, Cfg::kSwapAB>& scales = {}) {
   if constexpr (InTraits<In>::kSplitTf32) {
     split_tf32_mainloop<In, Cfg>(acc, g0, kb_count, stage_a, stage_b, full, empty, wg, lane);
     return;
@@ -200,10 +200,9 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
 #pragma unroll
       for (int j = 0; j < kAcc; ++j) acc[j] += p[j];
     };
-    // Block-scaled: the scales of the blocks in part0 / part1, and the promotion times them; `next`: the raw scales
-    // of the next block to issue, loaded one block ahead (BlockScaleRows says why).
-    float scale0[kScaleRows], scale1[kScaleRows], next[kScaleRows + 1];
-    if constexpr (Cfg::kBlockScaled) scales.start(kb_count, next);
+    // Block-scaled: the scales of the blocks in part0 / part1, and the promotion times them.
+    float scale0[kScaleRows], scale1[kScaleRows];
+    if constexpr (Cfg::kBlockScaled) scales.start(kb_count);
     auto promote_scaled = [&](Acc(&p)[kAcc], const float(&sc)[kScaleRows]) {
       sm90::fence_regs(p);
 #pragma unroll
@@ -217,11 +216,11 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
         if (u & 1) {
           sm90::fence_regs(part1);
           issue(i + u, part1, false);
-          if constexpr (Cfg::kBlockScaled) scales.take(i + u, kb_count, next, scale1);
+          if constexpr (Cfg::kBlockScaled) scales.take(i + u, kb_count, scale1);
         } else {
           sm90::fence_regs(part0);
           issue(i + u, part0, false);
-          if constexpr (Cfg::kBlockScaled) scales.take(i + u, kb_count, next, scale0);
+          if constexpr (Cfg::kBlockScaled) scales.take(i + u, kb_count, scale0);
         }
         if (u > 0) {
           sm90::wgmma_wait<1>();  // block i + u - 1 is complete
@@ -277,13 +276,12 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
     Acc part[kAcc];
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) part[j] = Acc(0);
-    float next[kScaleRows + 1];  // block-scaled: the next block's raw scales, loaded one block ahead (BlockScaleRows)
-    if constexpr (Cfg::kBlockScaled) scales.start(kb_count, next);
+    if constexpr (Cfg::kBlockScaled) scales.start(kb_count);
     for (int i = 0; i < kb_count; ++i) {
       sm90::fence_regs(part);
       issue(i, part, false);
-      float sc[kScaleRows];  // block-scaled: block i's scales; block i + 1's loads go out under block i's MMAs
-      if constexpr (Cfg::kBlockScaled) scales.take(i, kb_count, next, sc);
+      float sc[kScaleRows];  // block-scaled: block i's scales
+      if constexpr (Cfg::kBlockScaled) scales.take(i, kb_count, sc);
       sm90::wgmma_wait<0>();
       sm90::fence_regs(part);
       release(i);

@@ -84,8 +84,8 @@ def kernel_for(dev: int, spec: GemmKernel):
         from ..runtime.launch import module_for
 
         kernel = module_for(spec.unit, dev, spec.source()).kernel(spec.kernel_name, spec.signature)
-        if spec.cfg.smem:
-            kernel.set_max_dynamic_smem(spec.cfg.smem)
+        if spec.smem:
+            kernel.set_max_dynamic_smem(spec.smem)
         _KERNELS[(dev, spec)] = kernel
     return kernel
 
@@ -159,7 +159,7 @@ class CallPlan:
         self.l2 = _TMAP_L2_DECODE if cfg.swap_ab else _TMAP_L2_256B
         # threads per warp / wave: the target arch's, not the torch build's (an AMD kernel is 64-lane waves)
         warp = 64 if vendor_of(arch) == "amd" else 32
-        self.launch = kernel.bind(grid, cluster, cfg.warps * warp, cfg.smem)
+        self.launch = kernel.bind(grid, cluster, cfg.warps * warp, spec.smem)
 
     def run(self, a_ptr: int, b_ptr: int, *pointers: int) -> None:
         """Launch on the current stream of the plan's device (the caller made it current). 0: no tensor."""

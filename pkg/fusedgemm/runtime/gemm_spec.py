@@ -43,6 +43,13 @@ class GemmKernel:
         return kernels.GEMM_CONFIGS[self.config]
 
     @property
+    def smem(self) -> int:
+        """Dynamic shared-memory bytes per block of the kernel (0: static LDS only, AMD)."""
+        if self.block_scaled and self.cfg.sm90:
+            return kernels.block_scaled_smem(self.config)
+        return self.cfg.smem
+
+    @property
     def preset(self) -> str | None:
         """The activation of the preset kernel that serves this spec ahead of time, or None (generated)."""
         if (self.in_kind in MATMUL_IN or self.out not in ("bf16", "fp16") or self.block_scaled or self.grouped
@@ -140,8 +147,10 @@ class GemmKernel:
                   f"__builtin_offsetof({args}, ep) == {ep_off}{bs_check}, \"argument packing layout\");\n#endif\n")
         if sm90:
             header = "sm90_gemm.hpp"
+            smem = (f"  static_assert({cfg}::kSmemBytes <= {self.smem}, \"the host launches with {self.smem} bytes of "
+                    f"dynamic shared memory\");\n")
             entry = (f'extern "C" __global__ void __launch_bounds__({cfg}::kThreads, {cfg}::kMinBlocksPerSm)\n'
-                     f"{self.kernel_name}(const __grid_constant__ {args} args) {{\n{layout}"
+                     f"{self.kernel_name}(const __grid_constant__ {args} args) {{\n{layout}{smem}"
                      f"  fg::{body}<{_IN_TYPE[self.in_kind]}, {epi}, {cfg}>(args.a_map, args.b_map, args.M, "
                      f"args.N, args.K, args.ep{extra});\n}}\n")
             guard = ("#if defined(FG_NVIDIA)\n", "#endif\n")

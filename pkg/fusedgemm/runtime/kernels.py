@@ -246,6 +246,18 @@ def _config(name: str, t) -> TileConfig:
 # Every tile config of both templates, by name (the table: runtime/tile_configs.py).
 GEMM_CONFIGS = {name: _config(name, t) for name, t in tile_configs.CONFIGS.items()}
 
+# BlockScaled<Config>'s scale ring (sm90_gemm_common.hpp): slots per consumer warp, floats per slot.
+SCALE_RING_SLOTS, SCALE_RING_SLOT_FLOATS = 4, 20
+
+
+def block_scaled_smem(name: str) -> int:
+    """Dynamic shared memory of config `name`'s block-scaled sm_90a kernels (BlockScaled<Config>): the config's
+    layout with a stage fewer on the persistent ones, then the scale ring."""
+    t = tile_configs.CONFIGS[name]
+    base = _sm90_config(name, dataclasses.replace(t, stages=t.stages - 1) if t.persistent else t)
+    consumer_warps = 4 if t.swap_ab else t.block_m // 16
+    return base.smem + SCALE_RING_SLOTS * consumer_warps * SCALE_RING_SLOT_FLOATS * 4
+
 
 def gemm_a8_kernel_name(in_kind: str, out_dtype: str, act: str, config: str) -> str:
     """A preset kernel of the ahead-of-time units: fg_gemm_a8_<in>_<out>_<activation>_<config>."""

@@ -110,6 +110,23 @@ FG_DEVICE void setmaxnreg_inc() {
 FG_DEVICE void st_shared_v2(u32 addr, float x, float y) {
   asm volatile("st.shared.v2.f32 [%0], {%1, %2};" ::"r"(addr), "f"(x), "f"(y) : "memory");
 }
+FG_DEVICE void st_shared_f32(u32 addr, float x) { asm volatile("st.shared.f32 [%0], %1;" ::"r"(addr), "f"(x) : "memory"); }
+FG_DEVICE float ld_shared_f32(u32 addr) {
+  float x;
+  asm volatile("ld.shared.f32 %0, [%1];" : "=f"(x) : "r"(addr) : "memory");
+  return x;
+}
+// 4 bytes global -> shared without a register in flight (cp.async): a wgmma fence waits for every load still
+// writing a register, whatever it was for, but not for these. Complete once this thread's cp_async_wait says so.
+FG_DEVICE void cp_async_4(u32 dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(dst), "l"(src) : "memory");
+}
+FG_DEVICE void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Wait until at most kPending of this thread's committed cp.async groups are still in flight.
+template <int kPending>
+FG_DEVICE void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending) : "memory");
+}
 // A barrier among `threads` threads (whole warps) of the CTA, on hardware barrier `id` (0 is __syncthreads).
 FG_DEVICE void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");

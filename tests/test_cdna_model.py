@@ -23,6 +23,8 @@ CHUNKS_PER_LANE = {("gfx950", "fp8"): 2}
 SERVED = [(c, k) for c in CONFIGS for k in cm.KINDS if kernels.GEMM_CONFIGS[c].serves(k)]
 REGISTER_DIRECT = tuple(c for c in CONFIGS if isinstance(tile_configs.CONFIGS[c], tile_configs.PortableTile))
 LDS_STAGED = tuple(c for c in CONFIGS if isinstance(tile_configs.CONFIGS[c], tile_configs.CdnaTile))
+# the LDS-staged configs' kernels for K filling whole K blocks (no K-edge test in their loads)
+WHOLE_K = tuple(tile_configs.WHOLE_K_PREFIX + c for c in LDS_STAGED)
 
 
 def _shapes():
@@ -34,7 +36,31 @@ def _shapes():
 
 
 def test_hot_loop_table_covers_every_arch_config_kind():
-    assert {(a, c, k) for a in ARCHES for c, k in SERVED} == set(cm.HOT_LOOPS)
+    whole = {(a, tile_configs.WHOLE_K_PREFIX + c, k) for a in ARCHES for c, k in SERVED if c in LDS_STAGED}
+    assert {(a, c, k) for a in ARCHES for c, k in SERVED} | whole == set(cm.HOT_LOOPS)
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("kind", ("fp8", "int8", "bf16", "fp16"))
+def test_whole_k_kernel_is_predicted_where_the_host_launches_it(arch, kind):
+    """The model reads the whole-K-block kernel's loop exactly where runtime/gemm_spec.py launches that kernel: K a
+    positive multiple of the 128-byte K block; its loop has no K-edge test (no VALU) and the same MFMAs, loads and LDS
+    ops as the other kernel's."""
+    from fusedgemm.runtime.gemm_spec import whole_k_blocks
+
+    config = "cdna_lds_128x128"
+    per_block = 128 // cm.IN_BYTES[kind]
+    for k in (per_block, 3 * per_block, 4096, per_block - 16, per_block + 16, 4096 + 16):
+        want = tile_configs.WHOLE_K_PREFIX + config if k % per_block == 0 else config
+        assert cm.kernel_of(arch, config, kind, k) == want, k
+        assert whole_k_blocks(config, kind, k) == (k % per_block == 0), k
+    assert cm.kernel_of(arch, "portable_128x128", kind, 4096) == "portable_128x128"
+    whole, any_k = cm.HOT_LOOPS[(arch, tile_configs.WHOLE_K_PREFIX + config, kind)], cm.HOT_LOOPS[(arch, config, kind)]
+    assert whole.valu == 0 < any_k.valu
+    assert (whole.mfma, whole.vmem_loads, whole.lds_ops, whole.steps) == (any_k.mfma, any_k.vmem_loads,
+                                                                         any_k.lds_ops, any_k.steps)
+    for k, h in ((4096, whole), (4096 + 16, any_k)):
+        assert cm.predict(arch, kind, config, 1024, 4096, k) == cm.predict(arch, kind, config, 1024, 4096, k, hot=h)
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -58,7 +84,7 @@ def test_hot_loop_counts_are_the_templates(arch, config, kind):
 
 
 @pytest.mark.parametrize("arch", ARCHES)
-@pytest.mark.parametrize("config", LDS_STAGED)
+@pytest.mark.parametrize("config", LDS_STAGED + WHOLE_K)
 @pytest.mark.parametrize("kind", ("fp8", "int8", "bf16", "fp16"))
 def test_hot_loop_counts_of_the_lds_staged_template(arch, config, kind):
     """cdna_gemm.hpp's loop, unrolled twice: two 128-byte K blocks per iteration, the loads of the next block in
@@ -67,6 +93,7 @@ def test_hot_loop_counts_of_the_lds_staged_template(arch, config, kind):
     plain 16-bit B alike), by buffer loads; the
     A tile's fragments from LDS (ds_read_b128) and the copy into it (ds_write_b128); one barrier."""
     h = cm.HOT_LOOPS[(arch, config, kind)]
+    config = cm.config_of(config)
     t = tile_configs.CONFIGS[config]
     per_block = t.block_k_bytes // cm.step_bytes(arch, kind)
     assert (h.steps, h.prefetch) == (2 * per_block, per_block) == cm.loop_shape(arch, config, kind)
@@ -100,8 +127,9 @@ def _amd_build_available():
         pytest.skip(f"no AMD build here ({type(exc).__name__})")
 
 
-FAST = [(a, c, "fp8") for a in ARCHES for c in CONFIGS]
-SLOW = [(a, c, k) for a in ARCHES for c, k in SERVED if k != "fp8"]
+FAST = [(a, c, "fp8") for a in ARCHES for c in CONFIGS + WHOLE_K]
+SLOW = [(a, c, k) for a in ARCHES for c, k in SERVED if k != "fp8"] + [
+    (a, tile_configs.WHOLE_K_PREFIX + c, k) for a in ARCHES for c, k in SERVED if k != "fp8" and c in LDS_STAGED]
 
 
 def _reread(arch, config, kind):

@@ -29,10 +29,10 @@ ARCHES = ("gfx942", "gfx950")
 FP8 = {"gfx942": torch.float8_e4m3fnuz, "gfx950": torch.float8_e4m3fn}
 # (M, N, K): one row; a partial row tile; two row tiles, the second of 3 rows, and a partial column tile (144 =
 # 128 + 16); K of 2.5 K blocks (320), of one partial block (96), of one chunk (16), and of 1.5 blocks (192); then
-# whole K blocks (K % 128 == 0, every LLM shape): 3 (the twice-unrolled loop's both halves, then one more block), 2
-# and 1.
+# whole K blocks (K % 128 == 0, every LLM shape; the whole-K kernel, CdnaWholeKBlocks): 3 (its loop once, then a
+# tail of one block), 2 (a tail of two), 1 and 4 (the loop, then a tail of two).
 SHAPES = ((131, 144, 320), (37, 48, 96), (1, 144, 16), (37, 144, 192), (131, 144, 384), (37, 48, 256),
-          (1, 144, 128))
+          (1, 144, 128), (37, 48, 512))
 
 
 def _operands(kind, arch, m, n, k, g):

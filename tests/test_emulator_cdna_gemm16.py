@@ -4,8 +4,9 @@ double-buffered swizzled LDS tile, B straight to registers), the real gfx942 and
 through the public API with the config forced, ragged M / N / K (rows past M, rows of B past N -- N % 16 == 8 --
 and K chunks past K through the buffer descriptors' range check; K a multiple of 8, not of the 64-element K
 block) and whole K blocks, the bias + SiLU preset, alpha / beta / c, an expression epilogue with column and aux
-operands, outputs poisoned, float64 oracles, every hazard check on; and a planted bug: a deleted s_barrier must be
-an LDS race."""
+operands, outputs poisoned, float64 oracles, every hazard check on -- K filling whole K blocks launches the kernel
+without the K-edge test (CdnaWholeKBlocks), any other K the one with it; and a planted bug: a deleted s_barrier must
+be an LDS race."""
 from __future__ import annotations
 
 import contextlib
@@ -34,8 +35,9 @@ DTYPES = (torch.bfloat16, torch.float16)
 # (144 = 128 + 16), K of 3 blocks + one chunk (4 blocks: the twice-unrolled loop runs both halves); a tile straddling
 # N (40 = 2.5 tiles), K of 1 block + 1 chunk; one row, N = 24, K of one chunk; a second column block of 8 rows of B
 # (136 = 128 + 8), K of 2 blocks + 1 chunk (3 blocks: the loop leaves by its mid-iteration break); then whole K
-# blocks (K % 64 == 0, every LLM shape): 3 with a partial column tile, 2 with a tile straddling N.
-SHAPES = ((131, 144, 200), (37, 40, 72), (1, 24, 8), (37, 136, 136), (131, 144, 192), (37, 40, 128))
+# blocks (K % 64 == 0, every LLM shape): 3 with a partial column tile, 2 with a tile straddling N, 4 (the whole-K
+# kernel's loop once, then its tail of two blocks).
+SHAPES = ((131, 144, 200), (37, 40, 72), (1, 24, 8), (37, 136, 136), (131, 144, 192), (37, 40, 128), (37, 48, 256))
 
 
 def _check(out, ref, tol, what):
@@ -44,10 +46,13 @@ def _check(out, ref, tol, what):
     assert err < tol, f"{what}: relative error {err:.2e}"
 
 
-def _launched_cdna(dev, what):
+def _launched_cdna(dev, what, k):
+    """One launch of the config's kernel: the whole-K-block one (no K-edge test) exactly where K fills whole
+    64-element K blocks."""
     assert len(dev.launches) == 1, what
     name = dev.launches[0][0]
     assert name.startswith("fg_matmul_") and name.endswith(CONFIG), name
+    assert name.endswith("_whole_k_" + CONFIG) == (k % 64 == 0), f"{what}: {name}"
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -71,7 +76,7 @@ def test_ragged_bias_silu_and_alpha_beta_c(arch, dtype, seed):
             with forced_config(CONFIG), emulate(arch) as dev:
                 fg.matmul_fused(x, w, alpha=0.5, beta=2.0, c=c, activation="silu", out=out)
             ref = F.silu(0.5 * (x.double() @ w.double().T) + 2.0 * c.double())
-        _launched_cdna(dev, what)
+        _launched_cdna(dev, what, k)
         _check(out, ref, 8e-3, what)
         assert store[m * n:].isnan().all(), f"{what}: the kernel wrote past the end of the output"
 
@@ -88,7 +93,7 @@ def test_expression_epilogue_with_aux(arch, seed):
     with poisoned_outputs(), forced_config(CONFIG), emulate(arch) as dev:
         y = fg.matmul_fused(x, w, epilogue=E.parse("silu(acc * n_vec(s)) + aux(res)"),
                             operands={"s": s, "res": res}, out_dtype=torch.float32)
-    _launched_cdna(dev, f"{arch} expression")
+    _launched_cdna(dev, f"{arch} expression", k)
     pre = (x.double() @ w.double().T) * s.double()
     _check(y, F.silu(pre) + res.double(), 1e-5, f"{arch} expression")
 

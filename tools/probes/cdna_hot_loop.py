@@ -4,10 +4,13 @@ loads and bytes, LDS ops, SALU / VALU, waits, branches; the kernel descriptor's 
     python tools/probes/cdna_hot_loop.py                 # a readable table, every arch x config x kind
     python tools/probes/cdna_hot_loop.py --table         # rows for plan/cdna_model.py's _HOT_LOOP_ROWS
     python tools/probes/cdna_hot_loop.py --listing gfx942 portable_128x128 fp8   # the loop's instructions
+    python tools/probes/cdna_hot_loop.py --listing gfx942 whole_k_cdna_lds_128x128 fp8   # K in whole K blocks
     python tools/probes/cdna_hot_loop.py --mca gfx942 portable_128x128 fp8       # llvm-mca-19 on the loop body
     python tools/probes/cdna_hot_loop.py --mca-summary                            # one line per gfx942 kernel
 
-The kernels are the package's own AMD builds (clang, FUSEDGEMM_CACHE_DIR), decoded by the emulator's loader (the
+A CDNA LDS config has two kernels (cdna_gemm.hpp): <config> for any K and whole_k_<config> for K filling whole
+K blocks (no K-edge test in its loads), the one the host launches, and the model predicts, for such K (every LLM
+shape). The kernels are the package's own AMD builds (clang, FUSEDGEMM_CACHE_DIR), decoded by the emulator's loader (the
 listing re-assembled and proven equal to the object's bytes). The loop is found as the natural loop with the most
 MFMAs (plan/cdna_model.py's loop_range). llvm-mca (Debian's llvm-19 knows gfx940-942, not gfx950) models one
 wave's in-order issue through LLVM's SI scheduling model: per-instruction latency and the resource each
@@ -25,30 +28,33 @@ import sys
 from fusedgemm.plan import cdna_model as cm
 
 CONFIGS = ("portable_16x16_k8", "portable_64x16_k8", "portable_128x128", "cdna_lds_128x128")
+# every config's kernel, and the whole-K-block kernel of the LDS-staged ones
+KERNELS = (*CONFIGS, *(cm.tile_configs.WHOLE_K_PREFIX + c for c in CONFIGS
+                       if isinstance(cm.tile_configs.CONFIGS[c], cm.tile_configs.CdnaTile)))
 ARCHES = ("gfx942", "gfx950")
 OUT = {"fp8": "bf16", "int8": "bf16", "bf16": "bf16", "fp16": "fp16", "tf32": "fp32"}
 
 
-def kernel(arch: str, config: str, kind: str):
-    """The decoded kernel (emulator loader) of gemm_a8 (8-bit kinds, epilogue none) or matmul_fused (acc)."""
-    from fusedgemm.testing.emulator import codeobjects as co
+def kernel(arch: str, kernel_name: str, kind: str):
+    """The decoded kernel (emulator loader) of gemm_a8 (8-bit kinds, epilogue none) or matmul_fused (acc);
+    kernel_name: a config, or whole_k_<config>."""
+    import fusedgemm.epilogue as E
+    from fusedgemm.epilogue.codegen import EpilogueSpec
+    from fusedgemm.runtime.gemm_spec import GemmKernel, preset_kernel
     from fusedgemm.testing.emulator.runner import CodeObject
 
+    config = cm.config_of(kernel_name)
+    whole = kernel_name != config
     if kind in ("fp8", "int8"):
-        unit, name, _sig, src = co.gemm_a8_kernel(arch, config, kind, "bf16", "none")
+        spec = preset_kernel(arch, config, kind, "bf16", "none", whole_k_blocks=whole)
     else:
-        import fusedgemm.epilogue as E
-        from fusedgemm.epilogue.codegen import EpilogueSpec
-        from fusedgemm.runtime.gemm_spec import GemmKernel
-
-        spec = GemmKernel(arch, config, kind, OUT[kind], EpilogueSpec.of(E.parse("acc"), {}))
-        unit, name, src = spec.unit, spec.kernel_name, spec.source()
-    return CodeObject.build(unit, arch, src).kernel(name)
+        spec = GemmKernel(arch, config, kind, OUT[kind], EpilogueSpec.of(E.parse("acc"), {}), whole_k_blocks=whole)
+    return CodeObject.build(spec.unit, arch, spec.source()).kernel(spec.kernel_name)
 
 
-def hot_loop(arch: str, config: str, kind: str) -> cm.HotLoop:
-    k = kernel(arch, config, kind)
-    steps, prefetch = cm.loop_shape(arch, config, kind)
+def hot_loop(arch: str, kernel_name: str, kind: str) -> cm.HotLoop:
+    k = kernel(arch, kernel_name, kind)
+    steps, prefetch = cm.loop_shape(arch, cm.config_of(kernel_name), kind)
     meta = k.metadata
     agprs = int(meta.get(".agpr_count", 0))
     vgprs = k.descriptor.accum_offset if agprs else int(meta.get(".vgpr_count", 0))
@@ -56,8 +62,8 @@ def hot_loop(arch: str, config: str, kind: str) -> cm.HotLoop:
                       lds_kernel_bytes=k.lds_bytes)
 
 
-def serves(config: str, kind: str) -> bool:
-    return kind in cm.tile_configs.CONFIGS[config].in_kinds
+def serves(kernel_name: str, kind: str) -> bool:
+    return kind in cm.tile_configs.CONFIGS[cm.config_of(kernel_name)].in_kinds
 
 
 def loop_text(arch: str, config: str, kind: str) -> list[str]:
@@ -106,23 +112,23 @@ def main(argv=None) -> int:
         return 0
     kinds = args.kinds.split(",")
     if args.mca_summary:
-        for config in CONFIGS:
+        for config in KERNELS:
             for kind in (k for k in kinds if serves(config, k)):
-                print(f"gfx942 {config:18} {kind:5} {mca_summary(mca('gfx942', config, kind))}")
+                print(f"gfx942 {config:26} {kind:5} {mca_summary(mca('gfx942', config, kind))}")
         return 0
     if not args.table:
-        print(f"{'arch':7} {'config':18} {'kind':5} {'MFMA':>22} {'cyc':>5} {'vmem':>4} {'KB':>5} {'lds':>3} "
+        print(f"{'arch':7} {'kernel':26} {'kind':5} {'MFMA':>22} {'cyc':>5} {'vmem':>4} {'KB':>5} {'lds':>3} "
               f"{'salu':>4} {'valu':>4} {'wait':>4} {'br':>3} {'steps':>5} {'vgpr':>4} {'agpr':>4} {'LDS':>5} "
               f"{'B/MFMA':>6}")
     for arch in ARCHES:
-        for config in CONFIGS:
+        for config in KERNELS:
             for kind in (k for k in kinds if serves(config, k)):
                 h = hot_loop(arch, config, kind)
                 if args.table:
                     print(cm.table_row(arch, config, kind, h))
                     continue
                 (mn, n), = h.mfma
-                print(f"{arch:7} {config:18} {kind:5} {re.sub('^v_mfma_', '', mn) + ' x' + str(n):>22} "
+                print(f"{arch:7} {config:26} {kind:5} {re.sub('^v_mfma_', '', mn) + ' x' + str(n):>22} "
                       f"{h.mfma_cycles(arch):5} {h.vmem_loads:4} {h.vmem_load_bytes / 1024:5.1f} {h.lds_ops:3} "
                       f"{h.salu:4} {h.valu:4} {h.waitcnt:4} {h.branch:3} {h.steps:5} {h.vgprs:4} {h.agprs:4} "
                       f"{h.lds_kernel_bytes:5} {h.vmem_load_bytes / n:6.0f}")

@@ -34,7 +34,9 @@ from pathlib import Path
 FLY_BUILDS = (("fp8", 128, 128, 128, False, ("gfx942", "gfx950")),
               ("bf16", 128, 128, 64, False, ("gfx942", "gfx950")),
               ("fp8", 128, 128, 128, True, ("gfx950",)))
-OURS = ("cdna_lds_128x128", "portable_128x128")
+# our kernels: the one a call with these SHAPES' K (whole 128-byte K blocks) runs, the same config's kernel for any K
+# (with the K-edge test), and the register-direct one
+OURS = ("whole_k_cdna_lds_128x128", "cdna_lds_128x128", "portable_128x128")
 SHAPES = ((4096, 4096, 4096), (4096, 8192, 8192), (4096, 14336, 4096), (8192, 8192, 8192))
 NN, KK = 4096, 4096  # FlyDSL bakes N and K in; the loop body does not depend on them (only its trip count)
 
@@ -180,8 +182,8 @@ def ours(args, arch, kind, config):
         sys.path.insert(0, str(Path(__file__).parent))
         import cdna_hot_loop
 
-        return cm.geometry(config), cdna_hot_loop.hot_loop(arch, config, kind)
-    return cm.geometry(config), cm.HOT_LOOPS[(arch, config, kind)]
+        return cm.geometry(cm.config_of(config)), cdna_hot_loop.hot_loop(arch, config, kind)
+    return cm.geometry(cm.config_of(config)), cm.HOT_LOOPS[(arch, config, kind)]
 
 
 COLS = ("kernel", "K B/it", "MFMA x n", "cyc", "vmem", "KB", "g2lds", "lds", "KB", "salu", "valu", "wait", "bar",

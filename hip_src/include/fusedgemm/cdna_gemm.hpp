@@ -37,8 +37,9 @@
 //   Ragged edges: two buffer descriptors per block (arch/cdna_buffer.hpp) sized to the block's rows of A and of
 //      B: rows >= M and 16-row blocks (plain B: rows) >= N load zeros by the hardware's range check; a K chunk
 //      >= K * kBytes / 16 gets an out-of-range offset (a select, no branch). K * kBytes % 16 == 0 (gemm_a8:
-//      K % 16 == 0; matmul_fused: K % 8 == 0); any such K runs. Plain B: columns >= N (N % 16 == 8) are never
-//      stored or passed to the epilogue.
+//      K % 16 == 0; matmul_fused: K % 8 == 0); any such K runs. Where K fills whole 128-byte K blocks, the host
+//      launches the CdnaWholeKBlocks<Config> kernel instead, whose loads skip that select. Plain B: columns >= N
+//      (N % 16 == 8) are never stored or passed to the epilogue.
 //   Epilogue: the generated epilogue functor (epilogue.hpp) through the same slot calls as portable_gemm_tile.
 //      A group-quantised output (out_groups.hpp; a group is the block's kBlockN columns: 128, or 256 GEMM columns
 //      of gate / up pairs on cdna_lds_128x256) takes cdna_store_groups: each row's |y| reduced over the 16 lanes
@@ -83,6 +84,15 @@ struct CdnaLdsGemmConfig {
   static_assert(kBlockM * kChunksPerBlockK % kThreads == 0, "A's K block splits evenly over the block's lanes");
   static_assert(kLdsBytes <= 64 * 1024, "LDS: gfx942 has 64 KB per workgroup");
   static constexpr bool kBlockScaled = false;
+  static constexpr bool kWholeKBlocks = false;  // CdnaWholeKBlocks<Config>
+};
+
+// The kernel for K that fills whole K blocks (K * kBytes a positive multiple of kBlockKBytes: every LLM shape),
+// chosen by the host (runtime/gemm_spec.py, whole_k_blocks): its loads carry no K-edge test, which the other kernel
+// pays as one v_cndmask per load in every iteration although only a ragged last K block needs it.
+template <class Cfg>
+struct CdnaWholeKBlocks : Cfg {
+  static constexpr bool kWholeKBlocks = true;
 };
 
 template <class Cfg>
@@ -93,10 +103,10 @@ template <class Tile>
 struct IsCdnaLdsGemmConfig<CdnaLdsGemmConfig<Tile>> {
   static constexpr bool value = true;
 };
-template <class Tile>
-struct IsCdnaLdsGemmConfig<PortableBlockScaled<CdnaLdsGemmConfig<Tile>>> {
-  static constexpr bool value = true;
-};
+template <class Cfg>
+struct IsCdnaLdsGemmConfig<CdnaWholeKBlocks<Cfg>> : IsCdnaLdsGemmConfig<Cfg> {};
+template <class Cfg>
+struct IsCdnaLdsGemmConfig<PortableBlockScaled<Cfg>> : IsCdnaLdsGemmConfig<Cfg> {};
 
 #if defined(__gfx942__) || defined(__gfx950__)
 
@@ -259,13 +269,14 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
 
   // The K block's offset is the loads' wave offset (soffset; readfirstlane: without it the compiler may keep kb in
   // a VGPR and wrap every load in a waterfall loop): the per-lane offsets stay loop-invariant. In range
-  // (chunk < num_chunks, row < rows) the access stays inside the window; a chunk past K gets kBufferOob.
+  // (chunk < num_chunks, row < rows) the access stays inside the window; a chunk past K gets kBufferOob, unless
+  // every K block is whole (Cfg::kWholeKBlocks: no chunk is past K, the offsets go unmasked).
   auto load_a = [&](int kb, Vec16 (&stage)[Cfg::kAVecsPerThread]) {
     const u32 k_off = __builtin_amdgcn_readfirstlane(16u * kChunks * kb);  // uniform: stays an SGPR
     const int rem = __builtin_amdgcn_readfirstlane(num_chunks - kb * kChunks);  // chunks of the block inside K
 #pragma unroll
     for (int i = 0; i < Cfg::kAVecsPerThread; ++i) {
-      const bool ok = a_chunk[i] < rem;
+      const bool ok = Cfg::kWholeKBlocks || a_chunk[i] < rem;
       stage[i] = arch::buffer_load_vec16(rsrc_a, ok ? a_off[i] : arch::kBufferOob, k_off);
     }
   };
@@ -281,7 +292,7 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
 #pragma unroll
       for (int j = 0; j < Atom::kChunksPerLane; ++j) {
         const int chunk = s * Atom::kChunksPerStep + Atom::lane_chunk(lane, j);  // in the K block
-        const bool ok = chunk < rem;
+        const bool ok = Cfg::kWholeKBlocks || chunk < rem;
 #pragma unroll
         for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
           const u32 off = static_cast<u32>(b_base + tn * b_tile_bytes + kBChunkBytes * chunk);
@@ -357,20 +368,49 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   load_b(0, fb0);
   store_a(0, stage);
   __syncthreads();
-  // K block kb: the loads of kb + 1 (past the last block they load zeros: nothing is read from memory), then
-  // block kb's MFMAs, then A(kb + 1) into the other buffer and one barrier.
-  for (int kb = 0; kb < num_kblocks; kb += 2) {
-    load_a(kb + 1, stage);
-    load_b(kb + 1, fb1);
-    mma_block(0, fb0, kb);
-    store_a(1, stage);
-    __syncthreads();
-    if (kb + 1 >= num_kblocks) break;
-    load_a(kb + 2, stage);
-    load_b(kb + 2, fb0);
-    mma_block(1, fb1, kb + 1);
-    store_a(0, stage);
-    __syncthreads();
+  // K block kb: the loads of kb + 1, then block kb's MFMAs, then A(kb + 1) into the other buffer and one barrier.
+  // Past the last block the loads are never used: with the K-edge test they load zeros (nothing is read from
+  // memory). Without it (kWholeKBlocks) they would read past the windows (soffset is not range-checked), so that
+  // kernel's loop stops before the blocks whose next block is past K, and a tail without those loads runs them.
+  int kb = 0;
+  if constexpr (Cfg::kWholeKBlocks) {
+    for (; kb + 2 < num_kblocks; kb += 2) {
+      load_a(kb + 1, stage);
+      load_b(kb + 1, fb1);
+      mma_block(0, fb0, kb);
+      store_a(1, stage);
+      __syncthreads();
+      load_a(kb + 2, stage);
+      load_b(kb + 2, fb0);
+      mma_block(1, fb1, kb + 1);
+      store_a(0, stage);
+      __syncthreads();
+    }
+    if (kb + 1 < num_kblocks) {  // two blocks left
+      load_a(kb + 1, stage);
+      load_b(kb + 1, fb1);
+      mma_block(0, fb0, kb);
+      store_a(1, stage);
+      __syncthreads();
+      mma_block(1, fb1, kb + 1);
+    } else {
+      mma_block(0, fb0, kb);
+    }
+    __syncthreads();  // the A buffers are read: out_group reuses them
+  } else {
+    for (; kb < num_kblocks; kb += 2) {
+      load_a(kb + 1, stage);
+      load_b(kb + 1, fb1);
+      mma_block(0, fb0, kb);
+      store_a(1, stage);
+      __syncthreads();
+      if (kb + 1 >= num_kblocks) break;
+      load_a(kb + 2, stage);
+      load_b(kb + 2, fb0);
+      mma_block(1, fb1, kb + 1);
+      store_a(0, stage);
+      __syncthreads();
+    }
   }
 
   if constexpr (OutGroupOf<Epi>::value != 0) {

@@ -10,7 +10,7 @@ from ..epilogue.ir import operands as _epi_operands
 from . import plan_for, sm_count
 from ..runtime.arch import vendor_of
 from ..runtime.device import current_raw_stream
-from ..runtime.gemm_spec import MATMUL_IN, OUT_CODEGEN, GemmKernel, config_fits
+from ..runtime.gemm_spec import MATMUL_IN, OUT_CODEGEN, GemmKernel, config_fits, whole_k_blocks
 from ..runtime.kernels import GEMM_CONFIGS, IN_BYTES
 
 _MAX_GRID_Y = 65535
@@ -140,7 +140,7 @@ class CallPlan:
         if grid[1] > _MAX_GRID_Y:
             raise ValueError(f"{op}: M={m} is too large for one launch (at most {_MAX_GRID_Y * cfg.block_m} rows)")
         spec = GemmKernel(arch, cfg.name, in_kind, OUT_CODEGEN[str(out_dtype).split(".")[-1]], epi, b_layout,
-                          block_scaled)
+                          block_scaled, whole_k_blocks=whole_k_blocks(cfg.name, in_kind, k))
         kernel = kernel_for(dev, spec)
         # The packed values after A and B: M, N, K, then the Params fields; `slots` says where each per-call
         # address goes.

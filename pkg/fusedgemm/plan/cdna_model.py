@@ -232,8 +232,24 @@ def analyse(instrs, *, steps: int = 1, prefetch: int = 0, vgprs: int = 0, agprs:
 # 8-bit kinds and bf16 / fp16), one wave, one iteration, read from the
 # code objects by `python tools/probes/cdna_hot_loop.py --table` (clang 22.1.8, the package's AMD build; epilogue
 # `none` / `acc`: the loop does not depend on it). tests/test_cdna_model.py re-reads them where the build runs.
-# fmt: (arch, config, kind) -> HotLoop
+# fmt: (arch, kernel, kind) -> HotLoop; kernel: the config's name, or for a CDNA LDS config's kernel for K filling
+# whole K blocks (no K-edge test in its loads) the name with tile_configs.WHOLE_K_PREFIX
 HOT_LOOPS: dict[tuple[str, str, str], HotLoop] = {}  # filled below from _HOT_LOOP_ROWS
+
+
+def config_of(kernel: str) -> str:
+    """The tile config of a HOT_LOOPS kernel name."""
+    return kernel.removeprefix(tile_configs.WHOLE_K_PREFIX)
+
+
+def kernel_of(arch: str, config: str, kind: str, k: int) -> str:
+    """The HOT_LOOPS kernel a call with K = `k` runs on `config`: the whole-K-block kernel where K fills whole K
+    blocks and its loop is in the table (the host launches it then: runtime/gemm_spec.py whole_k_blocks), else the
+    config's."""
+    whole = tile_configs.WHOLE_K_PREFIX + config
+    if tile_configs.fills_k_blocks(config, k * IN_BYTES[kind]) and (arch, whole, kind) in HOT_LOOPS:
+        return whole
+    return config
 
 
 # Table rows: arch, config, kind, mfma mnemonic, mfma count, vmem loads, vmem bytes, lds ops, lds bytes, salu,
@@ -277,17 +293,25 @@ gfx942 cdna_lds_128x128 bf16 v_mfma_f32_16x16x16_bf16 128 16 16384 40 40960 5 32
 gfx942 cdna_lds_128x128 fp16 v_mfma_f32_16x16x16_f16 128 16 16384 40 40960 5 32 0 42 2 2 8 4 214 0 32768
 gfx950 cdna_lds_128x128 bf16 v_mfma_f32_16x16x32_bf16 64 16 16384 40 40960 11 22 0 41 2 2 8 4 212 0 32768
 gfx950 cdna_lds_128x128 fp16 v_mfma_f32_16x16x32_f16 64 16 16384 40 40960 11 22 0 41 2 2 9 4 208 0 32768
+gfx942 whole_k_cdna_lds_128x128 fp8 v_mfma_f32_16x16x32_fp8_fp8 128 16 16384 40 40960 9 0 0 33 2 1 6 4 192 0 32768
+gfx942 whole_k_cdna_lds_128x128 int8 v_mfma_i32_16x16x32_i8 128 16 16384 40 40960 9 0 0 29 2 1 7 4 192 0 32768
+gfx942 whole_k_cdna_lds_128x128 bf16 v_mfma_f32_16x16x16_bf16 128 16 16384 40 40960 7 0 0 37 2 1 6 4 192 0 32768
+gfx942 whole_k_cdna_lds_128x128 fp16 v_mfma_f32_16x16x16_f16 128 16 16384 40 40960 7 0 0 27 2 1 3 4 192 0 32768
+gfx950 whole_k_cdna_lds_128x128 fp8 v_mfma_f32_16x16x128_f8f6f4 32 16 16384 40 40960 9 0 0 24 2 1 6 2 176 0 32768
+gfx950 whole_k_cdna_lds_128x128 int8 v_mfma_i32_16x16x64_i8 64 16 16384 40 40960 9 0 0 29 2 1 5 4 192 0 32768
+gfx950 whole_k_cdna_lds_128x128 bf16 v_mfma_f32_16x16x32_bf16 64 16 16384 40 40960 7 0 0 27 2 1 7 4 192 0 32768
+gfx950 whole_k_cdna_lds_128x128 fp16 v_mfma_f32_16x16x32_f16 64 16 16384 40 40960 7 0 0 32 2 1 4 4 192 0 32768
 """
 
 
 def _load_rows(text: str) -> None:
     for line in text.strip().splitlines():
         f = line.split()
-        arch, config, kind, mnem = f[:4]
+        arch, kernel, kind, mnem = f[:4]
         (n_mfma, loads, lbytes, lds_ops, lds_b, salu, valu, smem, wait, bar, br, nop, steps, vg, ag,
          lds_k) = map(int, f[4:])
-        prefetch = loop_shape(arch, config, kind)[1]
-        HOT_LOOPS[(arch, config, kind)] = HotLoop(((mnem, n_mfma),), loads, lbytes, 0, 0, lds_ops, lds_b, salu,
+        prefetch = loop_shape(arch, config_of(kernel), kind)[1]
+        HOT_LOOPS[(arch, kernel, kind)] = HotLoop(((mnem, n_mfma),), loads, lbytes, 0, 0, lds_ops, lds_b, salu,
                                                   valu, smem, wait, bar, br, nop, steps, prefetch, vg, ag, lds_k)
 
 
@@ -415,7 +439,7 @@ def predict(arch: str, kind: str, config: str, m: int, n: int, k: int, *, hot: H
     if l1_bytes_clk is not None:
         hw = dataclasses.replace(hw, l1_bytes_clk=l1_bytes_clk)
     g = geom or geometry(config)
-    h = hot or HOT_LOOPS[(arch, config, kind)]
+    h = hot or HOT_LOOPS[(arch, kernel_of(arch, config, kind, k), kind)]
     kb = IN_BYTES[kind]
     k_bytes = k * kb
     clk = hw.clock_hz

@@ -12,7 +12,7 @@ from .call import _tensor_map_a, _tensor_map_b, _tensor_map_k_major, _TMAP_L2_25
 from . import cdna
 from ..runtime.arch import vendor_of
 from ..runtime.device import current_raw_stream
-from ..runtime.gemm_spec import MATMUL_IN, OUT_CODEGEN, GemmKernel
+from ..runtime.gemm_spec import MATMUL_IN, OUT_CODEGEN, GemmKernel, whole_k_blocks
 from ..runtime.kernels import GEMM_CONFIGS
 
 _MAX_GRID_Y = 65535
@@ -76,7 +76,7 @@ class GroupedCallPlan:
             raise ValueError(f"{op}: block-scaled grouped GEMMs run on gfx942 / gfx950 (and CPU tensors) so far, not "
                              "sm_90a; use per-token / per-channel scales there")
         spec = GemmKernel(arch, cfg.name, in_kind, OUT_CODEGEN[str(out_dtype).split(".")[-1]], epi, grouped=True,
-                          block_scaled=block_scaled)
+                          block_scaled=block_scaled, whole_k_blocks=whole_k_blocks(cfg.name, in_kind, k))
         kernel = kernel_for(dev, spec)
         names = [f.split(".", 1)[-1] for f in kernel.signature.flat_names[2:]]
         self.template = kernel.signature.values_in_order(

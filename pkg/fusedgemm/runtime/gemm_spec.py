@@ -37,6 +37,9 @@ class GemmKernel:
     block_scaled: bool = False
     # a grouped GEMM's kernel (grouped.py, gemm_groups.hpp): *GroupedArgs, always a generated unit
     grouped: bool = False
+    # the CDNA LDS configs' kernel for K filling whole K blocks (CdnaWholeKBlocks<Config>, cdna_gemm.hpp): no
+    # K-edge test in its loads; a call takes it where whole_k_blocks(config, in_kind, K) says so
+    whole_k_blocks: bool = False
 
     @property
     def cfg(self) -> kernels.TileConfig:
@@ -64,20 +67,24 @@ class GemmKernel:
             return self.cfg.unit
         if self.in_kind in MATMUL_IN:  # matmul_fused's: "matmul_" ("matmul_sm90_" on the sm_90a template)
             return (f"matmul{'_sm90' if self.cfg.sm90 else ''}_{self.in_kind}{self._kn}_{_OUT_SHORT[self.out]}_"
-                    f"{self.config}{self._g}_e{self.epilogue.key}")
-        return (f"{self.cfg.unit}_{self.in_kind}_{_OUT_SHORT[self.out]}_{self.config}{self._bs}{self._g}_"
+                    f"{self._wk}{self.config}{self._g}_e{self.epilogue.key}")
+        return (f"{self.cfg.unit}_{self.in_kind}_{_OUT_SHORT[self.out]}_{self._wk}{self.config}{self._bs}{self._g}_"
                 f"e{self.epilogue.key}")
 
     @property
     def kernel_name(self) -> str:
         if self.preset is not None:
             return kernels.gemm_a8_kernel_name(self.in_kind, "bfloat16" if self.out == "bf16" else "float16",
-                                               self.preset, self.config)
+                                               self.preset, self.config, self.whole_k_blocks)
         if self.in_kind in MATMUL_IN:
             return (f"fg_matmul_{self.in_kind}{self._kn}_{_OUT_SHORT[self.out]}{self._g}_e{self.epilogue.key}_"
-                    f"{self.config}")
+                    f"{self._wk}{self.config}")
         return (f"fg_gemm_a8_{kernels.GEMM_A8_IN[self.in_kind]}_{_OUT_SHORT[self.out]}{self._bs}{self._g}_"
-                f"e{self.epilogue.key}_{self.config}")
+                f"e{self.epilogue.key}_{self._wk}{self.config}")
+
+    @property
+    def _wk(self) -> str:
+        return kernels.WHOLE_K_PREFIX if self.whole_k_blocks else ""
 
     @property
     def _kn(self) -> str:
@@ -103,6 +110,10 @@ class GemmKernel:
         epi = f"fg::{self.epilogue.struct_name}<{out_type}>"
         cfg = f"fg::{tile_configs.cpp_type(self.config)}"
         sm90 = self.cfg.sm90
+        if self.whole_k_blocks:
+            if not isinstance(tile_configs.CONFIGS[self.config], tile_configs.CdnaTile):
+                raise ValueError(f"whole-K-block kernels are the CDNA LDS configs' (cdna_gemm.hpp), not {self.config}")
+            cfg = f"fg::CdnaWholeKBlocks<{cfg}>"
         if self.b_layout == "kn":
             if not (sm90 and self.in_kind in ("bf16", "fp16")):
                 raise ValueError(f"B as [K, N] runs on the sm_90a wgmma configs for bf16 / fp16 only, not {self.arch} "
@@ -181,6 +192,13 @@ def _preset_of(epi: codegen.EpilogueSpec) -> str | None:
     return _PRESETS.get(epi)
 
 
+def whole_k_blocks(config: str, in_kind: str, k: int) -> bool:
+    """Whether a call with K = `k` elements of `in_kind` on `config` runs its whole-K-block kernel: a CDNA LDS config
+    (cdna_gemm.hpp) and K a positive multiple of its K block (128 bytes: fp8 / int8 K % 128 == 0, bf16 / fp16
+    K % 64 == 0). That kernel has no K-edge test in its loads; any other K needs the test."""
+    return tile_configs.fills_k_blocks(config, k * kernels.IN_BYTES[in_kind])
+
+
 def config_fits(config: str, epi: codegen.EpilogueSpec) -> bool:
     """Whether `config` can run epilogue `epi`: the persistent config stages kBlockM + 2 kBlockN floats of the
     tile's hoisted row and column values (sm90_gemm_common.hpp, kStagedFloats); every other config runs anything."""
@@ -190,8 +208,9 @@ def config_fits(config: str, epi: codegen.EpilogueSpec) -> bool:
     return rows + cols <= 3
 
 
-def preset_kernel(arch: str, config: str, in_kind: str, out: str, act: str) -> GemmKernel:
-    return GemmKernel(arch, config, in_kind, out, spec_for_activation(act))
+def preset_kernel(arch: str, config: str, in_kind: str, out: str, act: str,
+                  whole_k_blocks: bool = False) -> GemmKernel:
+    return GemmKernel(arch, config, in_kind, out, spec_for_activation(act), whole_k_blocks=whole_k_blocks)
 
 
-__all__ = ["GemmKernel", "MATMUL_IN", "OUT_CODEGEN", "config_fits", "preset_kernel"]
+__all__ = ["GemmKernel", "MATMUL_IN", "OUT_CODEGEN", "config_fits", "preset_kernel", "whole_k_blocks"]

@@ -259,15 +259,26 @@ def block_scaled_smem(name: str) -> int:
     return base.smem + SCALE_RING_SLOTS * consumer_warps * SCALE_RING_SLOT_FLOATS * 4
 
 
-def gemm_a8_kernel_name(in_kind: str, out_dtype: str, act: str, config: str) -> str:
-    """A preset kernel of the ahead-of-time units: fg_gemm_a8_<in>_<out>_<activation>_<config>."""
-    return f"fg_gemm_a8_{GEMM_A8_IN[in_kind]}_{GEMM_A8_OUT[out_dtype]}_{act}_{config}"
+WHOLE_K_PREFIX = tile_configs.WHOLE_K_PREFIX  # a CDNA LDS config's kernel for K filling whole K blocks
+
+
+def has_whole_k_kernels(config: str) -> bool:
+    """Whether `config` has a second kernel for K filling whole K blocks (the CDNA LDS configs)."""
+    return isinstance(tile_configs.CONFIGS[config], tile_configs.CdnaTile)
+
+
+def gemm_a8_kernel_name(in_kind: str, out_dtype: str, act: str, config: str, whole_k_blocks: bool = False) -> str:
+    """A preset kernel of the ahead-of-time units: fg_gemm_a8_<in>_<out>_<activation>_[whole_k_]<config>."""
+    return (f"fg_gemm_a8_{GEMM_A8_IN[in_kind]}_{GEMM_A8_OUT[out_dtype]}_{act}_"
+            f"{WHOLE_K_PREFIX if whole_k_blocks else ''}{config}")
 
 
 def gemm_a8_kernel_names(unit: str = "portable_gemm") -> list[str]:
+    """Every preset kernel of an ahead-of-time unit (the CDNA LDS configs' twice: any K, and whole K blocks)."""
     from ..epilogue.presets import ACTIVATIONS
 
-    return [gemm_a8_kernel_name(i, o, a, c) for c, cfg in GEMM_CONFIGS.items() if cfg.unit == unit and cfg.presets
+    return [gemm_a8_kernel_name(i, o, a, c, w) for c, cfg in GEMM_CONFIGS.items() if cfg.unit == unit and cfg.presets
+            for w in ((False, True) if has_whole_k_kernels(c) else (False,))
             for i in GEMM_A8_IN if cfg.serves(i) for o in GEMM_A8_OUT for a in ACTIVATIONS]
 
 

@@ -159,6 +159,19 @@ CONFIGS: dict[str, PortableTile | CdnaTile | Sm90Tile] = {
 }
 
 
+# A CDNA LDS config has two kernels: one for any K, and one for K filling whole K blocks (CdnaWholeKBlocks,
+# cdna_gemm.hpp: no K-edge test in its loads), named as the first with this before the config (kernel names still
+# end with their config).
+WHOLE_K_PREFIX = "whole_k_"
+
+
+def fills_k_blocks(name: str, k_bytes: int) -> bool:
+    """Whether a call whose rows hold `k_bytes` bytes of K runs config `name`'s whole-K-block kernel: a CDNA LDS
+    config and K a positive multiple of its K block (128 bytes: fp8 / int8 K % 128 == 0, bf16 / fp16 K % 64 == 0)."""
+    t = CONFIGS[name]
+    return isinstance(t, CdnaTile) and k_bytes > 0 and k_bytes % t.block_k_bytes == 0
+
+
 def holds_groups(name: str, arch: str, width: int) -> bool:
     """Whether config `name` can write a group-quantised output (out_group) of `width` GEMM columns per group on
     `arch`: its block holds whole groups, reduced inside it -- the AMD LDS configs (across waves, through LDS) and

@@ -46,11 +46,15 @@ def _configs() -> dict:
     return kernels.GEMM_CONFIGS
 
 
-def gemm_a8_kernel(arch: str, config: str, in_kind: str, out: str, act: str):
+def gemm_a8_kernel(arch: str, config: str, in_kind: str, out: str, act: str, k: int | None = None):
     """A preset gemm_a8 kernel: (unit, kernel name, Signature, generated source or None).
-    out: codegen output name (bf16, fp16, ...); act: none | relu | silu | gelu | gelu_erf."""
-    k = _spec_module().preset_kernel(arch, config, in_kind, out, act)
-    return k.unit, k.kernel_name, k.signature, k.source()
+    out: codegen output name (bf16, fp16, ...); act: none | relu | silu | gelu | gelu_erf; k: the call's K, where
+    the kernel depends on it as the host's launch does (a CDNA LDS config's whole-K-block kernel), else None: the
+    kernel for any K."""
+    mod = _spec_module()
+    whole = k is not None and mod.whole_k_blocks(config, in_kind, k)
+    spec = mod.preset_kernel(arch, config, in_kind, out, act, whole_k_blocks=whole)
+    return spec.unit, spec.kernel_name, spec.signature, spec.source()
 
 
 def gemm_a8_expression_kernel(arch: str, config: str, in_kind: str, out: str, epi_spec):

@@ -96,14 +96,15 @@ def run_gemm_a8(arch: str, config: str, a, w_shuffled, out, *, act: str = "none"
                 scale_b=None, alpha: float = 1.0, code: CodeObject | None = None, mfma=None,
                 shift: dict | None = None, race_check: bool = True, grid=None, strict_hazards: bool = True,
                 lds_fence_check: bool = True) -> Stats:
-    """One preset gemm_a8 kernel on CPU tensors. a: [M, K] 8-bit; w_shuffled: preshuffled B data [N, K]
+    """One preset gemm_a8 kernel on CPU tensors, the one the host launches for this K (a CDNA LDS config's
+    whole-K-block kernel where K fills whole K blocks). a: [M, K] 8-bit; w_shuffled: preshuffled B data [N, K]
     (uint8 view is fine); out: [M, N] bf16 / fp16 (written); bias: [N] or None; scale_a [M] / scale_b [N]
     fp32 tensors or None. Returns the emulator's Stats."""
     import torch
 
     in_kind = "int8" if a.dtype == torch.int8 else "fp8"
     out_name = {torch.bfloat16: "bf16", torch.float16: "fp16"}[out.dtype]
-    unit, kname, sig, source = codeobjects.gemm_a8_kernel(arch, config, in_kind, out_name, act)
+    unit, kname, sig, source = codeobjects.gemm_a8_kernel(arch, config, in_kind, out_name, act, k=a.shape[1])
     code = code or CodeObject.build(unit, arch, source)
     kernel = code.kernel(kname)
     cfg = codeobjects.tile_config(config)

@@ -307,7 +307,7 @@ FG_DEVICE void sm90_gemm_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-majo
     const u32 ring = sm90::smem_addr(smem) + Cfg::kScaleRingOffset;
     constexpr int kRows = Cfg::kSwapAB ? kAccPerMma / 2 : 2;
     consumer_mainloop<In, Cfg>(acc, 0, kb_count, stage_a, stage_b, full, empty, sm90::warp_uniform(warp >> 2), lane,
-                               block_scale_rows<kRows, Cfg::kSwapAB, Cfg>(bs, M, rows0, n0, ct, warp, kb_begin, ring));
+                               block_scale_rows<kRows, Cfg::kSwapAB>(bs, M, rows0, n0, ct, warp, kb_begin, ring));
   } else
     consumer_mainloop<In, Cfg>(acc, 0, kb_count, stage_a, stage_b, full, empty,
                                sm90::warp_uniform(warp >> 2), lane);

@@ -167,8 +167,14 @@ struct SplitTf32 : Cfg {
 // row-major fp32; a null pointer is a scale of 1 (that side's scale, if any, is the epilogue's). Unswapped tiles of
 // N 128 (CTA per tile or persistent): a tile's columns are one block of scale_b, its rows a thread's two
 // accumulator rows. The scales reach the consumers through a ring in shared memory (BlockScaleRows), after the
-// barriers: kScaleSlots slots per consumer warp of kScaleSlotFloats floats. The persistent kernels give a stage for
-// it (their parked tile and 5 stages leave 416 bytes of the CTA's shared memory).
+// barriers: per consumer warp kScaleRingSlots slots -- K blocks j .. j + 3, a block's copies start three blocks
+// ahead -- of kScaleRingSlotFloats floats, a warp's 16 scale_a rows then scale_b's value (16-byte slots);
+// runtime/kernels.py (SCALE_RING_*) sizes the launch with them. The persistent kernels give a stage for it (their
+// parked tile and 5 stages leave 416 bytes of the CTA's shared memory).
+constexpr int kScaleRingSlots = 4;
+constexpr int kScaleRingSlotFloats = 20;
+constexpr int kScaleRingWarpBytes = kScaleRingSlots * kScaleRingSlotFloats * 4;
+static_assert((kScaleRingSlots & (kScaleRingSlots - 1)) == 0, "a power of two of slots (a block's slot: j & (n - 1))");
 template <class Tile>
 struct BlockScaledTile : Tile {
   static constexpr int kStages = Tile::kPersistent ? Tile::kStages - 1 : Tile::kStages;
@@ -179,16 +185,12 @@ template <class Tile>
 struct BlockScaled<WgmmaConfig<Tile>> : WgmmaConfig<BlockScaledTile<Tile>> {
   using Base = WgmmaConfig<BlockScaledTile<Tile>>;
   static constexpr bool kBlockScaled = true;
-  static constexpr int kScaleSlots = 4;         // K blocks j .. j + 3: a block's copies start three blocks ahead
-  static constexpr int kScaleSlotFloats = 20;   // a warp's 16 scale_a rows, then scale_b's value (16-byte slots)
   static constexpr int kScaleRingOffset = Base::kBarrierOffset + Base::kBarriers * 8;
-  static constexpr int kScaleRingBytes = kScaleSlots * (Base::kConsumerThreads / 32) * kScaleSlotFloats * 4;
-  static constexpr int kSmemBytes = Base::kSmemBytes + kScaleRingBytes;
+  static constexpr int kSmemBytes = Base::kSmemBytes + (Base::kConsumerThreads / 32) * kScaleRingWarpBytes;
   static_assert(!Base::kTileLoop && !Base::kPairB && Base::kBlockN == 128 && Base::kBlockK == 128,
                 "block scales: the CTA-per-tile (swapped too) or persistent kernels, tiles of N 128 (one scale_b "
                 "block per K block), no B-multicast pairs");
-  static_assert(kScaleRingOffset % 16 == 0 && kSmemBytes <= 227 * 1024 && (kScaleSlots & (kScaleSlots - 1)) == 0,
-                "the scale ring after the barriers, a power of two of slots");
+  static_assert(kScaleRingOffset % 16 == 0 && kSmemBytes <= 227 * 1024, "the scale ring after the barriers");
 };
 
 // One consumer thread's block scales, K block by K block. The 16 activation rows a warp reads (unswapped: the
@@ -201,8 +203,8 @@ struct BlockScaled<WgmmaConfig<Tile>> : WgmmaConfig<BlockScaledTile<Tile>> {
 // Rows outside M or a side without scales hold 1 (written once, never copied).
 template <int kRows, bool kSwapped>
 struct BlockScaleRows {
-  static constexpr int kSlots = 4, kSlotBytes = 20 * 4;  // BlockScaled<Config>::kScaleSlots / kScaleSlotFloats
-  static constexpr int kAhead = kSlots - 1;               // blocks copied ahead of the one read
+  static constexpr int kSlots = kScaleRingSlots, kSlotBytes = 4 * kScaleRingSlotFloats;
+  static constexpr int kAhead = kSlots - 1;  // blocks copied ahead of the one read
   const float* src = nullptr;  // this lane's value of the CTA's first K block; null: none (lanes 17-31 too)
   u32 dst = 0;                 // its place in slot 0 (shared address)
   u32 read = 0;                // this thread's first value in slot 0
@@ -306,15 +308,12 @@ FG_DEVICE int acc_col(int t, int j) { return 8 * (j >> 2) + 2 * (t & 3) + (j & 1
 // The block scales of consumer thread t (within its warpgroup; warp: its consumer warp in the CTA) of rows row0 ..
 // row0 + 15 (unswapped: its warp's 16 rows, wg_row0 + 16 (t / 32) on; swapped: the tile's) in the tile at column n0,
 // from K block kb0 on; ring: the kernel's scale ring (shared address).
-template <int kRows, bool kSwapped, class Cfg>
+template <int kRows, bool kSwapped>
 FG_DEVICE BlockScaleRows<kRows, kSwapped> block_scale_rows(const BlockScaleArgs& bs, int M, int row0, int n0, int t,
                                                           int warp, int kb0, u32 ring) {
-  static_assert(BlockScaleRows<kRows, kSwapped>::kSlots == Cfg::kScaleSlots &&
-                    BlockScaleRows<kRows, kSwapped>::kSlotBytes == 4 * Cfg::kScaleSlotFloats,
-                "the ring's layout");
   BlockScaleRows<kRows, kSwapped> r;
   const int lane = t & 31;
-  const u32 slots = ring + static_cast<u32>(warp * Cfg::kScaleSlots * Cfg::kScaleSlotFloats * 4);
+  const u32 slots = ring + static_cast<u32>(warp * kScaleRingWarpBytes);
   r.dst = slots + 4 * lane;
   r.read = slots + 4 * (kSwapped ? 2 * (lane & 3) : lane >> 2);
   r.b_read = slots + 4 * 16;

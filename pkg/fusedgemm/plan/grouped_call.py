@@ -88,7 +88,7 @@ class GroupedCallPlan:
         self.config = cfg.name
         warp = 64 if vendor_of(arch) == "amd" else 32
         self.a_map = self.b_map = (None, None)  # (address, encoded tensor map): the last one used
-        self.launch = kernel.bind((-(-n // cfg.block_n), blocks, 1), (1, 1, 1), cfg.warps * warp, cfg.smem)
+        self.launch = kernel.bind((-(-n // cfg.block_n), blocks, 1), (1, 1, 1), cfg.warps * warp, spec.smem)
 
     def run(self, a_ptr: int, b_ptr: int, index_ptr: int, *pointers: int) -> None:
         args = self.template.copy()

@@ -84,7 +84,7 @@ class GemmKernel:
 
     @property
     def _wk(self) -> str:
-        return kernels.WHOLE_K_PREFIX if self.whole_k_blocks else ""
+        return tile_configs.WHOLE_K_PREFIX if self.whole_k_blocks else ""
 
     @property
     def _kn(self) -> str:
@@ -111,7 +111,7 @@ class GemmKernel:
         cfg = f"fg::{tile_configs.cpp_type(self.config)}"
         sm90 = self.cfg.sm90
         if self.whole_k_blocks:
-            if not isinstance(tile_configs.CONFIGS[self.config], tile_configs.CdnaTile):
+            if not kernels.has_whole_k_kernels(self.config):
                 raise ValueError(f"whole-K-block kernels are the CDNA LDS configs' (cdna_gemm.hpp), not {self.config}")
             cfg = f"fg::CdnaWholeKBlocks<{cfg}>"
         if self.b_layout == "kn":

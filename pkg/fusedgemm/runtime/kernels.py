@@ -210,6 +210,11 @@ class TileConfig:
         return self.sm90 and not self.one_wave and not self.pair_b
 
 
+def _consumer_warps(t: tile_configs.Sm90Tile) -> int:
+    """A WgmmaConfig's consumer warps: 64 rows a warpgroup (swapped: one warpgroup)."""
+    return 4 if t.swap_ab else t.block_m // 16
+
+
 def _sm90_config(name: str, t: tile_configs.Sm90Tile) -> TileConfig:
     """The host's view of a WgmmaConfig (and SplitTf32) of hip_src/include/fusedgemm/sm90_gemm_common.hpp: the
     same arithmetic on the table's fields (K step 128 B)."""
@@ -223,7 +228,7 @@ def _sm90_config(name: str, t: tile_configs.Sm90Tile) -> TileConfig:
     stage = block_m * 128 + block_n * 128
     end = t.stages * stage + parked + (2 * t.stages + 2 * (t.persistent or t.tile_loop)) * 8
     smem = (-(-end // 1024) * 1024 + 2 * stage if t.split_tf32 else end) + 1024
-    consumer_warps = 4 if t.swap_ab else block_m // 16  # swapped: one warpgroup
+    consumer_warps = _consumer_warps(t)
     # kSetMaxNReg (3 consumer warpgroups, 192- or 256-wide tiles, two accumulator chains or persistent): the
     # producer is a warpgroup (persistent: the copy warp and the epilogue warps, one or two warpgroups), else one warp
     if t.persistent:
@@ -255,11 +260,7 @@ def block_scaled_smem(name: str) -> int:
     layout with a stage fewer on the persistent ones, then the scale ring."""
     t = tile_configs.CONFIGS[name]
     base = _sm90_config(name, dataclasses.replace(t, stages=t.stages - 1) if t.persistent else t)
-    consumer_warps = 4 if t.swap_ab else t.block_m // 16
-    return base.smem + SCALE_RING_SLOTS * consumer_warps * SCALE_RING_SLOT_FLOATS * 4
-
-
-WHOLE_K_PREFIX = tile_configs.WHOLE_K_PREFIX  # a CDNA LDS config's kernel for K filling whole K blocks
+    return base.smem + SCALE_RING_SLOTS * _consumer_warps(t) * SCALE_RING_SLOT_FLOATS * 4
 
 
 def has_whole_k_kernels(config: str) -> bool:
@@ -270,7 +271,7 @@ def has_whole_k_kernels(config: str) -> bool:
 def gemm_a8_kernel_name(in_kind: str, out_dtype: str, act: str, config: str, whole_k_blocks: bool = False) -> str:
     """A preset kernel of the ahead-of-time units: fg_gemm_a8_<in>_<out>_<activation>_[whole_k_]<config>."""
     return (f"fg_gemm_a8_{GEMM_A8_IN[in_kind]}_{GEMM_A8_OUT[out_dtype]}_{act}_"
-            f"{WHOLE_K_PREFIX if whole_k_blocks else ''}{config}")
+            f"{tile_configs.WHOLE_K_PREFIX if whole_k_blocks else ''}{config}")
 
 
 def gemm_a8_kernel_names(unit: str = "portable_gemm") -> list[str]:

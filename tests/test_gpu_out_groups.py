@@ -1,5 +1,6 @@
 """gemm_a8 / grouped_gemm_a8 (out_group=128) on an sm_90a GPU (skipped without one): the output written as the next
-layer's 1x128 block-quantised fp8 input by the wgmma kernels' epilogue (sm90_gemm_stores.hpp store_groups), outputs
+layer's 1x128 block-quantised fp8 input by the wgmma kernels' epilogue (sm90_gemm_stores.hpp store_groups; the
+persistent kernels' sm90_gemm_persistent.hpp store_parked_groups), outputs
 poisoned, checked twice: against quantize_rows of the same kernel's fp32 output (the op's contract: same config, so
 the same sums and activations; equal but for FMA contraction) and, dequantised, against the float64 oracle
 (check_dequantized: sm_90a's activations use the fast hardware tanh / exp). A gate / up pair's, and decode-size
@@ -54,9 +55,10 @@ def check_dequantized(codes, scales, y64, what, rel=2e-3):
     assert worst <= 1.0, f"{what}: dequantised codes off by {worst:.2f}x the bound"
 
 
-def _check(codes, scales, y64, what, call):
+def _check(codes, scales, y64, what, call, k, **plan):
     """codes, scales against the oracle (loosely) and against quantize_rows of call(out_dtype=float32) -- the same
-    kernel's fp32 output, on the tile the group-quantised call took -- strictly."""
+    kernel's fp32 output, on the tile the group-quantised call took (group_config of K and `plan`: block_scaled,
+    in_kind) -- strictly."""
     from fusedgemm.out_groups import group_config, two_kernels
     from fusedgemm.plan import forced_config
 
@@ -64,7 +66,7 @@ def _check(codes, scales, y64, what, call):
     m, n, dev = codes.shape[-2] if codes.dim() == 2 else None, codes.shape[-1], torch.cuda.current_device()
     tile = None  # the grouped calls, and the calls that run as GEMM + quantize_rows: the plan's own tile
     if m is not None and not two_kernels("sm_90a", False, m, n, dev):
-        tile = group_config(False, "sm_90a", m, n, dev)
+        tile = group_config(False, "sm_90a", m, n, dev, k=k, **plan)
     if tile is not None:
         with forced_config(tile):
             y32 = call(out_dtype=torch.float32)
@@ -87,7 +89,56 @@ def test_fp8_bias_silu_per_channel(m, n, k, seed):
         codes, scales = call(out_group=128)
     assert codes.shape == (m, n) and codes.dtype == FP8 and scales.shape == (m, -(-n // 128))
     pre = (a.double() @ w.double().T) * sa.double()[:, None] * sb.double() + bias.double()
-    _check(codes, scales, torch.nn.functional.silu(pre), f"fp8 bias_silu {m}x{n}x{k}", call)
+    _check(codes, scales, torch.nn.functional.silu(pre), f"fp8 bias_silu {m}x{n}x{k}", call, k)
+
+
+def _group_configs(block_scaled: bool):
+    from fusedgemm.blockscale import BLOCK_CONFIGS
+    from fusedgemm.runtime.tile_configs import holds_groups
+    from fusedgemm.runtime.kernels import GEMM_CONFIGS
+
+    return [c for c, t in GEMM_CONFIGS.items() if t.sm90 and t.serves("fp8") and holds_groups(c, "sm_90a", 128)
+            and (not block_scaled or c in BLOCK_CONFIGS)]
+
+
+@pytest.mark.parametrize("block_scaled", [False, True], ids=["channel", "block"])
+def test_every_group_config_pinned(block_scaled, seed):
+    """Every config that holds groups, pinned (forced_config), on a shape of more 128 x 128 tiles than SMs (the
+    persistent CTAs take several tiles, the last one stored with the consumer warps' help), ragged rows and a last
+    group of 16 columns: against quantize_rows of the same config's fp32 output, and the oracle."""
+    from fusedgemm.plan import forced_config, sm_count
+
+    g = torch.Generator().manual_seed(seed)
+    m, n, k = 1100, 128 * (-(-sm_count(torch.cuda.current_device()) // 9)) + 16, 384
+    a, w = _rand(g, m, k, scale=2).to(FP8), _rand(g, n, k, scale=2).to(FP8)
+    bias = _rand(g, n)
+    if block_scaled:
+        sa = torch.rand(m, -(-k // 128), generator=g).cuda() + 0.5
+        sb = torch.rand(-(-n // 128), -(-k // 128), generator=g).cuda() + 0.5
+        acc = block_scaled_acc(a.cpu(), w.cpu(), sa.cpu(), sb.cpu()).cuda()
+    else:
+        sa, sb = torch.rand(m, generator=g).cuda() + 0.5, torch.rand(n, generator=g).cuda() + 0.5
+        acc = (a.double() @ w.double().T) * sa.double()[:, None] * sb.double()
+    want = torch.nn.functional.silu(acc + bias.double())
+    wq = fg.preshuffle(w)
+    configs = _group_configs(block_scaled)
+    assert "persistent_128x128" in configs and "tile_64x128" in configs
+    for config in configs:
+        with forced_config(config):
+            with poisoned_outputs():
+                codes, scales = fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu", out_group=128)
+            y32 = fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu", out_dtype=torch.float32)
+        what = f"{config} {'block' if block_scaled else 'channel'}"
+        check_dequantized(codes, scales, want, what)
+        check_group_codes(codes, scales, y32.double(), f"{what} (own fp32 output)", rtol=1e-6, max_differ=1e-3)
+
+
+def test_a_pinned_config_that_cannot_hold_groups_is_refused():
+    from fusedgemm.plan import forced_config
+
+    a, wq = torch.ones(300, 256, device="cuda").to(FP8), fg.preshuffle(torch.ones(256, 256, device="cuda").to(FP8))
+    with forced_config("swap_16x128"), pytest.raises(ValueError, match="cannot run on the pinned config"):
+        fg.gemm_a8(a, wq, epilogue="silu", out_group=128)
 
 
 def test_int8_and_the_fp32_output_of_the_same_kernel(seed):
@@ -102,7 +153,7 @@ def test_int8_and_the_fp32_output_of_the_same_kernel(seed):
         codes, scales = fg.gemm_a8(a, wq, scale_a=sa, epilogue="gelu_erf", out_group=128)
     pre = (a.double() @ w.double().T) * sa.double()[:, None]
     _check(codes, scales, torch.nn.functional.gelu(pre), "int8 gelu_erf",
-           lambda **kw: fg.gemm_a8(a, wq, scale_a=sa, epilogue="gelu_erf", **kw))
+           lambda **kw: fg.gemm_a8(a, wq, scale_a=sa, epilogue="gelu_erf", **kw), k, in_kind="int8")
 
 
 def test_expression_with_aux_on_block_scales(seed):
@@ -122,7 +173,8 @@ def test_expression_with_aux_on_block_scales(seed):
     with poisoned_outputs():
         codes, scales = call(out_group=128)
     acc = block_scaled_acc(a.cpu(), w.cpu(), sa.cpu(), sb.cpu()).cuda()
-    _check(codes, scales, torch.nn.functional.silu(acc * s.double()) + res.double(), "block expression", call)
+    _check(codes, scales, torch.nn.functional.silu(acc * s.double()) + res.double(), "block expression", call, k,
+           block_scaled=True, persistent_ok=False)
 
 
 def test_grouped_offs_and_masked(seed):
@@ -170,7 +222,7 @@ def test_cuda_graph_replay(seed):
     a.copy_(_rand(g, 64, 512, scale=2).to(FP8))
     graph.replay()
     want = torch.nn.functional.silu((a.double() @ fg.unshuffle(w).double().T) * sa.double()[:, None])
-    _check(codes, scales, want, "graph replay", lambda **kw: fg.gemm_a8(a, w, scale_a=sa, epilogue="silu", **kw))
+    _check(codes, scales, want, "graph replay", lambda **kw: fg.gemm_a8(a, w, scale_a=sa, epilogue="silu", **kw), 512)
 
 
 def test_gate_up_pairs_run_as_the_gemm_then_quantize_rows(seed):

@@ -163,7 +163,7 @@ def test_plain_kernels_keep_their_keys_and_functors():
     with pytest.raises(ValueError, match="out_group must be 128"):
         EpilogueSpec.of(expr, {"s": "f32"}, out_group=64)
     assert "kOutGroup" in GemmKernel("sm_90a", "tile_128x128", "fp8", "fp8e4m3fn", grouped).source()
-    for arch, config in (("sm_90a", "persistent_128x128"), ("sm_90a", "swap_16x128"), ("sm_90a", "tile_128x192"),
+    for arch, config in (("sm_90a", "pair_128x256"), ("sm_90a", "swap_16x128"), ("sm_90a", "tile_128x192"),
                          ("gfx942", "portable_128x128"), ("gfx942", "tile_64x128")):
         with pytest.raises(ValueError, match="configs whose block holds 128 columns"):
             GemmKernel(arch, config, "fp8", "fp8e4m3fn", grouped).source()
@@ -233,11 +233,14 @@ def test_pair_ordered_block_scales_refusals():
 # ---- the sm_90a group-quantised kernels build here (no GPU needed) -------------------------------------------
 @pytest.mark.slow
 @pytest.mark.parametrize("config,block_scaled,grouped", [("tile_128x128", False, False), ("tile_64x128", True, False),
-                                                         ("tile_128x128", False, True)])
+                                                         ("tile_128x128", False, True),
+                                                         ("persistent_128x128", False, False),
+                                                         ("persistent_128x128_epi7", True, False)])
 def test_sm90_group_kernel_builds_with_layout_and_no_spills(config, block_scaled, grouped):
     """store_groups (sm90_gemm_stores.hpp) on the CTA-per-tile wgmma kernels: packed arguments equal the cubin's
     metadata, fp8 wgmma, each row's group max in two butterfly shuffles (no shared memory), pair stores of the
-    codes, nothing spilled."""
+    codes, nothing spilled. The persistent kernels' store_parked_groups (sm90_gemm_persistent.hpp): a row's max over
+    the warp in five shuffles, its codes as 4-byte stores."""
     import re
 
     from fusedgemm.runtime.build import BuildSpec, code_object_dir
@@ -258,9 +261,14 @@ def test_sm90_group_kernel_builds_with_layout_and_no_spills(config, block_scaled
     assert [(p.offset, p.size) for p in params[spec.kernel_name]] == list(zip(sig.offsets, sig.sizes))
     text = sass(d / build.file_name())
     assert re.search(r"\bQGMMA\.64x128x32\.F32\.E4M3\.E4M3\b", text)
-    if not grouped:  # (the grouped kernels' group walk shuffles too)
-        assert len(re.findall(r"\bSHFL\.BFLY\b", text)) == 4, "rows row0 and row0 + 8: xor 1 and 2 each"
-    assert len(re.findall(r"\bSTG\.E\.U16\b", text)) == 32, "a thread's 64 codes as 32 pair stores"
+    if "persistent" in config:  # a row per warp (the epilogue warps' loop, and the last tile's with the consumers)
+        shuffles = len(re.findall(r"\bSHFL\.BFLY\b", text))
+        assert shuffles and shuffles % 5 == 0, f"{shuffles} butterfly shuffles: xor 1, 2, 4, 8, 16 per row"
+        assert re.search(r"\bSTG\.E\s", text), "a lane's 4 codes as one 4-byte store"
+    else:
+        if not grouped:  # (the grouped kernels' group walk shuffles too)
+            assert len(re.findall(r"\bSHFL\.BFLY\b", text)) == 4, "rows row0 and row0 + 8: xor 1 and 2 each"
+        assert len(re.findall(r"\bSTG\.E\.U16\b", text)) == 32, "a thread's 64 codes as 32 pair stores"
     assert not re.search(r"\b(LDL|STL)\b", text), "local memory traffic"
     log = (d / f"{spec.unit}.log").read_text()
     assert re.findall(r"(\d+) bytes stack frame, (\d+) bytes spill stores", log) == [("0", "0")], log[-2000:]

@@ -8,8 +8,9 @@ quantize_rows(y, "fp8", group=128) returns for y the GEMM's fp32 output, without
 
 Where it runs: gfx942 / gfx950 fuse it into the LDS-pipelined CDNA kernel (cdna_gemm.hpp: a group is its block's
 128 columns -- 256 for a gate / up pair, on cdna_lds_128x256, or with block scales cdna_lds_64x256 --, reduced across
-its waves through LDS; hip_src/include/fusedgemm/out_groups.hpp); sm_90a into the CTA-per-tile wgmma kernels of
-128 columns (tile_64x128, tile_128x128: a row's group is in 4 threads of one warp, sm90_gemm_stores.hpp), except a
+its waves through LDS; hip_src/include/fusedgemm/out_groups.hpp); sm_90a into the wgmma kernels of 128 columns: the
+persistent ones (a parked row is a group, stored by one warp: sm90_gemm_persistent.hpp) and the CTA-per-tile
+tile_64x128 / tile_128x128 (a row's group is in 4 threads of one warp, sm90_gemm_stores.hpp), except a
 gate / up pair's (128 outputs are 256 GEMM columns, and no 8-bit sm_90a tile is that wide) and decode-size calls,
 which run as the GEMM to fp32 and quantize_rows (two_kernels). CPU tensors get the float64 reference, rounded to
 fp32, then quantize_rows' torch path. The grouped ops (grouped.py) take it too.
@@ -24,14 +25,15 @@ from . import blockscale as _blockscale
 from . import unaligned as _ua
 from .checks import FP8_DTYPE_FOR_ARCH, _FP8_DTYPES, arch_of, check_gemm_a8_args
 from .epilogue.codegen import OUT_GROUP
-from .plan.call import CallPlan
+from .plan.call import PERSISTENT_CONFIG, CallPlan
 from .preshuffle import PreshuffledWeight, unshuffle
 from .quant import quantize_rows
 from .reference import gemm_reference
+from .runtime.gemm_spec import config_fits
 from .runtime.device import device_guard
 
 # The configs whose block holds whole groups (the group's absmax is reduced inside the block): 128 GEMM columns,
-# or 256 for a gate / up pair (128 outputs). sm_90a: tile_64x128 / tile_128x128 (group_config).
+# or 256 for a gate / up pair (128 outputs). sm_90a: the plan's config where it holds groups (group_config).
 GROUP_CONFIG = "cdna_lds_128x128"
 PAIRED_GROUP_CONFIG = "cdna_lds_128x256"
 # A pair's with block scales: 4 waves in one row, so each may use the AGPRs beside its 256 VGPRs (the 8-wave block
@@ -82,20 +84,37 @@ def two_kernels(arch: str, paired: bool, m: int = 0, n_out: int = 0, dev: int | 
     return -(-m // 64) * -(-n_out // 128) < sm_count(dev) // 2
 
 
-def group_config(paired: bool, arch: str, m: int = 0, n: int = 0, dev: int | None = None,
-                 block_scaled: bool = False) -> str | None:
+def group_config(paired: bool, arch: str, m: int = 0, n: int = 0, dev: int | None = None, block_scaled: bool = False,
+                 k: int = 0, in_kind: str = "fp8", persistent_ok: bool = True) -> str | None:
     """The config of a group-quantised call: a block holds whole groups. AMD: cdna_lds_128x128, a pair's
-    cdna_lds_128x256 (with block scales cdna_lds_64x256). sm_90a: tile_128x128 where its tiles fill the SMs twice,
-    else tile_64x128 (twice the CTAs); None where the plan's own choice holds groups (the grouped calls on sm_90a:
-    their CTA-per-tile configs are 128 wide)."""
+    cdna_lds_128x256 (with block scales cdna_lds_64x256). sm_90a (a gemm_a8 call: dev given): the plan's own config
+    (the plain call's plan for this shape: pinned, tuned or heuristic) where it holds groups -- the persistent
+    128 x 128 kernels (a parked row is a group, sm90_gemm_persistent.hpp) or a 128-wide CTA-per-tile config
+    without split-K --, else tile_128x128 where its tiles fill the SMs twice, else tile_64x128 (twice the CTAs);
+    None where the plan's own choice holds groups (the grouped calls on sm_90a: their CTA-per-tile configs are 128
+    wide). persistent_ok: the epilogue fits the persistent kernels' staging (gemm_spec.config_fits)."""
     if arch != "sm_90a":
         if paired:
             return BLOCK_PAIRED_GROUP_CONFIG if block_scaled else PAIRED_GROUP_CONFIG
         return GROUP_CONFIG
     if dev is None:
         return None
-    from .plan import sm_count
+    from .plan import forced, plan_for, sm_count
+    from .runtime.tile_configs import holds_groups
 
+    pinned = forced()
+    if pinned is not None:
+        if pinned[1] != 1 or not holds_groups(pinned[0], arch, OUT_GROUP):
+            raise ValueError(f"gemm_a8: out_group cannot run on the pinned config {pinned[0]} (split-K {pinned[1]}): "
+                             "a group-quantised output runs on a block that holds whole groups of 128 columns "
+                             "(sm_90a: tile_64x128, tile_128x128, the persistent 128 x 128 configs; no split-K)")
+        return pinned[0]
+    if block_scaled:
+        cfg, splits = _blockscale.block_plan(m, n, k, dev, persistent_ok=persistent_ok)
+    else:
+        cfg, splits = plan_for(m, n, k, dev, persistent_ok=persistent_ok, in_kind=in_kind)
+    if splits == 1 and holds_groups(cfg.name, arch, OUT_GROUP):
+        return cfg.name
     return "tile_128x128" if -(-m // 128) * -(-n // 128) >= 2 * sm_count(dev) else "tile_64x128"
 
 
@@ -138,7 +157,8 @@ def gemm_a8_out_group(a, b: PreshuffledWeight, bias, scale_a, scale_b, epilogue,
     with device_guard(a.device):
         plan = CallPlan(a.device.index, arch, p["in_kind"], m, n, k_pad, out_dtype, spec, values, ("out", "out_scale"),
                         block_scaled=blocks is not None,
-                        config=group_config(n_out != n, arch, m, n, a.device.index, p["blocks"] is not None))
+                        config=group_config(n_out != n, arch, m, n, a.device.index, blocks is not None, k_pad,
+                                            p["in_kind"], config_fits(PERSISTENT_CONFIG, spec)))
         plan.run(a_k.data_ptr(), b.data.data_ptr(), codes.data_ptr(), scales.data_ptr())
     return codes, scales
 

@@ -177,7 +177,7 @@ FG_DEVICE bool vec4_stores_aligned(const void* base, i64 ld) {
 }
 
 // V consecutive outputs of one row, converted to Out. Pairs are one aligned store (host contract above);
-// four values are one store when the address allows (8 or 16 bytes; kVec4Aligned: the caller has checked
+// four values are one store when the address allows (4, 8 or 16 bytes; kVec4Aligned: the caller has checked
 // vec4_stores_aligned), else two pair stores.
 template <class Out, int V, bool kVec4Aligned = false>
 FG_DEVICE void store_row(void* base, i64 ld, int m, int n, const float (&y)[V]) {
@@ -194,6 +194,12 @@ FG_DEVICE void store_row(void* base, i64 ld, int m, int n, const float (&y)[V]) 
     for (int i = 0; i < V / 2; ++i)
       pairs[i] = static_cast<Pair>(Out::from_float(y[2 * i])) |
                  (static_cast<Pair>(Out::from_float(y[2 * i + 1])) << (kPairBits / 2));
+    if constexpr (V == 4 && kPairBits == 16) {  // 1-byte outputs (fp8 / int8 codes): one 4-byte store
+      if (kVec4Aligned || (reinterpret_cast<unsigned long long>(dst) & 3) == 0) {
+        *reinterpret_cast<u32*>(dst) = static_cast<u32>(pairs[0]) | (static_cast<u32>(pairs[1]) << 16);
+        return;
+      }
+    }
     if constexpr (V == 4 && kPairBits >= 32) {
       if (kVec4Aligned || (reinterpret_cast<unsigned long long>(dst) & (2 * sizeof(Pair) - 1)) == 0) {
         *reinterpret_cast<TwoOf<Pair>*>(dst) = TwoOf<Pair>{pairs[0], pairs[1]};

@@ -75,6 +75,54 @@ FG_DEVICE void store_parked_tile(const typename Epi::Params& ep, const float* pa
     store_parked_rows<Epi, kStride, kRowsAtOnce, false>(ep, parked, row_staged, col_staged, M, m0, col, col_local, w);
 }
 
+// The group-quantised store (out_group, out_groups.hpp) of the parked tile's rows w, w + kStride, ...: a warp's 32
+// lanes hold a row's 128 columns (4 each), one group, so the row's |y| max is a 5-step warp reduction and each lane
+// writes its 4 codes as one 4-byte store (a row's 128 codes: one coalesced 128-byte line). Columns >= N (N % 16 == 0:
+// a lane's four are all in or all out) enter the max as 0 and are not written. Every lane of the warp calls it.
+template <class Epi, int kStride>
+FG_DEVICE void store_parked_groups(const typename Epi::Params& ep, const float* parked, const float* row_staged,
+                                   const float* col_staged, int M, int N, int m0, int n0, int lane, int w) {
+  constexpr int kBlock = 128;
+  static_assert(OutGroupOf<Epi>::value == kBlock, "out_group: the parked tile's 128 columns are one group");
+  static_assert(!Epi::kPairs && !Epi::kSaves, "out_group: no gate / up pair, no saved output");
+  using Q = typename QuantCodesOf<typename Epi::Output>::type;
+  const int rows = min(kBlock, M - m0);
+  const int col = n0 + 4 * lane;
+  const bool col_in = col < N;
+  float c[4][Epi::kColValues];
+#pragma unroll
+  for (int k = 0; k < Epi::kColValues; ++k) {
+    const float4 cv = *reinterpret_cast<const float4*>(&col_staged[k * kBlock + 4 * lane]);
+    c[0][k] = cv.x;
+    c[1][k] = cv.y;
+    c[2][k] = cv.z;
+    c[3][k] = cv.w;
+  }
+#pragma unroll 1
+  for (int r = w; r < rows; r += kStride) {
+    const float4 v = *reinterpret_cast<const float4*>(&parked[parked_index(r, 4 * lane)]);
+    float rv[Epi::kRowValues];
+#pragma unroll
+    for (int k = 0; k < Epi::kRowValues; ++k) rv[k] = row_staged[k * kBlock + r];
+    const float acc[4] = {v.x, v.y, v.z, v.w};
+    float y[4];
+    u32 key = 0;  // |y| as ordered bits (quant::abs_bits): NaN above inf
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float saved;
+      // (a value outside N is never evaluated: its aux operands are out of bounds)
+      y[i] = col_in ? Epi::value(ep, acc[i], rv, c[i], m0 + r, col + i, saved) : 0.f;
+      key = quant::max_u32(key, quant::abs_bits(y[i]));
+    }
+#pragma unroll
+    for (int mask = 1; mask < 32; mask *= 2)
+      key = quant::max_u32(key, float_to_bits(arch::shfl_xor(bits_to_float(key), mask)));
+    const float s = quant::row_scale<Q>(bits_to_float(key));
+    if (lane == 0) Epi::store_scale(ep, m0 + r, n0 / kBlock, s);
+    if (col_in) Epi::template store_codes<4>(ep, m0 + r, col, y, 1.f / s);  // IEEE division, as quantize_rows
+  }
+}
+
 // One wave of CTAs; CTA c computes tiles c, c + gridDim.x, ... (tile_of order). Warp roles:
 //  * consumer warpgroups 0, 1: per tile, the K blocks (consumer_mainloop, K blocks counted across tiles), then
 //    wait until the parked tile is free, park the accumulators as fp32, and go on with the next tile;
@@ -122,7 +170,10 @@ FG_DEVICE void sm90_gemm_persistent(const sm90::TmaDesc& a_map, const sm90::TmaD
                                     const typename Epi::Params& ep, const BlockScaleArgs& bs = BlockScaleArgs{}) {
   static_assert(Epi::kRowValues * Cfg::kBlockM + Epi::kColValues * Cfg::kBlockN <= Cfg::kStagedFloats,
                 "the epilogue hoists more row/column values than the persistent config stages");
-  static_assert(OutGroupOf<Epi>::value == 0, "group-quantised outputs run on the CTA-per-tile configs");
+  // A group-quantised output (out_group) is stored per parked row by one warp (store_parked_groups).
+  static_assert(OutGroupOf<Epi>::value == 0 || OutGroupOf<Epi>::value == Cfg::kBlockN,
+                "out_group: the persistent tile's columns are one group");
+  constexpr bool kGroups = OutGroupOf<Epi>::value != 0;
   using Mma = MmaOf<In, Cfg>;
   using Acc = typename Mma::Acc;
   constexpr int kAcc = Cfg::kAccPerThread;
@@ -245,7 +296,13 @@ FG_DEVICE void sm90_gemm_persistent(const sm90::TmaDesc& a_map, const sm90::TmaD
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // the rows' and columns' operands are in
       if (last) sm90::named_barrier_arrive(3, kLastTileThreads);  // ... for the consumers too
       sm90::mbar_wait(tsm.parked_full(), it & 1);
-      if (col < N) {  // N % 16 == 0: the thread's four columns are all in or all out
+      if constexpr (kGroups) {  // every lane: the group max is a warp reduction
+        if (last)
+          store_parked_groups<Epi, kAllWarps>(ep, tsm.parked(), row_staged, col_staged, M, N, m0, n0, lane, w);
+        else
+          store_parked_groups<Epi, Cfg::kEpilogueWarps>(ep, tsm.parked(), row_staged, col_staged, M, N, m0, n0,
+                                                        lane, w);
+      } else if (col < N) {  // N % 16 == 0: the thread's four columns are all in or all out
         // Seven epilogue warps with 88 registers: two copies of the row loop, the output's alignment tested here, not
         // per row (epilogue.hpp). With 40 (three warps, or seven beside two chains): one loop testing each row's
         // address: two copies of the loop do not fit their registers.
@@ -307,11 +364,16 @@ FG_DEVICE void sm90_gemm_persistent(const sm90::TmaDesc& a_map, const sm90::TmaD
     if (my_tiles > 0) {  // the last tile's rows E + w, E + w + kAllWarps, ... (E: the epilogue warps' count)
       sm90::named_barrier_sync(3, kLastTileThreads);  // staged values in, and every consumer has parked
       int m_block, n_block;
-      persistent_tile<In, Cfg>(persistent_first<Cfg>() + (my_tiles - 1) * step, num_n, num_m, N, K, m_block, n_block);
+      // (the step read afresh: held across the main loop, it is spilled in some builds)
+      persistent_tile<In, Cfg>(persistent_first<Cfg>() + (my_tiles - 1) * persistent_step<Cfg>(), num_n, num_m, N, K,
+                               m_block, n_block);
       const int col = n_block * Cfg::kBlockN + 4 * lane;
       float* row_staged = sm.row_staged();
       float* col_staged = sm.template col_staged<Epi>();
-      if (col < N)
+      if constexpr (kGroups)
+        store_parked_groups<Epi, kAllWarps>(ep, parked, row_staged, col_staged, M, N, m_block * Cfg::kBlockM,
+                                            n_block * Cfg::kBlockN, lane, Cfg::kEpilogueWarps + warp);
+      else if (col < N)
         store_parked_tile<Epi, kAllWarps, 1, true>(ep, parked, row_staged, col_staged, M, m_block * Cfg::kBlockM, col,
                                                    4 * lane, Cfg::kEpilogueWarps + warp);
     }

@@ -95,7 +95,7 @@ def run(argv=None) -> int:
                 print(f"warning: {name} M={m}: the fused codes are not quantize_rows' of the fp32 output: {bad}",
                       file=sys.stderr)
             split = two_kernels(arch, False, m, n, dev)  # then "fused" is GEMM to fp32 + quantize_rows
-            tile = "fp32+quantize" if split else group_config(False, arch, m, n, dev)
+            tile = "fp32+quantize" if split else group_config(False, arch, m, n, dev, args.scales == "block", k)
             row = dict(shape=name, M=m, N=n, K=k, tile=tile, fused_us=kernel_us(fused, timer),
                        bf16_us=kernel_us(lambda: gemm(out_dtype=torch.bfloat16), timer),
                        two_step_us=kernel_us(two_step, timer))

@@ -15,7 +15,7 @@ from ..runtime.kernels import GEMM_CONFIGS, IN_BYTES
 
 _MAX_GRID_Y = 65535
 # A persistent config: whether the epilogue fits its staging decides whether the plan may pick one (config_fits).
-_PERSISTENT = next(name for name, cfg in GEMM_CONFIGS.items() if cfg.persistent)
+PERSISTENT_CONFIG = next(name for name, cfg in GEMM_CONFIGS.items() if cfg.persistent)
 _KERNELS: dict[tuple, object] = {}  # (device, GemmKernel) -> loaded kernel
 
 # ---- TMA tensor maps (sm_90a) ---------------------------------------------------------------------------------
@@ -120,9 +120,9 @@ class CallPlan:
         elif block_scaled:  # gemm_a8's block-scaled fp8: its configs (blockscale.py); values carry bs_a, bs_b, ...
             from ..blockscale import block_plan
 
-            cfg, splits = block_plan(m, n, k, dev, persistent_ok=config_fits(_PERSISTENT, epi))
+            cfg, splits = block_plan(m, n, k, dev, persistent_ok=config_fits(PERSISTENT_CONFIG, epi))
         else:
-            cfg, splits = plan_for(m, n, k, dev, persistent_ok=config_fits(_PERSISTENT, epi), in_kind=in_kind)
+            cfg, splits = plan_for(m, n, k, dev, persistent_ok=config_fits(PERSISTENT_CONFIG, epi), in_kind=in_kind)
         if not cfg.serves(in_kind):  # only a forced config gets here
             raise ValueError(f"{op}: config {cfg.name} has no {in_kind} kernels; it serves {', '.join(cfg.in_kinds)}")
         if in_kind in MATMUL_IN and arch == "sm_90a" and not cfg.sm90:  # only a forced config

@@ -175,14 +175,15 @@ def fills_k_blocks(name: str, k_bytes: int) -> bool:
 def holds_groups(name: str, arch: str, width: int) -> bool:
     """Whether config `name` can write a group-quantised output (out_group) of `width` GEMM columns per group on
     `arch`: its block holds whole groups, reduced inside it -- the AMD LDS configs (across waves, through LDS) and
-    sm_90a's CTA-per-tile, unswapped, unpaired configs (within a warpgroup's rows: sm90_gemm_stores.hpp)."""
+    sm_90a's unswapped CTA-per-tile configs without B-multicast pairs (within a warpgroup's rows:
+    sm90_gemm_stores.hpp) and persistent configs (a parked row per warp: sm90_gemm_persistent.hpp)."""
     t = CONFIGS[name]
     if t.block_n != width:
         return False
     if isinstance(t, CdnaTile):
         return arch in ("gfx942", "gfx950")
     return (isinstance(t, Sm90Tile) and arch == "sm_90a"
-            and not (t.swap_ab or t.pair_b or t.persistent or t.tile_loop or t.split_tf32))
+            and not (t.swap_ab or t.tile_loop or t.split_tf32 or (t.pair_b and not t.persistent)))
 
 
 # The names these configs had before they were named by their fields (docs and measurement logs use them).

@@ -240,6 +240,36 @@ def test_persistent_ctas_loop_over_tiles(config, m, kind, scalar_scales, seed):
     assert torch.equal(aligned, got)
 
 
+@pytest.mark.parametrize("config", ["persistent_128x128", "persistent_128x128_epi7", "tile_128x128"])
+def test_fp8_output_four_codes_one_store_or_pairs(config, seed):
+    """1-byte outputs: a thread's four codes of a row are one 4-byte store where the address allows (epilogue.hpp
+    store_row), else two pair stores (an output 2 bytes off a 4-byte boundary, row stride odd in words); both equal
+    the same kernel's fp32 output converted to fp8, and nothing is written outside the output."""
+    from fusedgemm.gemm_a8 import forced_config
+
+    if arch() != "sm_90a":
+        pytest.skip("sm_90a wgmma configs")
+    fp8 = fg.FP8_DTYPE_FOR_ARCH[arch()]
+    m, n, k = 1100, 2064, 384  # more 128 x 128 tiles than SMs: the persistent CTAs take several
+    a, w, bias, sa, sb = make_problem("fp8", m, n, k, bias_dtype=torch.float32)
+    wq = fg.preshuffle(w)
+    guard, ld = 4098, n + 2
+    buf = torch.full((guard + m * ld + guard,), 0x7F, dtype=torch.uint8, device="cuda")  # 0x7F: NaN in e4m3fn
+    with forced_config(config, 1):
+        y32 = fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu", out_dtype=torch.float32)
+        aligned = fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu", out_dtype=fp8)
+        out = buf[guard: guard + m * ld].view(m, ld)[:, :n].view(fp8)
+        fg.gemm_a8(a, wq, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu", out_dtype=fp8, out=out)
+        torch.cuda.synchronize()
+    assert (buf[:guard] == 0x7F).all() and (buf[guard + m * ld:] == 0x7F).all(), "wrote outside out"
+    assert (buf[guard: guard + m * ld].view(m, ld)[:, n:] == 0x7F).all(), "wrote into the row padding"
+    want = y32.to(fp8).view(torch.uint8)
+    for got in (aligned, out):
+        differ = (got.view(torch.uint8) != want).float().mean().item()
+        assert differ < 1e-3, f"{differ:.2%} of the codes differ from the fp32 output's (FMA contraction aside)"
+    assert torch.equal(aligned.view(torch.uint8), out.view(torch.uint8))
+
+
 def test_empty_m_and_deterministic(seed):
     a, w, bias, sa, sb = make_problem("fp8", 0, 64, 64)
     y = fg.gemm_a8(a, fg.preshuffle(w), bias, scale_a=sa, scale_b=sb, epilogue="bias_silu")

@@ -191,3 +191,50 @@ def test_m_indices_layout(config, dtype):
     ref = torch.einsum("mk,mnk->mn", xq[rows].double(), wq[e].double()) * scale[e].double()
     assert rel(out[rows], ref) < 1e-2
     assert torch.isnan(out[~real].float()).all(), "padding rows were written"
+
+
+@pytest.mark.parametrize("config", [None, *range(2)])
+@pytest.mark.parametrize("layout", ["offs", "masked"])
+def test_block_scales(config, layout):
+    """DeepSeek-style block scales (x 1 x 128 per row, each expert's weight 128 x 128: scale_b [G, N/128, K/128]) with
+    bias + SiLU, ragged groups (empty, one row, straddling row blocks), K not a multiple of 128 (a partial last
+    block), N of a partial last scale block: against the block formula in float64 per group; the masked layout's
+    unused rows stay NaN. A gate / up pair's block scale_b is refused on sm_90a (one scale_b per tile there)."""
+    from fusedgemm.reference import block_scaled_acc
+
+    sizes = [5, 0, 1, 130, 64, 200, 0, 3]
+    g, n, k = len(sizes), 400, 320
+    gen = torch.Generator().manual_seed(3)
+    fp8 = fg.FP8_DTYPE_FOR_ARCH[arch()]
+    w = (torch.randn(g, n, k, generator=gen) * 2).to(fp8)
+    sb = torch.rand(g, -(-n // 128), -(-k // 128), generator=gen) + 0.5
+    bias = torch.randn(g, n, generator=gen)
+    rows = 256 if layout == "masked" else sum(sizes)
+    x = (torch.randn(g * rows if layout == "masked" else rows, k, generator=gen) * 2).to(fp8)
+    sa = torch.rand(x.shape[0], -(-k // 128), generator=gen) + 0.5
+    want = torch.full((x.shape[0], n), float("nan"), dtype=torch.float64)
+    r0 = 0
+    for e, s in enumerate(sizes):
+        lo = e * rows if layout == "masked" else r0
+        if s:
+            acc = block_scaled_acc(x[lo:lo + s], w[e], sa[lo:lo + s], sb[e])
+            want[lo:lo + s] = torch.nn.functional.silu(acc + bias[e].double())
+        r0 += s
+    kw = (dict(masked_m=torch.tensor(sizes, dtype=torch.int32, device="cuda"), expected_m=64)
+          if layout == "masked" else dict(offs=torch.tensor(sizes).cumsum(0).to(torch.int32).cuda()))
+    xg = x.cuda().view(g, rows, k) if layout == "masked" else x.cuda()
+    sag = sa.cuda().view(g, rows, -1) if layout == "masked" else sa.cuda()
+    out = nan_out((*xg.shape[:-1], n), torch.bfloat16)
+    wq = fg.preshuffle(w.cuda())
+    ctx = forced_config(configs()[config]) if config is not None else torch.no_grad()
+    with ctx:
+        fg.grouped_gemm_a8(xg, wq, bias.cuda(), scale_a=sag, scale_b=sb.cuda(), epilogue="bias_silu", out=out, **kw)
+    out = out.reshape(-1, n).cpu()
+    used = ~torch.isnan(want[:, 0])
+    assert torch.isnan(out[~used].float()).all(), "rows no expert owns were written"
+    assert rel(out[used], want[used]) < TOL[torch.bfloat16]
+    if arch() == "sm_90a":
+        w13 = (torch.randn(g, 512, k, generator=gen)).to(fp8).cuda()
+        sb13 = torch.rand(g, 4, -(-k // 128), generator=gen).cuda() + 0.5
+        with pytest.raises(ValueError, match="gate / up pair with a block scale_b"):
+            fg.grouped_swiglu(xg, w13, scale_a=sag, scale_b=sb13, **kw)

@@ -147,7 +147,7 @@ FG_DEVICE void sm90_gemm_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-majo
                                const sm90::TmaDesc& b_map,  // B (16,16) preshuffled, see above
                                int M, int N, int K, const typename Epi::Params& ep,
                                const BlockScaleArgs& bs = BlockScaleArgs{}, const GroupArgs& ga = GroupArgs{}) {
-  static_assert(!kGrouped || !(Cfg::kTileLoop || Cfg::kPairB || Cfg::kSwapAB || Cfg::kBlockScaled),
+  static_assert(!kGrouped || !(Cfg::kTileLoop || Cfg::kPairB || Cfg::kSwapAB),
                 "grouped GEMMs run on the CTA-per-tile, unswapped, unpaired configs");
   static_assert(OutGroupOf<Epi>::value == 0 || !(Cfg::kTileLoop || Cfg::kPairB || Cfg::kSwapAB),
                 "group-quantised outputs run on the CTA-per-tile, unswapped, unpaired configs (store_groups)");
@@ -195,12 +195,14 @@ FG_DEVICE void sm90_gemm_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-majo
   int m0 = 0, n0 = 0;
   int m_end = M;     // rows >= m_end are outside the tile's problem (a grouped CTA: its group's bound)
   int col_base = 0;  // a grouped CTA's g * N: its B rows and column operands
+  int group = 0;     // a grouped CTA's g: its block scales' table (scale_b [G, ceil(N / 128), k_blocks])
   if constexpr (kGrouped) {
     GroupTile t;
     if (!group_row_block<Cfg::kBlockM>(ga, M, static_cast<int>(blockIdx.y), t)) return;  // uniform, before barriers
     m0 = t.m0;
     n0 = static_cast<int>(blockIdx.x) * Cfg::kBlockN;
     m_end = t.m_end;
+    group = t.group;
     col_base = t.group * N;
   } else if constexpr (!Cfg::kTileLoop) {
     tile_at(0, m0, n0);
@@ -306,8 +308,12 @@ FG_DEVICE void sm90_gemm_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-majo
     const int rows0 = Cfg::kSwapAB ? m0 : m0 + 16 * warp;
     const u32 ring = sm90::smem_addr(smem) + Cfg::kScaleRingOffset;
     constexpr int kRows = Cfg::kSwapAB ? kAccPerMma / 2 : 2;
+    // A grouped CTA's scale_b: its group's table. scale_a is by the rows' own index (rows past the group's bound
+    // read the next group's, and are not stored).
+    BlockScaleArgs own = bs;
+    if (kGrouped && own.b != nullptr) own.b += static_cast<i64>(group) * ((N + 127) / 128) * own.k_blocks;
     consumer_mainloop<In, Cfg>(acc, 0, kb_count, stage_a, stage_b, full, empty, sm90::warp_uniform(warp >> 2), lane,
-                               block_scale_rows<kRows, Cfg::kSwapAB>(bs, M, rows0, n0, ct, warp, kb_begin, ring));
+                               block_scale_rows<kRows, Cfg::kSwapAB>(own, M, rows0, n0, ct, warp, kb_begin, ring));
   } else
     consumer_mainloop<In, Cfg>(acc, 0, kb_count, stage_a, stage_b, full, empty,
                                sm90::warp_uniform(warp >> 2), lane);
@@ -401,11 +407,29 @@ struct Sm90GemmGroupedArgs {
   GroupArgs groups;
 };
 
-// The kernel body of a grouped entry point (gemm_groups.hpp).
+// The argument of a grouped block-scaled entry point: Sm90GemmArgs's fields, the block scales (scale_b: the G groups'
+// tables, [G, ceil(N / 128), k_blocks]), the groups.
+template <class Epi>
+struct Sm90GemmGroupedBlockArgs {
+  sm90::TmaDesc a_map;
+  sm90::TmaDesc b_map;
+  int M, N, K;
+  typename Epi::Params ep;
+  BlockScaleArgs bs;
+  GroupArgs groups;
+};
+
+// The kernel body of a grouped entry point (gemm_groups.hpp); with block scales, on BlockScaled<Config>.
 template <class In, class Epi, class Cfg>
 FG_DEVICE void sm90_gemm_grouped(const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map, int M, int N, int K,
                                  const typename Epi::Params& ep, const GroupArgs& ga) {
   sm90_gemm_tiles<In, Epi, Cfg, true>(a_map, b_map, M, N, K, ep, BlockScaleArgs{}, ga);
+}
+template <class In, class Epi, class Cfg>
+FG_DEVICE void sm90_gemm_grouped(const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map, int M, int N, int K,
+                                 const typename Epi::Params& ep, const BlockScaleArgs& bs, const GroupArgs& ga) {
+  static_assert(Cfg::kBlockScaled && !MmaOf<In, Cfg>::kExactAccumulator, "block scales: fp8 on BlockScaled<Config>");
+  sm90_gemm_tiles<In, Epi, Cfg, true>(a_map, b_map, M, N, K, ep, bs, ga);
 }
 
 // The kernel body of a block-scaled fp8 entry point: the CTA-per-tile or persistent kernel on BlockScaled<Config>.

@@ -72,9 +72,6 @@ class GroupedCallPlan:
         if blocks > _MAX_GRID_Y:
             raise ValueError(f"{op}: {layout.m} rows in {layout.groups} groups need {blocks} row blocks of "
                              f"{cfg.block_m}, more than one launch has ({_MAX_GRID_Y})")
-        if block_scaled and arch == "sm_90a":
-            raise ValueError(f"{op}: block-scaled grouped GEMMs run on gfx942 / gfx950 (and CPU tensors) so far, not "
-                             "sm_90a; use per-token / per-channel scales there")
         spec = GemmKernel(arch, cfg.name, in_kind, OUT_CODEGEN[str(out_dtype).split(".")[-1]], epi, grouped=True,
                           block_scaled=block_scaled, whole_k_blocks=whole_k_blocks(cfg.name, in_kind, k))
         kernel = kernel_for(dev, spec)

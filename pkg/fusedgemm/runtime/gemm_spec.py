@@ -143,11 +143,12 @@ class GemmKernel:
         if self.grouped:
             cfg_t = self.cfg
             unfit = cfg_t.swap_ab or cfg_t.pair_b or cfg_t.one_wave
-            if self.b_layout != "nk" or (self.block_scaled and sm90) or unfit:
-                raise ValueError(f"grouped kernels run on CTA-per-tile configs with B as [N, K] (block-scaled: AMD's), "
-                                 f"not {self.config} ({self.b_layout}{', block-scaled' if self.block_scaled else ''})")
+            if self.b_layout != "nk" or unfit:
+                raise ValueError(f"grouped kernels run on CTA-per-tile configs with B as [N, K], not {self.config} "
+                                 f"({self.b_layout}{', block-scaled' if self.block_scaled else ''})")
             both = self.block_scaled
-            kind = "Sm90GemmGroupedArgs" if sm90 else "PortableGemmGroupedBlockArgs" if both else "PortableGemmGroupedArgs"
+            kind = (("Sm90GemmGroupedBlockArgs" if both else "Sm90GemmGroupedArgs") if sm90
+                    else "PortableGemmGroupedBlockArgs" if both else "PortableGemmGroupedArgs")
             args = f"fg::{kind}<{epi}>"
             g_type = kernels.gemm_args_type(self.cfg.unit, self.epilogue, block_scaled=both, grouped=True)
             g_off = g_type.offsets[[f for f, _c in g_type.fields].index("grp_index")]

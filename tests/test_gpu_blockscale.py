@@ -24,6 +24,7 @@ FP8 = torch.float8_e4m3fn
 MS = (1, 37, 256, 1000)
 NKS = ((256, 512), (384, 1280), (4096, 7168))
 EXPR = "silu(acc) * n_vec(g) + aux(res)"
+PAIR_EXPR = "silu(gate) * up"
 ONE_ROUNDING = 2.0 ** -8  # norm-relative error bound of one bf16 rounding (half an ulp is <= 2^-9 per element)
 
 
@@ -64,6 +65,10 @@ def prebuilt():
              for cfg in configs for epi in (spec_for_activation("none"), spec_for_activation("silu"), expr_spec)]
     specs += [GemmKernel("sm_90a", cfg, "fp8", "bf16", spec_for_activation("silu"), "nk", True)
               for cfg in BLOCK_CONFIGS if cfg not in configs]  # test_every_block_config_pinned
+    w256 = fg.preshuffle(torch.empty(256, 128, device="cuda").to(FP8))
+    pair_spec = check_gemm_a8_args(a, w256, None, None, None, PAIR_EXPR, None, None)["epi"]
+    specs += [GemmKernel("sm_90a", cfg, "fp8", "bf16", pair_spec, "nk", True)
+              for cfg in BLOCK_CONFIGS]  # test_gate_up_pair_every_block_config
     with concurrent.futures.ThreadPoolExecutor(len(specs)) as pool:
         list(pool.map(lambda s: code_object_path(s.unit, "sm_90a", s.source()), specs))
 
@@ -219,3 +224,24 @@ def test_every_block_config_pinned(config, scale_a):
         out = fg.gemm_a8(a, fg.preshuffle(w), bias, scale_a=sa, scale_b=sb, epilogue="bias_silu")
     z = gemm_a8_block_reference(a, w, scale_a=sa, scale_b=sb, unrounded=True) + bias.cpu().double()
     check(out, z * torch.sigmoid(z), ONE_ROUNDING, f"{config} splits={splits} scale_a={scale_a}")
+
+
+@pytest.mark.parametrize("config", BLOCK_CONFIGS)
+def test_gate_up_pair_every_block_config(config):
+    """A gate / up pair (silu(gate) * up on the interleaved weight: gate j row 2j, up j row 2j + 1) with the
+    pair-ordered scale_b table (rows 2q, 2q + 1: the gate's and the up's 128-row block q; block_scales.hpp): each
+    128-column tile reads two scale_b values (BlockScaleRows kPairs: even columns the gate's, odd the up's; a swapped
+    tile's thread one of them by its rows' parity). Pinned per config, against the block formula per projection."""
+    from fusedgemm.plan import forced_config
+    from fusedgemm.reference import block_scaled_acc
+    from fusedgemm.runtime.kernels import GEMM_CONFIGS
+
+    cfg = GEMM_CONFIGS[config]
+    m, n, k = (13, 512, 1280) if cfg.swap_ab else (1100, 2560, 1280)  # persistent: more tiles than SMs
+    a, w, sa, sb = problem(m, n, k, seed=7 + len(config))
+    with forced_config(config, 1), poisoned_outputs():
+        out = fg.gemm_a8(a, fg.preshuffle(w), scale_a=sa, scale_b=sb, epilogue=PAIR_EXPR)
+    a64, w64, sa64, sb64 = (t.cpu() for t in (a, w, sa, sb))
+    gate = block_scaled_acc(a64, w64[0::2], sa64, sb64[0::2])
+    up = block_scaled_acc(a64, w64[1::2], sa64, sb64[1::2])
+    check(out, torch.nn.functional.silu(gate) * up, ONE_ROUNDING, f"{config} gate / up pair")

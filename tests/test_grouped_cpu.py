@@ -227,15 +227,3 @@ def test_a8_block_scales_reference():
     with pytest.raises(TypeError, match="block scales are for fp8"):
         fg.grouped_gemm_a8(x8.view(torch.int8), fg.preshuffle(w8.view(torch.int8)), scale_a=sa, offs=offs)
 
-
-def test_sm90_refuses_a_block_scaled_gate_up_pair(monkeypatch):
-    """sm_90a's block-scaled kernels read one scale_b per 128-column tile; a gate / up pair's tile needs two (the
-    gate's block and the up's): a clear error before any launch, never the wrong scale."""
-    import fusedgemm.grouped as grouped
-
-    monkeypatch.setattr(grouped, "arch_of", lambda *_args: "sm_90a")
-    fp8 = torch.float8_e4m3fn
-    x, w13 = torch.randn(10, 320).to(fp8), torch.randn(3, 512, 320).to(fp8)
-    offs = torch.tensor([3, 3, 10], dtype=torch.int32)
-    with pytest.raises(ValueError, match="gate / up pair with a block scale_b runs on gfx942 / gfx950"):
-        fg.grouped_swiglu(x, w13, offs=offs, scale_a=torch.rand(10, 3) + 0.5, scale_b=torch.rand(3, 4, 3) + 0.5)

@@ -197,14 +197,10 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
     if blocks is not None:
         _blockscale.check_block_placement(blocks, device, check_ptr)
         _blockscale.check_block_arch(blocks, arch)
-        if blocks.b is not None and n_out != n:  # a gate / up pair: the table is pair-ordered (block_scales.hpp)
-            if n % 256:
-                raise ValueError(f"gemm_a8: the block scale_b of a gate / up pair is pair-ordered per 128 gate / up "
-                                 f"rows (rows 2q, 2q + 1: the gate's and the up's block q): N must be a multiple of "
-                                 f"256, got N={n}")
-            if arch == "sm_90a":
-                raise ValueError("gemm_a8: a gate / up pair with a block scale_b runs on gfx942 / gfx950 and CPU "
-                                 "tensors; sm_90a's block-scaled kernels take one scale per 128 columns")
+        if blocks.b is not None and n_out != n and n % 256:  # a gate / up pair: the table is pair-ordered
+            raise ValueError(f"gemm_a8: the block scale_b of a gate / up pair is pair-ordered per 128 gate / up "
+                             f"rows (rows 2q, 2q + 1: the gate's and the up's block q; block_scales.hpp): N must be a "
+                             f"multiple of 256, got N={n}")
     common = dict(in_kind=in_kind, m=m, n=n, n_out=n_out, k=k, arch=arch, out_dtype=out_dtype, blocks=blocks)
     if uses_bias is None:  # an epilogue expression
         binding = _bind_epilogue(epilogue, operands, m, n_out, device)

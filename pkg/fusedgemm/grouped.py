@@ -363,10 +363,6 @@ def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scal
             raise ValueError(f"{op}: epilogue {epilogue!r} {why}")
         expr, ops = _scaled_expression(op, act, scale_a, scale_b, bias, groups, n)
     arch = arch_of(op, x.device, None)
-    if arch == "sm_90a" and blocks is not None and blocks[1] is not None and _epi.is_paired(expr):
-        raise ValueError(f"{op}: a gate / up pair with a block scale_b runs on gfx942 / gfx950 and CPU tensors; "
-                         "sm_90a's block-scaled kernels take one scale_b per 128-column tile (the pair's tile needs "
-                         "the gate's and the up's). There: the gate and up projections as two block-scaled calls")
     if x.dtype != torch.int8 and arch != "cpu" and x.dtype != FP8_DTYPE_FOR_ARCH[arch]:
         raise TypeError(f"{op}: {arch} needs fp8 as {FP8_DTYPE_FOR_ARCH[arch]}, got {x.dtype}")
     if out_group is None:

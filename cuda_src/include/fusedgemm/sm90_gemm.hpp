@@ -312,8 +312,9 @@ FG_DEVICE void sm90_gemm_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-majo
     // read the next group's, and are not stored).
     BlockScaleArgs own = bs;
     if (kGrouped && own.b != nullptr) own.b += static_cast<i64>(group) * ((N + 127) / 128) * own.k_blocks;
+    const auto scales = block_scale_rows<kRows, Cfg::kSwapAB, Epi::kPairs>(own, M, rows0, n0, ct, warp, kb_begin, ring);
     consumer_mainloop<In, Cfg>(acc, 0, kb_count, stage_a, stage_b, full, empty, sm90::warp_uniform(warp >> 2), lane,
-                               block_scale_rows<kRows, Cfg::kSwapAB>(own, M, rows0, n0, ct, warp, kb_begin, ring));
+                               scales);
   } else
     consumer_mainloop<In, Cfg>(acc, 0, kb_count, stage_a, stage_b, full, empty,
                                sm90::warp_uniform(warp >> 2), lane);

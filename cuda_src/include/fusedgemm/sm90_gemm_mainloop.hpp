@@ -97,10 +97,11 @@ FG_DEVICE void split_tf32_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* s
 // caller). Block i is the CTA's g0 + i-th: the ring's stage and phase follow that count, so a persistent CTA's
 // tiles continue one sequence. Cfg::kBlockScaled (fp8): block i's partial tile is promoted times its block scales,
 // its scales read from the scale ring (BlockScaleRows: copied two K blocks ahead).
-template <class In, class Cfg, class Acc, int kAcc, int kScaleRows = 2>
+template <class In, class Cfg, class Acc, int kAcc, int kScaleRows = 2, bool kScalePairs = false>
 FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* stage_a, u8* stage_b,
                                  sm90::u64* full, sm90::u64* empty, int wg, int lane,
-                                 const BlockScaleRows<kScaleRows, Cfg::kSwapAB>& scales = {}) {
+                                 const BlockScaleRows<kScaleRows, Cfg::kSwapAB, kScalePairs>& scales = {}) {
+  using Scales = BlockScaleRows<kScaleRows, Cfg::kSwapAB, kScalePairs>;
   if constexpr (InTraits<In>::kSplitTf32) {
     split_tf32_mainloop<In, Cfg>(acc, g0, kb_count, stage_a, stage_b, full, empty, wg, lane);
     return;
@@ -202,12 +203,13 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
       for (int j = 0; j < kAcc; ++j) acc[j] += p[j];
     };
     // Block-scaled: the scales of the blocks in part0 / part1, and the promotion times them.
-    float scale0[kScaleRows], scale1[kScaleRows];
+    float scale0[Scales::kValues], scale1[Scales::kValues];
     if constexpr (Cfg::kBlockScaled) scales.start(kb_count);
-    auto promote_scaled = [&](Acc(&p)[kAcc], const float(&sc)[kScaleRows]) {
+    auto promote_scaled = [&](Acc(&p)[kAcc], const float(&sc)[Scales::kValues]) {
       sm90::fence_regs(p);
 #pragma unroll
-      for (int j = 0; j < kAcc; ++j) acc[j] = fmaf(p[j], sc[block_scale_slot<Cfg::kSwapAB, kAccPerMma>(j)], acc[j]);
+      for (int j = 0; j < kAcc; ++j)
+        acc[j] = fmaf(p[j], sc[block_scale_slot<Cfg::kSwapAB, kAccPerMma, kScalePairs>(j)], acc[j]);
     };
     // Blocks i .. i + count - 1 (count: an integral_constant), unrolled; nothing is in flight after it.
     auto run_blocks = [&](auto count, int i) {
@@ -281,7 +283,7 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
     for (int i = 0; i < kb_count; ++i) {
       sm90::fence_regs(part);
       issue(i, part, false);
-      float sc[kScaleRows];  // block-scaled: block i's scales
+      float sc[Scales::kValues];  // block-scaled: block i's scales
       if constexpr (Cfg::kBlockScaled) scales.take(i, kb_count, sc);
       sm90::wgmma_wait<0>();
       sm90::fence_regs(part);
@@ -289,7 +291,7 @@ FG_DEVICE void consumer_mainloop(Acc (&acc)[kAcc], int g0, int kb_count, u8* sta
       if constexpr (Cfg::kBlockScaled) {
 #pragma unroll
         for (int j = 0; j < kAcc; ++j)
-          acc[j] = fmaf(part[j], sc[block_scale_slot<Cfg::kSwapAB, kAccPerMma>(j)], acc[j]);
+          acc[j] = fmaf(part[j], sc[block_scale_slot<Cfg::kSwapAB, kAccPerMma, kScalePairs>(j)], acc[j]);
       } else {
 #pragma unroll
         for (int j = 0; j < kAcc; ++j) acc[j] += part[j];

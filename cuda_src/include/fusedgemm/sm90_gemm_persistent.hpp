@@ -346,9 +346,9 @@ FG_DEVICE void sm90_gemm_persistent(const sm90::TmaDesc& a_map, const sm90::TmaD
       persistent_tile<In, Cfg>(persistent_first<Cfg>() + it * step, num_n, num_m, N, K, m_block, n_block);
       consumer_mainloop<In, Cfg>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty,
                                  sm90::warp_uniform(warp >> 2), lane,
-                                 block_scale_rows<2, false>(bs, M, m_block * Cfg::kBlockM + 16 * warp,
-                                                            n_block * Cfg::kBlockN, tid & 127, warp, 0,
-                                                            sm90::smem_addr(stage_a) + Cfg::kScaleRingOffset));
+                                 block_scale_rows<2, false, Epi::kPairs>(
+                                     bs, M, m_block * Cfg::kBlockM + 16 * warp, n_block * Cfg::kBlockN, tid & 127,
+                                     warp, 0, sm90::smem_addr(stage_a) + Cfg::kScaleRingOffset));
     } else {
       consumer_mainloop<In, Cfg>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty,
                                  sm90::warp_uniform(warp >> 2), lane);

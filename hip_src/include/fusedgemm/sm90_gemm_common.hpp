@@ -200,15 +200,23 @@ struct BlockScaled<WgmmaConfig<Tile>> : WgmmaConfig<BlockScaledTile<Tile>> {
 // writing a register: scales loaded into registers, at any prefetch distance, stalled the consumers at the next
 // block's fence on their global latency (the largest stall of the block-scaled kernels in Nsight Compute).
 // Rows outside M or a side without scales hold 1 (written once, never copied).
-template <int kRows, bool kSwapped>
+// kPairs: a gate / up pair's interleaved weight (a paired epilogue), whose 128-column tile holds 64 gate and 64 up
+// columns: scale_b's pair-ordered table (block_scales.hpp scale_b_row) gives the tile two values, rows 2q and
+// 2q + 1 (q = n0 / 256), copied by lanes 16 and 17. Unswapped, a thread's even columns take the first and its odd
+// ones the second (kValues: 2 per row, block_scale_slot); swapped, a thread's weight rows have one parity, (lane /
+// 4) & 1, so it reads that one.
+template <int kRows, bool kSwapped, bool kPairs = false>
 struct BlockScaleRows {
   static constexpr int kSlots = kScaleRingSlots, kSlotBytes = 4 * kScaleRingSlotFloats;
   static constexpr int kAhead = kSlots - 1;  // blocks copied ahead of the one read
-  const float* src = nullptr;  // this lane's value of the CTA's first K block; null: none (lanes 17-31 too)
+  static constexpr int kBValues = kPairs && !kSwapped ? 2 : 1;  // scale_b values a thread reads
+  static constexpr int kValues = kRows * kBValues;              // a thread's products per K block
+  static_assert(17 < kScaleRingSlotFloats, "a slot holds 16 scale_a rows and two scale_b values");
+  const float* src = nullptr;  // this lane's value of the CTA's first K block; null: none (lanes 17/18-31 too)
   u32 dst = 0;                 // its place in slot 0 (shared address)
   u32 read = 0;                // this thread's first value in slot 0
-  u32 b_read = 0;              // scale_b's value in slot 0
-  bool copier = false;         // lanes 0-16: their value is copied, or is 1
+  u32 b_read = 0;              // scale_b's (first) value in slot 0
+  bool copier = false;         // lanes 0-16 (pairs: 0-17): their value is copied, or is 1
   // Value r of this thread (row slot r; block_scale_slot) at `read` + 4 offset(r).
   FG_DEVICE static constexpr int offset(int r) { return kSwapped ? 8 * (r >> 1) + (r & 1) : 8 * r; }
   FG_DEVICE void copy(int i, int kb_count) const {  // K block i's values into slot i % kSlots: one copy group
@@ -227,13 +235,20 @@ struct BlockScaleRows {
   // After block j's wgmmas are issued: block j's scales into s, and block j + kAhead's copies into the slot of
   // block j - 1 (every lane of the warp has read it: each passed block j's wgmma fence since, which waits for the
   // read).
-  FG_DEVICE void take(int j, int kb_count, float (&s)[kRows]) const {
+  // s[r * kBValues + p]: row value r times scale_b value p.
+  FG_DEVICE void take(int j, int kb_count, float (&s)[kValues]) const {
     sm90::cp_async_wait<kAhead - 1>();  // block j's group (only the kAhead - 1 after it may still be in flight)
     __syncwarp();
     const u32 slot = (j & (kSlots - 1)) * kSlotBytes;
-    const float b = sm90::ld_shared_f32(b_read + slot);
+    float b[kBValues];
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) s[r] = sm90::ld_shared_f32(read + slot + 4 * offset(r)) * b;
+    for (int p = 0; p < kBValues; ++p) b[p] = sm90::ld_shared_f32(b_read + slot + 4 * p);
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      const float a = sm90::ld_shared_f32(read + slot + 4 * offset(r));
+#pragma unroll
+      for (int p = 0; p < kBValues; ++p) s[r * kBValues + p] = a * b[p];
+    }
     copy(j + kAhead, kb_count);
   }
 };
@@ -307,26 +322,30 @@ FG_DEVICE int acc_col(int t, int j) { return 8 * (j >> 2) + 2 * (t & 3) + (j & 1
 // The block scales of consumer thread t (within its warpgroup; warp: its consumer warp in the CTA) of rows row0 ..
 // row0 + 15 (unswapped: its warp's 16 rows, wg_row0 + 16 (t / 32) on; swapped: the tile's) in the tile at column n0,
 // from K block kb0 on; ring: the kernel's scale ring (shared address).
-template <int kRows, bool kSwapped>
-FG_DEVICE BlockScaleRows<kRows, kSwapped> block_scale_rows(const BlockScaleArgs& bs, int M, int row0, int n0, int t,
-                                                          int warp, int kb0, u32 ring) {
-  BlockScaleRows<kRows, kSwapped> r;
+template <int kRows, bool kSwapped, bool kPairs = false>
+FG_DEVICE BlockScaleRows<kRows, kSwapped, kPairs> block_scale_rows(const BlockScaleArgs& bs, int M, int row0, int n0,
+                                                                  int t, int warp, int kb0, u32 ring) {
+  BlockScaleRows<kRows, kSwapped, kPairs> r;
   const int lane = t & 31;
   const u32 slots = ring + static_cast<u32>(warp * kScaleRingWarpBytes);
   r.dst = slots + 4 * lane;
   r.read = slots + 4 * (kSwapped ? 2 * (lane & 3) : lane >> 2);
-  r.b_read = slots + 4 * 16;
-  r.copier = lane <= 16;
+  r.b_read = slots + 4 * (16 + (kPairs && kSwapped ? (lane >> 2) & 1 : 0));
+  r.copier = lane <= (kPairs ? 17 : 16);
   if (lane < 16 && bs.a != nullptr && row0 + lane < M) r.src = bs.a + static_cast<i64>(row0 + lane) * bs.k_blocks + kb0;
-  if (lane == 16 && bs.b != nullptr) r.src = bs.b + static_cast<i64>(n0 / 128) * bs.k_blocks + kb0;
+  if (lane >= 16 && r.copier && bs.b != nullptr) {
+    const int row = kPairs ? ((n0 >> 8) << 1) + (lane - 16) : n0 / 128;  // scale_b_row of the tile's columns
+    r.src = bs.b + static_cast<i64>(row) * bs.k_blocks + kb0;
+  }
   return r;
 }
 
 // The slot (BlockScaleRows) of accumulator j's activation row: unswapped, its row acc_row(t, j) is row0 + 8 ((j >> 1)
 // & 1); swapped, column acc_col(t, e) of D fragment j / kAccPerMma, e = j % kAccPerMma (SwappedOperands::row_slot).
-template <bool kSwapAB, int kAccPerMma>
+// Unswapped pairs: times kBValues, plus the parity of its column acc_col(t, j), j & 1 (gate even, up odd).
+template <bool kSwapAB, int kAccPerMma, bool kPairs = false>
 FG_DEVICE constexpr int block_scale_slot(int j) {
-  return kSwapAB ? (j & 1) | ((j % kAccPerMma) >> 2 << 1) : (j >> 1) & 1;
+  return kSwapAB ? (j & 1) | ((j % kAccPerMma) >> 2 << 1) : kPairs ? (((j >> 1) & 1) << 1) | (j & 1) : (j >> 1) & 1;
 }
 
 // Element (row, col) of a shared-memory fp32 tile of kWidth-word rows that the consumers write in the fragment layout

@@ -91,6 +91,38 @@ def test_paths_agree_with_each_other_and_with_fusedgemm(layout, dtype, stage):
         assert moe.rel_err(other(), ref, counts, layout) < 1e-2
 
 
+@pytest.mark.parametrize("layout", ["offs", "masked"])
+@pytest.mark.parametrize("stage", ["gate_up", "down"])
+def test_fp8block_scales_and_the_fused_path(layout, stage):
+    """fp8block: x with 1 x 128 scales, each expert's weight with 128 x 128 ones (gate_up: the gate's blocks, then
+    the up's); the fused path against the block formula per expert (the loop needs torch's GPU block GEMM)."""
+    from fusedgemm.reference import block_scaled_acc
+
+    model = dict(hidden=256, inter=128, experts=4, topk=2)
+    counts = [0, 10, 3, 11]
+    W = moe.make_weights(fg, model, "fp8block", DEVICE)[stage]
+    kb = -(-W["k"] // 128)
+    assert W["sb"].shape == (4, W["n"] // 128, kb)
+    inp = moe.stage_inputs(fg, W, counts, layout, "fp8block", DEVICE)
+    assert inp["sa"].shape == (*inp["x8"].shape[:-1], kb)
+    y = moe.stage_paths(fg, stage, "fp8block", layout, W, inp, moe.probe_baselines(DEVICE, torch.float8_e4m3fn))["fg"]()
+    x8, sa = inp["x8"].reshape(-1, W["k"]), inp["sa"].reshape(-1, kb)
+    want, r0 = [], 0
+    for e, c in enumerate(counts):
+        lo = e * inp["mmax"] if layout == "masked" else r0
+        rows = slice(lo, lo + c)
+        if stage == "gate_up":
+            i = W["n"] // 2
+            gate = block_scaled_acc(x8[rows], W["w8"][e, :i], sa[rows], W["sb"][e, :i // 128])
+            up = block_scaled_acc(x8[rows], W["w8"][e, i:], sa[rows], W["sb"][e, i // 128:])
+            want.append(torch.nn.functional.silu(gate) * up)
+        else:
+            want.append(block_scaled_acc(x8[rows], W["w8"][e], sa[rows], W["sb"][e]))
+        r0 += c
+    got = moe.valid_rows(y, counts, layout)
+    assert moe.rel_err(got, torch.cat(want).to(got.dtype), counts, "offs") < 1e-2
+
+
 def test_valid_rows_of_the_masked_layout():
     y = torch.arange(2 * 3 * 1.0).reshape(2, 3, 1)
     assert moe.valid_rows(y, [1, 2], "masked").flatten().tolist() == [0.0, 3.0, 4.0]

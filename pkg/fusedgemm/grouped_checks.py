@@ -134,7 +134,8 @@ def flat_operands(op: str, expr, operands: dict, layout: GroupLayout, n_out: int
                 raise ValueError(f"{op}: n_vec({name}) must be [G={g}, N={n_out}] (per expert) or [N={n_out}], got "
                                  f"{list(shape)}")
         elif kind == "m_vec":
-            if v.numel() != layout.m or not (v.dim() == 1 or shape in (layout.lead, (layout.m, 1))):
+            # (a trailing 1: a K <= 128 call's 1 x 128 scale_a, one block per row, is this per-row scale)
+            if v.numel() != layout.m or not (v.dim() == 1 or shape in (layout.lead, (layout.m, 1), (*layout.lead, 1))):
                 raise ValueError(f"{op}: m_vec({name}) must be {list(layout.lead)} (one value per row of x), got "
                                  f"{list(shape)}")
             out[name] = v.reshape(layout.m)

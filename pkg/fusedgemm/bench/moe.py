@@ -9,10 +9,15 @@ gate_up ([M, hidden] -> [M, I], SwiGLU) and down ([M, I] -> [M, hidden]); M = to
 fg      fusedgemm's grouped op (bf16: grouped_swiglu / grouped_matmul; fp8: fp8 x with per-token scale_a and
         per-channel scale_b, gate_up through grouped_swiglu (its weight interleaved and preshuffled on the first,
         untimed call, then cached), down through grouped_gemm_a8 with fg.preshuffle(w8))
+        fp8block: DeepSeek-style block scales, x 1 x 128 per row (quantize_rows group=128), each expert's weight
+        128 x 128 (quantize_weight block=128), the same calls
 gm      torch._grouped_mm (bf16) / torch._scaled_grouped_mm (fp8, row-wise scales) alone: the grouped GEMM with
-        no epilogue (for gate_up: the [M, 2I] product, SwiGLU not applied)
+        no epilogue (for gate_up: the [M, 2I] product, SwiGLU not applied); fp8block: torch has no block-scaled
+        grouped GEMM, so gm is _scaled_grouped_mm at the same shape with row-wise scales (a speed bar, not a
+        reference: fp8block rows are checked against the loop only)
 gm+act  gm, then F.silu(gate) * up as torch ops (gate_up only)
-loop    a Python loop over the experts with rows: F.linear (bf16) / torch._scaled_mm (fp8) per expert, + SwiGLU;
+loop    a Python loop over the experts with rows: F.linear (bf16) / torch._scaled_mm (fp8; fp8block: its block-scaled
+        form, bench/gemm_a8.py torch_block_mm) per expert, + SwiGLU;
         the row ranges are precomputed on the host (a real loop would also sync for them: this favours the loop)
 floor   decode token counts (<= 64) only: bytes of the routed (active) experts' weights / the device-to-device
         copy bandwidth measured in this run; fg/floor = fg time / floor
@@ -49,12 +54,13 @@ QUICK_MODEL = dict(hidden=256, inter=128, experts=8, topk=2)  # --quick: seconds
 TOKENS = [1, 16, 64, 256, 1024, 4096, 16384]
 # Defaults sized for about 5 minutes on one H200 (3 models x 4 token counts x 2 routings x 2 dtypes), an estimate.
 DEFAULT_TOKENS = [1, 64, 1024, 4096]
-DTYPES = ("bf16", "fp8")
+DTYPES = ("bf16", "fp8", "fp8block")
+DEFAULT_DTYPES = ("bf16", "fp8")
 DECODE_MAX = 64  # token counts that get the weight-streaming floor: there the routed weights' bytes bound time
 CHECK_ROWS = 512
 # Loose sanity bounds on rel err vs the loop: bf16 is a few 2^-8 roundings apart; fp8 paths share the quantized
 # inputs and differ by accumulation order and one bf16 rounding. A kernel bug lands far above either.
-SANITY = {"bf16": 0.05, "fp8": 0.1}
+SANITY = {"bf16": 0.05, "fp8": 0.1, "fp8block": 0.1}
 MASKED_MAX_BYTES = 4 << 30  # the masked layout pads every expert to Mmax rows; past this the case is skipped
 PATHS = ("gm", "gm_act", "loop")
 LABELS = {"gm": "gm", "gm_act": "gm+act", "loop": "loop"}
@@ -117,7 +123,9 @@ def swiglu_torch(y: torch.Tensor) -> torch.Tensor:
 
 def make_weights(fg, model: dict, dtype: str, device: str, seed: int = 0) -> dict:
     """Per stage: w [G, N, K] bf16 (~N(0, 1/K): outputs ~N(0, 1)), or for fp8 its per-channel quantization w8,
-    scale_b [G, N] and (down) fg.preshuffle(w8). The bf16 weight is dropped for fp8: DeepSeek-V3 holds 22 GB of it."""
+    scale_b [G, N] and (down) fg.preshuffle(w8); fp8block: 128 x 128 blocks, scale_b [G, N / 128, K / 128] (gate_up:
+    the gate's blocks then the up's, as grouped_swiglu takes them). The bf16 weight is dropped for the 8-bit kinds:
+    DeepSeek-V3 holds 22 GB of it."""
     torch.manual_seed(seed)
     g, h, i = model["experts"], model["hidden"], model["inter"]
     out = {}
@@ -126,10 +134,11 @@ def make_weights(fg, model: dict, dtype: str, device: str, seed: int = 0) -> dic
         if dtype == "bf16":
             out[stage] = dict(w=w, n=n, k=k)
             continue
-        w8, sb = fg.quantize_weight(w.reshape(g * n, k), "fp8")  # rows are independent: one call for all experts
+        block = 128 if dtype == "fp8block" else None  # (N % 128 == 0: an expert's row blocks are its own)
+        w8, sb = fg.quantize_weight(w.reshape(g * n, k), "fp8", block=block)  # one call for all experts
         del w
         w8 = w8.reshape(g, n, k)
-        out[stage] = dict(w8=w8, sb=sb.reshape(g, n), n=n, k=k)
+        out[stage] = dict(w8=w8, sb=sb.reshape(g, n) if block is None else sb.reshape(g, n // 128, -1), n=n, k=k)
         if stage == "down":  # grouped_swiglu takes the plain 8-bit gate_up and caches its interleaved, preshuffled copy
             out[stage]["wq"] = fg.preshuffle(w8)
     return out
@@ -150,9 +159,11 @@ def stage_inputs(fg, stage_w: dict, counts: list[int], layout: str, dtype: str, 
         for e, cnt in enumerate(counts):
             x[e, :cnt] = torch.randn(cnt, k, device=device, dtype=torch.bfloat16)
         inp.update(x=x, masked_m=c, expected_m=max(1, -(-m // g)), mmax=mmax)
-    if dtype == "fp8":
-        x8, sa = fg.quantize_rows(x.reshape(-1, k), "fp8")
-        inp.update(x8=x8.reshape(x.shape), sa=sa.reshape(x.shape[:-1]))
+    if dtype != "bf16":
+        group = 128 if dtype == "fp8block" else None
+        x8, sa = fg.quantize_rows(x.reshape(-1, k), "fp8", group=group)
+        lead = x.shape[:-1]
+        inp.update(x8=x8.reshape(x.shape), sa=sa.reshape(lead) if group is None else sa.reshape(*lead, -1))
     return inp
 
 
@@ -184,11 +195,28 @@ def stage_paths(fg, stage: str, dtype: str, layout: str, W: dict, inp: dict, hav
             ours = lambda: fg.grouped_swiglu(x8, w8, **kw)  # noqa: E731
         else:
             ours = lambda: fg.grouped_gemm_a8(x8, W["wq"], **kw)  # noqa: E731
-        gm = (lambda: torch._scaled_grouped_mm(x8, w8t, sa.reshape(-1) if layout == "offs" else sa, sb,
-                                               offs=inp.get("offs"), out_dtype=torch.bfloat16))
+        block = dtype == "fp8block"
+        gsa = torch.ones(x8.shape[:-1], device=x8.device) if block else sa  # fp8block: a speed bar (docstring)
+        gsb = torch.ones(w8.shape[:-1], device=x8.device) if block else sb
+        gm = (lambda: torch._scaled_grouped_mm(x8, w8t, gsa.reshape(-1) if layout == "offs" else gsa,  # noqa: E731
+                                               gsb, offs=inp.get("offs"), out_dtype=torch.bfloat16))
         have_gm = have.get("torch._scaled_grouped_mm") == "runs here"
+        block_mms = {}  # fp8block: expert e's torch_block_mm callable for its row range (layouts made here, untimed)
+        if block:
+            from .gemm_a8 import torch_block_mm
+
+            for e, s, t in rows:
+                a, s_a = (x8[s:t], sa[s:t]) if layout == "offs" else (x8[e, :t - s], sa[e, :t - s])
+                pad = -(t - s) % 16  # as cuBLAS's fp8 GEMM wants, below too
+                if pad:
+                    a = torch.cat([a, a.new_zeros(pad, a.shape[1])])
+                    s_a = torch.cat([s_a, s_a.new_ones(pad, s_a.shape[1])])
+                block_mms[e] = (torch_block_mm(a, w8[e], s_a, sb[e]), t - s)
 
         def per_expert(e, a, s):
+            if block:
+                mm, m = block_mms[e]
+                return mm()[:m]
             # cuBLAS's fp8 GEMM wants rows in multiples of 16: pad with zero rows, as a caller's loop would
             m = a.shape[0]
             pad = -m % 16
@@ -197,7 +225,7 @@ def stage_paths(fg, stage: str, dtype: str, layout: str, W: dict, inp: dict, hav
                 s = torch.cat([s, s.new_ones(pad)])
             return torch._scaled_mm(a, w8[e].T, scale_a=s[:, None], scale_b=sb[e][None, :],
                                     out_dtype=torch.bfloat16)[:m]
-        loop_ok = have.get("torch._scaled_mm") == "runs here"
+        loop_ok = have.get("torch._scaled_mm") == "runs here" and all(mm for mm, _m in block_mms.values())
 
     def loop():
         if layout == "offs":
@@ -246,7 +274,8 @@ def measure_stage(fg, timer, args, device, stage, dtype, W, inp, have, bw, token
         row.update(check="ERROR", error=error_line(exc))
         return row
     row["check"] = "unchecked"  # until a reference runs here
-    for ref_path in ("loop", "gm_act" if stage == "gate_up" else "gm"):
+    refs = ("loop",) if dtype == "fp8block" else ("loop", "gm_act" if stage == "gate_up" else "gm")
+    for ref_path in refs:
         if paths.get(ref_path) is None:
             continue
         try:  # a baseline that cannot run this shape (cuBLASLt refuses some fp8 ones) is reported, not fatal
@@ -269,7 +298,8 @@ def measure_stage(fg, timer, args, device, stage, dtype, W, inp, have, bw, token
     if tokens <= DECODE_MAX and row.get("fg_us"):
         active = sum(1 for c in inp["counts"] if c)
         elem = 2 if dtype == "bf16" else 1
-        nbytes = active * W["n"] * (W["k"] * elem + (4 if dtype == "fp8" else 0))  # weights (+ fp8 scale_b)
+        scales = {"fp8": 4, "fp8block": 4 * -(-W["k"] // 128) / 128}.get(dtype, 0)  # scale_b bytes per row
+        nbytes = active * W["n"] * (W["k"] * elem + scales)  # weights and their scale_b
         row["floor_us"] = nbytes / (bw * 1e9) * 1e6
         row["floor_ratio"] = row["fg_us"] / row["floor_us"]
         if row.get("fg_kus"):
@@ -290,7 +320,7 @@ def table_summary(rows: list[dict]) -> dict:
 def _parser():
     def dtype_choice(text):
         try:
-            short = dtype_name(text)
+            short = text if text == "fp8block" else dtype_name(text)
         except ValueError:
             short = None
         if short not in DTYPES:
@@ -309,9 +339,11 @@ def _parser():
                    help="expert choice per token: uniform, or skewed (Zipf-like popularity; see --zipf); default both")
     p.add_argument("--zipf", type=float, default=1.2,
                    help="exponent s of the skewed popularity 1 / rank^s (default 1.2)")
-    p.add_argument("--dtype", type=dtype_choice, nargs="+", default=list(DTYPES), metavar="{bf16,fp8}",
+    p.add_argument("--dtype", type=dtype_choice, nargs="+", default=list(DEFAULT_DTYPES),
+                   metavar="{bf16,fp8,fp8block}",
                    help="input dtypes, one table each per model: bf16 (also bfloat16), fp8 (e4m3: per-token x, "
-                        "per-channel weight scales; the device's variant); default both")
+                        "per-channel weight scales; the device's variant), fp8block (DeepSeek-style 1 x 128 / "
+                        "128 x 128 block scales); default bf16 fp8")
     p.add_argument("--layout", choices=["offs", "masked"], default="offs",
                    help="offs: rows of all experts packed [M, K] with cumulative offsets (default); masked: "
                         "[G, Mmax, K] with masked_m rows valid per expert (DeepEP low-latency style)")
@@ -397,7 +429,8 @@ def run(argv=None) -> int:
                         torch.cuda.empty_cache()
             del weights
             rows += table
-            gm_op = "torch._grouped_mm" if dtype == "bf16" else "torch._scaled_grouped_mm"
+            gm_op = {"bf16": "torch._grouped_mm", "fp8": "torch._scaled_grouped_mm",
+                     "fp8block": "torch._scaled_grouped_mm with row-wise scales (torch has no block-scaled one)"}[dtype]
             print(f"\n{mname} (hidden {model['hidden']}, I {model['inter']}, {model['experts']} experts, "
                   f"top-{model['topk']})  {dtype}; gm = {gm_op}")
             cols = [("tokens", "tokens", "d"), ("routing", "routing", "s"), ("stage", "stage", "s"),

@@ -82,13 +82,11 @@ def test_block_scaled(arch, seed):
     assert _rel(y, ref) < 1e-6
 
 
-# KNOWN (open): the emulator's loader cannot take gfx950's grouped block-scaled whole-K kernel: the listing it
-# re-assembles differs from the code object from a branch on (LoadError "the listing is not this code object"); the
-# code object itself builds clean (tests/test_build_cdna_whole_k.py). A fix shows as an XPASS.
-@pytest.mark.parametrize("arch", [ARCHES[0], pytest.param(ARCHES[1], marks=pytest.mark.xfail(
-    strict=True, reason="emulator loader: re-assembled listing differs from the object (gfx950)"))])
+@pytest.mark.parametrize("arch", ARCHES)
 def test_grouped_block_scaled(arch, seed):
-    """grouped_gemm_a8 with block scales, ragged groups, K of 2 blocks, on the whole-K kernel."""
+    """grouped_gemm_a8 with block scales, ragged groups, K of 2 blocks, on the whole-K kernel. On gfx950 the kernel
+    keeps values in AGPRs across its loop (`v_accvgpr_write_b32 ... ;  Reload Reuse` lines in its listing), which
+    the loader's listing decoding once dropped (tests/test_emulator_loader_comments.py)."""
     torch.manual_seed(seed)
     sizes, n, k = (5, 0, 130, 1), 144, 256
     offs = torch.tensor(sizes).cumsum(0).to(torch.int32)

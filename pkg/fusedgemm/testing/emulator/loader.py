@@ -190,7 +190,11 @@ def parse_instruction_text(text: str) -> tuple[str, list[str], list[str]]:
     return mnemonic, operands, modifiers
 
 
-_ENC = re.compile(r"^\s*(?P<inst>[a-z_][\w.]*(?:\s[^;]*)?)\s*;\s*encoding:\s*\[(?P<bytes>[^\]]*)\]")
+# An instruction line of `-show-encoding` output. The instruction ends at the first ';' (AMDGPU's comment string);
+# the source line's own comment, when it has one, comes before "; encoding:" and is skipped -- the register
+# allocator's spill / copy comments ("v_accvgpr_write_b32 a1, v2 ;  Reload Reuse ; encoding: [...]") must not
+# hide the instruction (decode_listing also refuses any encoding line this does not match).
+_ENC = re.compile(r"^\s*(?P<inst>[a-z_][\w.]*(?:\s[^;]*)?)\s*(?:;.*?)?;\s*encoding:\s*\[(?P<bytes>[^\]]*)\]")
 _LABEL = re.compile(r"^(?P<label>[.\w$]+):")
 _FIXUP = re.compile(r"fixup (?P<tag>\w) - offset: (?P<off>\d+), value: (?P<value>[^,]+), kind: (?P<kind>\w+)")
 
@@ -241,6 +245,10 @@ def decode_listing(enc_text: str, name: str) -> list[Instr]:
             instrs.append(ins)
             pc += len(enc)
             continue
+        if "encoding:" in line:
+            # An instruction the pattern above misses would shift every pc after it (and show only as a branch
+            # mismatch far from the cause): refuse it here, by name.
+            raise LoadError(f"{name}: cannot parse the assembler's encoding line {line.strip()!r}")
         m = _FIXUP.search(line)
         if m and instrs:
             fixups.append((instrs[-1], m.group("value").strip(), m.group("kind")))

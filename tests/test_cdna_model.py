@@ -25,6 +25,15 @@ REGISTER_DIRECT = tuple(c for c in CONFIGS if isinstance(tile_configs.CONFIGS[c]
 LDS_STAGED = tuple(c for c in CONFIGS if isinstance(tile_configs.CONFIGS[c], tile_configs.CdnaTile))
 # the LDS-staged configs' kernels for K filling whole K blocks (no K-edge test in their loads)
 WHOLE_K = tuple(tile_configs.WHOLE_K_PREFIX + c for c in LDS_STAGED)
+BLOCK = "fp8block"  # the model's kind of gemm_a8's block-scaled fp8 kernels (blockscale.py)
+
+
+def _block_kernels():
+    """The block-scaled kernels the AMD plan can launch: every config with one (blockscale.AMD_BLOCK_CONFIGS) and
+    the whole-K-block kernel of the LDS-staged ones."""
+    from fusedgemm.blockscale import AMD_BLOCK_CONFIGS
+
+    return AMD_BLOCK_CONFIGS + tuple(tile_configs.WHOLE_K_PREFIX + c for c in AMD_BLOCK_CONFIGS if c in LDS_STAGED)
 
 
 def _shapes():
@@ -37,7 +46,29 @@ def _shapes():
 
 def test_hot_loop_table_covers_every_arch_config_kind():
     whole = {(a, tile_configs.WHOLE_K_PREFIX + c, k) for a in ARCHES for c, k in SERVED if c in LDS_STAGED}
-    assert {(a, c, k) for a in ARCHES for c, k in SERVED} | whole == set(cm.HOT_LOOPS)
+    block = {(a, c, BLOCK) for a in ARCHES for c in _block_kernels()}
+    assert {(a, c, k) for a in ARCHES for c, k in SERVED} | whole | block == set(cm.HOT_LOOPS)
+    assert set(cdna.CONFIGS) <= set(_block_kernels())  # whatever the plan picks for fp8 has a block-scaled row
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_block_scaled_loops_are_the_fp8_loops_plus_the_scale_work(arch):
+    """A block-scaled loop (portable_gemm.hpp / cdna_gemm.hpp with PortableBlockScaled) has the fp8 loop's MFMAs,
+    data loads, LDS ops and barriers, plus per scale set (each register-direct step; each K block of the LDS-staged
+    loop) one 4-byte scale load per accumulator row of each 16 x 16 tile (4 per tile of M) and per tile of N, and
+    the partial tiles' scaled adds (more VALU). It is never lighter: registers and instructions at least the fp8's."""
+    for kernel in _block_kernels():
+        h, f = cm.HOT_LOOPS[(arch, kernel, BLOCK)], cm.HOT_LOOPS[(arch, kernel, "fp8")]
+        t = tile_configs.CONFIGS[cm.config_of(kernel)]
+        sets = 2 if kernel.removeprefix(tile_configs.WHOLE_K_PREFIX) in LDS_STAGED else t.steps_in_flight
+        scale_loads = sets * (4 * t.tiles_m + t.tiles_n)
+        assert (h.mfma, h.steps, h.prefetch, h.lds_ops, h.lds_bytes, h.barrier, h.lds_kernel_bytes) == (
+            f.mfma, f.steps, f.prefetch, f.lds_ops, f.lds_bytes, f.barrier, f.lds_kernel_bytes), kernel
+        assert h.vmem_loads == f.vmem_loads + scale_loads, kernel
+        assert h.vmem_load_bytes == f.vmem_load_bytes + 64 * 4 * scale_loads, kernel
+        assert h.valu > f.valu and h.instructions > f.instructions and h.vgpr_alloc() >= f.vgpr_alloc(), kernel
+        assert cm.kernel_of(arch, cm.config_of(kernel), BLOCK, 4096) == cm.kernel_of(arch, cm.config_of(kernel),
+                                                                                     "fp8", 4096)
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -127,9 +158,13 @@ def _amd_build_available():
         pytest.skip(f"no AMD build here ({type(exc).__name__})")
 
 
-FAST = [(a, c, "fp8") for a in ARCHES for c in CONFIGS + WHOLE_K]
+# block-scaled: the kernel the LLM grid's M >= 1024 rows run is re-read by default (two small generated units),
+# the other block-scaled kernels with the slow ones
+FAST_BLOCK = [(a, tile_configs.WHOLE_K_PREFIX + "cdna_lds_128x128", BLOCK) for a in ARCHES]
+FAST = [(a, c, "fp8") for a in ARCHES for c in CONFIGS + WHOLE_K] + FAST_BLOCK
 SLOW = [(a, c, k) for a in ARCHES for c, k in SERVED if k != "fp8"] + [
-    (a, tile_configs.WHOLE_K_PREFIX + c, k) for a in ARCHES for c, k in SERVED if k != "fp8" and c in LDS_STAGED]
+    (a, tile_configs.WHOLE_K_PREFIX + c, k) for a in ARCHES for c, k in SERVED if k != "fp8" and c in LDS_STAGED] + [
+    (a, c, BLOCK) for a in ARCHES for c in _block_kernels() if (a, c, BLOCK) not in FAST_BLOCK]
 
 
 def _reread(arch, config, kind):
@@ -142,7 +177,8 @@ def _reread(arch, config, kind):
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     assert mod.hot_loop(arch, config, kind) == cm.HOT_LOOPS[(arch, config, kind)], \
-        "the code object's hot loop changed: rerun `python tools/probes/cdna_hot_loop.py --table`"
+        "the code object's hot loop changed: rerun `python tools/probes/cdna_hot_loop.py --table > " \
+        "pkg/fusedgemm/plan/cdna_hot_loops.txt`"
 
 
 @pytest.mark.parametrize("arch,config,kind", FAST, ids=["-".join(c) for c in FAST])
@@ -195,8 +231,8 @@ def test_plan_is_deterministic_and_cached():
 
 def test_plan_on_the_llm_grid():
     """What the model picks (docs/perf-notes.md, "AMD ... predicted"): split-K decode tiles up to M = 64,
-    128 x 128 from M = 1024 (the LDS-staged one for the 8-bit and 16-bit kinds); the old M rule where the model has no hot loop
-    (unknown arch -> gfx942's)."""
+    128 x 128 from M = 1024 (the LDS-staged one for the 8-bit and 16-bit kinds); the old M rule where the model has
+    no hot loop (unknown arch -> gfx942's)."""
     for arch in ARCHES:
         for kind in ("fp8", "bf16"):
             for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)):
@@ -328,3 +364,42 @@ def test_bench_predict_columns_beside_a_measurement(capsys):
         with pytest.raises(SystemExit):
             run(["--help"])
         assert "--predict" in capsys.readouterr().out
+
+
+def test_block_scaled_predictions_are_never_below_per_channel():
+    """Block scales cost work (scale loads, scaled adds, registers) and bytes, never nothing: on every config with a
+    block-scaled kernel and every shape, the fp8block prediction is at least the per-channel fp8 one; the MFMA work
+    (and so the fraction of peak's meaning) is the fp8 kernel's; the scales' bytes are in the HBM floor."""
+    for arch in ARCHES:
+        for config in cdna.CONFIGS:
+            for m, n, k in _shapes():
+                b, f = cm.predict(arch, BLOCK, config, m, n, k), cm.predict(arch, "fp8", config, m, n, k)
+                assert b.seconds >= f.seconds, (arch, config, m, n, k, b.bound, f.bound)
+                assert b.fraction_of_peak == pytest.approx(f.fraction_of_peak * f.seconds / b.seconds)
+                assert b.seconds >= cm.hbm_floor(arch, BLOCK, m, n, k) > cm.hbm_floor(arch, "fp8", m, n, k)
+    assert cm.scale_bytes(BLOCK, 100, 300, 1000) == 4 * (100 + 3) * 8 and cm.scale_bytes("fp8", 100, 300, 1000) == 0
+
+
+def test_bench_predict_block_scales_beside_per_channel(capsys):
+    """`bench predict --scales block`: one row per grid shape on the config the block-scaled plan takes (the
+    per-channel fp8 plan: blockscale.block_plan), its per-channel prediction beside it and the ratio (>= 1), the
+    summary's block / per-channel geomean; labelled PREDICTED; refused with the per-channel-only options."""
+    from fusedgemm.bench import predict
+
+    assert predict.run(["--arch", "gfx950", "--scales", "block"]) == 0
+    out = capsys.readouterr().out
+    assert "gfx950 (MI355X) fp8 block-scaled" in out and "PREDICTED, not measured" in out
+    assert "pred block/per-channel" in out and "measured" not in out.replace("not measured", "")
+    rows = predict.rows_for("gfx950", BLOCK)
+    assert len(rows) == len(predict.grid())
+    for r in rows:
+        assert r["config"] == cdna.choose_name(r["M"], r["N"], r["K"], "gfx950", "fp8")
+        want = cm.predict("gfx950", "fp8", r["config"], r["M"], r["N"], r["K"]).seconds * 1e6
+        assert r["channel_us"] == pytest.approx(want) and r["block_x_channel"] >= 1
+    s = predict.summary(rows)
+    assert s["geomean_block_x_channel_m1024"] >= 1 and s["geomean_block_x_channel_decode"] >= 1
+    summary = next(ln for ln in out.splitlines() if ln.startswith("predicted: geomean"))
+    assert "block-scaled / per-channel time geomean" in summary
+    for bad in (["--scales", "block", "--moe"], ["--scales", "block", "--kind", "bf16"]):
+        with pytest.raises(SystemExit):
+            predict.run(bad)

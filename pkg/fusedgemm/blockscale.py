@@ -127,7 +127,8 @@ _NEAREST = {"pair_persistent_128x128": "persistent_128x128", "tile_128x192": "ti
 
 
 # gfx942 / gfx950: every AMD config (PortableBlockScaled in block_scales.hpp), the one the paper model's plan picks for
-# the per-channel call (plan/cdna.py; the scaling's own cost is not in its hot loops yet).
+# the per-channel call (plan/cdna.py; the block-scaled hot loops are modelled as kind fp8block, `bench predict
+# --scales block`, but not yet used to choose the config).
 AMD_BLOCK_CONFIGS = ("portable_16x16_k8", "portable_64x16_k8", "portable_128x128", "cdna_lds_128x128")
 
 

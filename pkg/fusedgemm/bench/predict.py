@@ -5,8 +5,10 @@ TFLOP/s, fraction of the dense MFMA peak, what bounds it (plan/cdna_model.py's t
 (M <= 64) the HBM floor and the ratio to it. --redesign adds the same for the hypothetical LDS-staged kernel of
 issue 41 (cdna_model.redesign: counts written by hand, no such kernel exists). --moe predicts the grouped GEMMs of
 the MoE bench's models instead (cdna_model.predict_grouped; uniform routing, the rows spread evenly over the
-experts). Runs on any machine; with no --arch it takes the GPU's arch when torch sees an AMD one, else both gfx942
-and gfx950.
+experts). --scales block predicts gemm_a8's block-scaled fp8 (1 x 128 / 128 x 128 scales; the kind fp8block: the
+block-scaled kernels' own hot loops) on the config its plan takes (blockscale.block_plan: the per-channel fp8 plan),
+beside the per-channel fp8 prediction of the same shape and config and their ratio. Runs on any machine; with no
+--arch it takes the GPU's arch when torch sees an AMD one, else both gfx942 and gfx950.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from ..plan import cdna, cdna_model
 SQUARE = [1024, 2048, 4096, 8192, 16384]
 DECODE_MAX_M = 64
 REDESIGN_BLOCKS = ("256x256", "256x128", "128x128")
+BLOCK_KIND = "fp8block"  # cdna_model's kind of the block-scaled fp8 kernels
 
 
 def grid() -> list[tuple[str, int, int, int]]:
@@ -46,15 +49,21 @@ def redesign_best(arch: str, kind: str, m: int, n: int, k: int, l1=None) -> cdna
 
 
 def rows_for(arch: str, kind: str, with_redesign: bool = False, l1=None) -> list[dict]:
+    """One row per grid() shape. A block kind (fp8block) runs on the config of its plan, the per-channel kind's
+    (blockscale.block_plan), and its row carries that kind's prediction on the same config and the ratio."""
+    plan_kind = cdna_model.base_kind(kind)
     out = []
     for shape, m, n, k in grid():
-        name = cdna.choose_name(m, n, k, arch, kind) if l1 is None else min(
-            cdna.candidates(arch, kind),
-            key=lambda c: cdna_model.predict(arch, kind, c, m, n, k, l1_bytes_clk=l1).seconds)
+        name = cdna.choose_name(m, n, k, arch, plan_kind) if l1 is None else min(
+            cdna.candidates(arch, plan_kind),
+            key=lambda c: cdna_model.predict(arch, plan_kind, c, m, n, k, l1_bytes_clk=l1).seconds)
         p = cdna_model.predict(arch, kind, name, m, n, k, l1_bytes_clk=l1)
         r = {"arch": arch, "kind": kind, "shape": shape, "M": m, "N": n, "K": k, "config": name,
              "predicted_us": p.seconds * 1e6, "predicted_tflops": p.tflops, "predicted_frac_peak": p.fraction_of_peak,
              "bound": p.bound, "waves_per_simd": p.waves_per_simd}
+        if plan_kind != kind:
+            q = cdna_model.predict(arch, plan_kind, name, m, n, k, l1_bytes_clk=l1)
+            r.update(channel_us=q.seconds * 1e6, channel_bound=q.bound, block_x_channel=p.seconds / q.seconds)
         if m <= DECODE_MAX_M:
             floor = cdna_model.hbm_floor(arch, kind, m, n, k)
             r.update(hbm_floor_us=floor * 1e6, predicted_x_floor=p.seconds / floor)
@@ -80,7 +89,8 @@ def moe_rows(arch: str, kind: str) -> list[dict]:
         for tokens in MOE_TOKENS:
             rows = tokens * topk
             sizes = tuple(rows // e + (1 if i < rows % e else 0) for i in range(e))
-            for stage, n, k in (("gate_up", 2 * spec["inter"], spec["hidden"]), ("down", spec["hidden"], spec["inter"])):
+            for stage, n, k in (("gate_up", 2 * spec["inter"], spec["hidden"]),
+                                ("down", spec["hidden"], spec["inter"])):
                 name = cdna.choose_grouped_name(rows, e, n, k, arch, kind)  # what the grouped plan takes
                 p = cdna_model.predict_grouped(arch, kind, name, sizes, n, k)
                 active = sum(1 for s_ in sizes if s_)
@@ -116,6 +126,9 @@ def summary(rows: list[dict]) -> dict:
          "geomean_x_hbm_floor_decode": geomean(r["predicted_x_floor"] for r in dec)}
     if rows and "redesign_us" in rows[0]:
         s["redesign_geomean_frac_peak_m1024"] = geomean(r["redesign_frac_peak"] for r in big)
+    if rows and "block_x_channel" in rows[0]:
+        s["geomean_block_x_channel_m1024"] = geomean(r["block_x_channel"] for r in big)
+        s["geomean_block_x_channel_decode"] = geomean(r["block_x_channel"] for r in dec)
     return s
 
 
@@ -127,6 +140,9 @@ def _table(rows: list[dict], with_redesign: bool) -> None:
     if with_redesign:
         cols += [("redesign_config", "redesign (hypothetical)", ""), ("redesign_us", "pred us", ".1f"),
                  ("redesign_frac_peak", "pred %peak", ".1%"), ("redesign_bound", "bound (pred)", "")]
+    if rows and "block_x_channel" in rows[0]:
+        cols += [("channel_us", "per-channel pred us", ".1f"), ("channel_bound", "bound (pred)", ""),
+                 ("block_x_channel", "pred block/per-channel", ".2f")]
     cells = [[("-" if r.get(k) is None else format(r[k], f)) for k, _h, f in cols] for r in rows]
     widths = [max(len(h), *(len(c[i]) for c in cells)) for i, (_k, h, _f) in enumerate(cols)]
     print("  ".join(h.rjust(w) for (_k, h, _f), w in zip(cols, widths)))
@@ -165,9 +181,17 @@ def run(argv) -> int:
     p.add_argument("--l1-bytes-clk", type=float, default=None,
                    help="override the assumed vector L1 bandwidth per CU (bytes/clock; the model's default 64)")
     p.add_argument("--moe", action="store_true",
-                   help="predict the MoE bench's grouped GEMMs (bench moe's models, uniform routing) instead of the grid")
+                   help="predict the MoE bench's grouped GEMMs (bench moe's models, uniform routing) instead of the "
+                        "grid")
+    p.add_argument("--scales", choices=("channel", "block"), default="channel",
+                   help="block: gemm_a8's block-scaled fp8 (1x128 / 128x128 scales) beside the per-channel fp8 "
+                        "prediction of the same shape and config (default: channel, the per-channel kernels)")
     p.add_argument("--json", type=Path, default=None, help="also write the rows and summaries as JSON")
     args = p.parse_args(argv)
+    if args.scales == "block":
+        if args.redesign or args.moe or any(k != "fp8" for k in args.kind or ()):
+            p.error("--scales block: block scales are fp8 on the grid (no --redesign, --moe or other --kind)")
+        args.kind = [BLOCK_KIND]
     arches = args.arch or _default_arches()
     if isinstance(arches, str):
         print(arches, file=sys.stderr)
@@ -190,14 +214,18 @@ def run(argv) -> int:
                 continue
             rows = rows_for(arch, kind, args.redesign, args.l1_bytes_clk)
             s = summary(rows)
-            print(f"\n{arch} ({hw.name}) {kind}: PREDICTED, not measured (dense MFMA peak "
-                  f"{hw.peak[kind] / 1e12:.0f} TFLOP/s, HBM {hw.hbm_bytes_s / 1e12:.1f} TB/s, "
+            title = "fp8 block-scaled (1x128 / 128x128 scales)" if kind == BLOCK_KIND else kind
+            print(f"\n{arch} ({hw.name}) {title}: PREDICTED, not measured (dense MFMA peak "
+                  f"{hw.peak[cdna_model.base_kind(kind)] / 1e12:.0f} TFLOP/s, HBM {hw.hbm_bytes_s / 1e12:.1f} TB/s, "
                   f"L1 {args.l1_bytes_clk or hw.l1_bytes_clk:.0f} B/clk/CU)")
             _table(rows, args.redesign)
             line = (f"predicted: geomean {s['geomean_frac_peak_m1024']:.1%} of dense MFMA peak at M >= 1024; "
                     f"decode (M <= {DECODE_MAX_M}) geomean {s['geomean_x_hbm_floor_decode']:.2f}x the HBM floor")
             if args.redesign:
                 line += f"; hypothetical redesign {s['redesign_geomean_frac_peak_m1024']:.1%} at M >= 1024"
+            if "geomean_block_x_channel_m1024" in s:
+                line += (f"; block-scaled / per-channel time geomean {s['geomean_block_x_channel_m1024']:.2f}x at "
+                         f"M >= 1024, {s['geomean_block_x_channel_decode']:.2f}x at M <= {DECODE_MAX_M}")
             print(line)
             out["tables"].append({"arch": arch, "kind": kind, "summary": s, "rows": rows})
     if args.json:

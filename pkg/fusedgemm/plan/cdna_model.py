@@ -5,8 +5,9 @@ Written before any AMD GPU ran these kernels (issue 41, first step). It combines
     assumptions about the CU's memory pipes (L1, LDS, L2, latency; docs/perf-notes.md lists each one's source),
   * each kernel's hot loop as compiled: per K-loop iteration, one wave's counts of MFMAs (and their cycles),
     vector-memory loads and bytes, LDS ops and bytes, SALU / VALU, waits and branches (HOT_LOOPS, read from the
-    code object's listing by tools/probes/cdna_hot_loop.py; tests/test_cdna_model.py checks the table against
-    the listing where the AMD build runs), and its registers / LDS (occupancy).
+    code object's listing by tools/probes/cdna_hot_loop.py into cdna_hot_loops.txt; tests/test_cdna_model.py checks
+    the table against the listing where the AMD build runs), and its registers / LDS (occupancy). The block-scaled
+    fp8 kernels are the kind "fp8block" (BLOCK_KINDS): fp8's MFMAs and bytes, their own hot loops.
 Per problem and tile config it predicts each limit of one CU's K loop, the L2 / fabric / HBM limits of the
 whole grid, and takes the largest: `predict(...)` -> Prediction (time, the binding term, every term).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import pathlib
 import re
 
 from ..runtime import tile_configs
@@ -96,6 +98,25 @@ def mfma_flops(mnemonic: str) -> int:
 
 IN_BYTES = {"fp8": 1, "int8": 1, "bf16": 2, "fp16": 2, "tf32": 4}
 KINDS = tuple(IN_BYTES)
+# Kinds of the model that are another kind's kernels with block scales (gemm_a8's DeepSeek-style fp8, blockscale.py):
+# the same MFMAs and the same A / B bytes per K step; the scale loads and the partial tiles' scaled adds are in their
+# hot loops' counts, and the scales' own bytes in the grid's HBM / MALL terms (scale_bytes).
+BLOCK_KINDS = {"fp8block": "fp8"}
+SCALE_BLOCK = 128  # values of K per scale block (1 x 128 for A, 128 x 128 for B)
+
+
+def base_kind(kind: str) -> str:
+    """The input kind whose MFMAs, bytes per element and peak a model kind has (fp8block -> fp8)."""
+    return BLOCK_KINDS.get(kind, kind)
+
+
+def scale_bytes(kind: str, m: int, n: int, k: int) -> int:
+    """Bytes of block scales a call reads once (0 for a kind without them): scale_a [M, ceil(K/128)] and scale_b
+    [ceil(N/128), ceil(K/128)], float32."""
+    if kind not in BLOCK_KINDS:
+        return 0
+    kb = -(-k // SCALE_BLOCK)
+    return 4 * (m + -(-n // SCALE_BLOCK)) * kb
 
 
 # ---- the hot loop of a code object -----------------------------------------------------------------------------
@@ -229,12 +250,15 @@ def analyse(instrs, *, steps: int = 1, prefetch: int = 0, vgprs: int = 0, agprs:
 
 
 # The hot loops of the register-direct template (portable_gemm.hpp) and of the LDS-staged one (cdna_gemm.hpp; the
-# 8-bit kinds and bf16 / fp16), one wave, one iteration, read from the
-# code objects by `python tools/probes/cdna_hot_loop.py --table` (clang 22.1.8, the package's AMD build; epilogue
-# `none` / `acc`: the loop does not depend on it). tests/test_cdna_model.py re-reads them where the build runs.
+# 8-bit kinds and bf16 / fp16), and of their block-scaled kernels (kind "fp8block": PortableBlockScaled<Config>,
+# block_scales.hpp), one wave, one iteration, read from the code objects into plan/cdna_hot_loops.txt by
+# `python tools/probes/cdna_hot_loop.py --table` (clang 22.1.8, the package's AMD build; epilogue `none` / `acc`,
+# block-scaled bias + SiLU: the loop does not depend on it). tests/test_cdna_model.py re-reads them where the build
+# runs.
 # fmt: (arch, kernel, kind) -> HotLoop; kernel: the config's name, or for a CDNA LDS config's kernel for K filling
 # whole K blocks (no K-edge test in its loads) the name with tile_configs.WHOLE_K_PREFIX
-HOT_LOOPS: dict[tuple[str, str, str], HotLoop] = {}  # filled below from _HOT_LOOP_ROWS
+HOT_LOOPS: dict[tuple[str, str, str], HotLoop] = {}  # filled below from cdna_hot_loops.txt
+HOT_LOOPS_FILE = pathlib.Path(__file__).with_name("cdna_hot_loops.txt")
 
 
 def config_of(kernel: str) -> str:
@@ -244,69 +268,21 @@ def config_of(kernel: str) -> str:
 
 def kernel_of(arch: str, config: str, kind: str, k: int) -> str:
     """The HOT_LOOPS kernel a call with K = `k` runs on `config`: the whole-K-block kernel where K fills whole K
-    blocks and its loop is in the table (the host launches it then: runtime/gemm_spec.py whole_k_blocks), else the
-    config's."""
+    blocks and its loop is in the table (the host launches it then, block-scaled or not: runtime/gemm_spec.py
+    whole_k_blocks), else the config's."""
     whole = tile_configs.WHOLE_K_PREFIX + config
-    if tile_configs.fills_k_blocks(config, k * IN_BYTES[kind]) and (arch, whole, kind) in HOT_LOOPS:
+    if tile_configs.fills_k_blocks(config, k * IN_BYTES[base_kind(kind)]) and (arch, whole, kind) in HOT_LOOPS:
         return whole
     return config
 
 
-# Table rows: arch, config, kind, mfma mnemonic, mfma count, vmem loads, vmem bytes, lds ops, lds bytes, salu,
-# valu, smem, waitcnt, barrier, branch, nop, steps, vgprs, agprs, kernel LDS bytes.
-_HOT_LOOP_ROWS = """
-gfx942 portable_16x16_k8 fp8 v_mfma_f32_16x16x32_fp8_fp8 8 8 8192 0 0 22 41 0 1 0 10 0 4 54 0 8192
-gfx942 portable_16x16_k8 int8 v_mfma_i32_16x16x32_i8 8 8 8192 0 0 22 41 0 1 0 10 0 4 54 0 8192
-gfx942 portable_16x16_k8 bf16 v_mfma_f32_16x16x16_bf16 8 8 8192 0 0 26 57 0 1 0 10 0 4 50 0 8192
-gfx942 portable_16x16_k8 fp16 v_mfma_f32_16x16x16_f16 8 8 8192 0 0 26 57 0 1 0 10 0 4 50 0 8192
-gfx942 portable_16x16_k8 tf32 v_mfma_f32_16x16x8_xf32 8 8 8192 0 0 26 57 0 1 0 10 0 4 50 0 8192
-gfx942 portable_64x16_k8 fp8 v_mfma_f32_16x16x32_fp8_fp8 16 10 10240 0 0 32 39 0 1 0 12 0 2 81 0 32768
-gfx942 portable_64x16_k8 int8 v_mfma_i32_16x16x32_i8 16 10 10240 0 0 32 39 0 1 0 12 0 2 81 0 32768
-gfx942 portable_64x16_k8 bf16 v_mfma_f32_16x16x16_bf16 16 10 10240 0 0 32 59 0 1 0 12 0 2 75 0 32768
-gfx942 portable_64x16_k8 fp16 v_mfma_f32_16x16x16_f16 16 10 10240 0 0 32 59 0 1 0 12 0 2 75 0 32768
-gfx942 portable_64x16_k8 tf32 v_mfma_f32_16x16x8_xf32 16 10 10240 0 0 32 59 0 1 0 12 0 2 75 0 32768
-gfx942 portable_128x128 fp8 v_mfma_f32_16x16x32_fp8_fp8 16 6 6144 0 0 20 23 0 1 0 8 0 1 76 0 0
-gfx942 portable_128x128 int8 v_mfma_i32_16x16x32_i8 16 6 6144 0 0 20 23 0 1 0 8 0 1 76 0 0
-gfx942 portable_128x128 bf16 v_mfma_f32_16x16x16_bf16 16 6 6144 0 0 20 35 0 1 0 8 0 1 78 0 0
-gfx942 portable_128x128 fp16 v_mfma_f32_16x16x16_f16 16 6 6144 0 0 20 35 0 1 0 8 0 1 78 0 0
-gfx942 portable_128x128 tf32 v_mfma_f32_16x16x8_xf32 16 6 6144 0 0 20 35 0 1 0 8 0 1 76 0 0
-gfx950 portable_16x16_k8 fp8 v_mfma_f32_16x16x128_f8f6f4 4 16 16384 0 0 42 111 0 1 0 18 1 4 90 0 8192
-gfx950 portable_16x16_k8 int8 v_mfma_i32_16x16x64_i8 4 8 8192 0 0 22 57 0 1 0 10 0 4 54 0 8192
-gfx950 portable_16x16_k8 bf16 v_mfma_f32_16x16x32_bf16 4 8 8192 0 0 26 57 0 1 0 10 0 4 50 0 8192
-gfx950 portable_16x16_k8 fp16 v_mfma_f32_16x16x32_f16 4 8 8192 0 0 26 57 0 1 0 10 0 4 50 0 8192
-gfx950 portable_16x16_k8 tf32 v_mfma_f32_16x16x4_f32 16 8 8192 0 0 26 57 0 1 0 10 0 4 50 0 8192
-gfx950 portable_64x16_k8 fp8 v_mfma_f32_16x16x128_f8f6f4 8 20 20480 0 0 60 113 0 1 0 22 0 2 130 0 32768
-gfx950 portable_64x16_k8 int8 v_mfma_i32_16x16x64_i8 8 10 10240 0 0 32 59 0 1 0 12 0 2 81 0 32768
-gfx950 portable_64x16_k8 bf16 v_mfma_f32_16x16x32_bf16 8 10 10240 0 0 32 59 0 1 0 12 0 2 75 0 32768
-gfx950 portable_64x16_k8 fp16 v_mfma_f32_16x16x32_f16 8 10 10240 0 0 32 59 0 1 0 12 0 2 75 0 32768
-gfx950 portable_64x16_k8 tf32 v_mfma_f32_16x16x4_f32 32 10 10240 0 0 32 59 0 1 0 12 0 2 75 0 32768
-gfx950 portable_128x128 fp8 v_mfma_f32_16x16x128_f8f6f4 8 12 12288 0 0 40 69 0 1 0 14 0 1 111 0 0
-gfx950 portable_128x128 int8 v_mfma_i32_16x16x64_i8 8 6 6144 0 0 20 39 0 1 0 8 0 1 79 0 0
-gfx950 portable_128x128 bf16 v_mfma_f32_16x16x32_bf16 8 6 6144 0 0 20 35 0 1 0 8 0 1 78 0 0
-gfx950 portable_128x128 fp16 v_mfma_f32_16x16x32_f16 8 6 6144 0 0 20 35 0 1 0 8 0 1 78 0 0
-gfx950 portable_128x128 tf32 v_mfma_f32_16x16x4_f32 32 6 6144 0 0 20 35 0 1 0 8 0 1 76 0 0
-gfx942 cdna_lds_128x128 fp8 v_mfma_f32_16x16x32_fp8_fp8 128 16 16384 40 40960 13 22 0 42 2 2 8 4 210 0 32768
-gfx942 cdna_lds_128x128 int8 v_mfma_i32_16x16x32_i8 128 16 16384 40 40960 13 22 0 42 2 2 8 4 210 0 32768
-gfx950 cdna_lds_128x128 fp8 v_mfma_f32_16x16x128_f8f6f4 32 16 16384 40 40960 7 32 0 24 2 2 8 2 208 0 32768
-gfx950 cdna_lds_128x128 int8 v_mfma_i32_16x16x64_i8 64 16 16384 40 40960 13 22 0 40 2 2 10 4 208 0 32768
-gfx942 cdna_lds_128x128 bf16 v_mfma_f32_16x16x16_bf16 128 16 16384 40 40960 5 32 0 42 2 2 8 4 214 0 32768
-gfx942 cdna_lds_128x128 fp16 v_mfma_f32_16x16x16_f16 128 16 16384 40 40960 5 32 0 42 2 2 8 4 214 0 32768
-gfx950 cdna_lds_128x128 bf16 v_mfma_f32_16x16x32_bf16 64 16 16384 40 40960 11 22 0 41 2 2 8 4 212 0 32768
-gfx950 cdna_lds_128x128 fp16 v_mfma_f32_16x16x32_f16 64 16 16384 40 40960 11 22 0 41 2 2 9 4 208 0 32768
-gfx942 whole_k_cdna_lds_128x128 fp8 v_mfma_f32_16x16x32_fp8_fp8 128 16 16384 40 40960 9 0 0 33 2 1 6 4 192 0 32768
-gfx942 whole_k_cdna_lds_128x128 int8 v_mfma_i32_16x16x32_i8 128 16 16384 40 40960 9 0 0 29 2 1 7 4 192 0 32768
-gfx942 whole_k_cdna_lds_128x128 bf16 v_mfma_f32_16x16x16_bf16 128 16 16384 40 40960 7 0 0 37 2 1 6 4 192 0 32768
-gfx942 whole_k_cdna_lds_128x128 fp16 v_mfma_f32_16x16x16_f16 128 16 16384 40 40960 7 0 0 27 2 1 3 4 192 0 32768
-gfx950 whole_k_cdna_lds_128x128 fp8 v_mfma_f32_16x16x128_f8f6f4 32 16 16384 40 40960 9 0 0 24 2 1 6 2 176 0 32768
-gfx950 whole_k_cdna_lds_128x128 int8 v_mfma_i32_16x16x64_i8 64 16 16384 40 40960 9 0 0 29 2 1 5 4 192 0 32768
-gfx950 whole_k_cdna_lds_128x128 bf16 v_mfma_f32_16x16x32_bf16 64 16 16384 40 40960 7 0 0 27 2 1 7 4 192 0 32768
-gfx950 whole_k_cdna_lds_128x128 fp16 v_mfma_f32_16x16x32_f16 64 16 16384 40 40960 7 0 0 32 2 1 4 4 192 0 32768
-"""
-
-
+# Table columns: arch, kernel, kind, mfma mnemonic, mfma count, vmem loads, vmem bytes, lds ops, lds bytes, salu,
+# valu, smem, waitcnt, barrier, branch, nop, steps, vgprs, agprs, kernel LDS bytes. Lines starting with # are notes.
 def _load_rows(text: str) -> None:
-    for line in text.strip().splitlines():
+    for line in text.splitlines():
         f = line.split()
+        if not f or f[0].startswith("#"):
+            continue
         arch, kernel, kind, mnem = f[:4]
         (n_mfma, loads, lbytes, lds_ops, lds_b, salu, valu, smem, wait, bar, br, nop, steps, vg, ag,
          lds_k) = map(int, f[4:])
@@ -356,7 +332,7 @@ def geometry(config: str) -> Geometry:
 
 def step_bytes(arch: str, kind: str) -> int:
     """Bytes of K one wave's K step covers (the MFMA atom's kChunksPerStep x 16): arch/gfx9*_mfma.hpp."""
-    return 128 if (arch, kind) == ("gfx950", "fp8") else 64
+    return 128 if (arch, base_kind(kind)) == ("gfx950", "fp8") else 64
 
 
 def loop_shape(arch: str, config: str, kind: str) -> tuple[int, int]:
@@ -399,7 +375,7 @@ class Prediction:
 
     @property
     def fraction_of_peak(self) -> float:
-        return self.flops / self.seconds / HARDWARE[self.arch].peak[self.kind]
+        return self.flops / self.seconds / HARDWARE[self.arch].peak[base_kind(self.kind)]
 
 
 def occupancy(hw: Hardware, g: Geometry, h: HotLoop) -> int:
@@ -440,7 +416,7 @@ def predict(arch: str, kind: str, config: str, m: int, n: int, k: int, *, hot: H
         hw = dataclasses.replace(hw, l1_bytes_clk=l1_bytes_clk)
     g = geom or geometry(config)
     h = hot or HOT_LOOPS[(arch, kernel_of(arch, config, kind, k), kind)]
-    kb = IN_BYTES[kind]
+    kb = IN_BYTES[base_kind(kind)]
     k_bytes = k * kb
     clk = hw.clock_hz
 
@@ -484,9 +460,9 @@ def predict(arch: str, kind: str, config: str, m: int, n: int, k: int, *, hot: H
     }
     fixed = 2 * lat  # per workgroup: the first loads and the epilogue's stores
     terms = {name: rounds * (iters * c + fixed) / clk for name, c in per_iter.items()}
-    out_bytes = 2 * m * n
-    terms["MALL"] = (_fabric_bytes(hw, g, m, n, k_bytes, conc) + out_bytes) / hw.mall_bytes_s
-    terms["HBM"] = (m * k_bytes + n * k_bytes + out_bytes) / hw.hbm_bytes_s
+    once = 2 * m * n + scale_bytes(kind, m, n, k)  # C written once; a block-scaled call's scales read once
+    terms["MALL"] = (_fabric_bytes(hw, g, m, n, k_bytes, conc) + once) / hw.mall_bytes_s
+    terms["HBM"] = (m * k_bytes + n * k_bytes + once) / hw.hbm_bytes_s
     bound = max(terms, key=terms.get)
     return Prediction(arch, kind, config, m, n, k, terms[bound], bound, tuple((t, terms[t]) for t in TERMS), occ, w)
 
@@ -504,7 +480,7 @@ def predict_grouped(arch: str, kind: str, config: str, sizes: tuple, n: int, k: 
     small = max(sizes) <= 64
     base = predict(arch, kind, config, blocks * g.block_m, n, k, from_hbm=small)
     hw = HARDWARE[arch]
-    kb = IN_BYTES[kind]
+    kb = IN_BYTES[base_kind(kind)]
     tiles = blocks * -(-n // g.block_n)
     rounds = -(-tiles // (hw.cus * max(base.occupancy, 1)))
     walk = rounds * -(-len(sizes) // 32) * hw.lat_l2 / hw.clock_hz
@@ -518,13 +494,13 @@ def predict_grouped(arch: str, kind: str, config: str, sizes: tuple, n: int, k: 
 
 
 def hbm_floor(arch: str, kind: str, m: int, n: int, k: int, out_bytes: int = 2) -> float:
-    """Seconds to move A, B and C through HBM once at the datasheet bandwidth."""
-    kb = IN_BYTES[kind]
-    return (m * k * kb + n * k * kb + m * n * out_bytes) / HARDWARE[arch].hbm_bytes_s
+    """Seconds to move A, B and C (and a block-scaled call's scales) through HBM once at the datasheet bandwidth."""
+    kb = IN_BYTES[base_kind(kind)]
+    return (m * k * kb + n * k * kb + m * n * out_bytes + scale_bytes(kind, m, n, k)) / HARDWARE[arch].hbm_bytes_s
 
 
 def mfma_floor(arch: str, kind: str, m: int, n: int, k: int) -> float:
-    return 2.0 * m * n * k / HARDWARE[arch].peak[kind]
+    return 2.0 * m * n * k / HARDWARE[arch].peak[base_kind(kind)]
 
 
 # ---- a hypothetical redesigned kernel (issue 41's target), for predictions only ---------------------------------
@@ -558,4 +534,4 @@ def redesign(arch: str, kind: str, block: str = "256x256", warps: tuple = (2, 4)
     return g, hot
 
 
-_load_rows(_HOT_LOOP_ROWS)
+_load_rows(HOT_LOOPS_FILE.read_text())

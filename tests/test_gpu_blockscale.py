@@ -40,6 +40,14 @@ def sm90():
     return device_arch(torch.cuda.current_device()) == "sm_90a"
 
 
+@pytest.fixture(autouse=True)
+def gpu_run_of_pending_paths(monkeypatch):
+    """These tests are the first GPU run of the paths fusedgemm.pending holds back: turn them on."""
+    from fusedgemm import pending
+
+    monkeypatch.setattr(pending, "PENDING_GPU_RUN", set())
+
+
 @pytest.fixture(scope="module", autouse=True)
 def prebuilt():
     """Build every block-scaled kernel this file uses, in parallel (generated units compile one per process)."""

@@ -17,6 +17,14 @@ pytestmark = pytest.mark.gpu
 TOL = {torch.bfloat16: 1e-2, torch.float16: 2e-3, torch.float32: 1e-5}
 
 
+@pytest.fixture(autouse=True)
+def gpu_run_of_pending_paths(monkeypatch):
+    """These tests are the first GPU run of the paths fusedgemm.pending holds back: turn them on."""
+    from fusedgemm import pending
+
+    monkeypatch.setattr(pending, "PENDING_GPU_RUN", set())
+
+
 def arch():
     from fusedgemm.runtime.arch import device_arch
 

@@ -24,6 +24,14 @@ SHAPES = ((131, 144, 320), (37, 256, 96), (1, 512, 1024), (2048, 4096, 512))
 
 
 @pytest.fixture(autouse=True)
+def gpu_run_of_pending_paths(monkeypatch):
+    """These tests are the first GPU run of the paths fusedgemm.pending holds back: turn them on."""
+    from fusedgemm import pending
+
+    monkeypatch.setattr(pending, "PENDING_GPU_RUN", set())
+
+
+@pytest.fixture(autouse=True)
 def sm90():
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")

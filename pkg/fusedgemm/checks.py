@@ -10,6 +10,7 @@ import numbers
 import torch
 
 from . import blockscale as _blockscale
+from . import pending as _pending
 from . import epilogue as _epi
 from .epilogue.bind import VEC_TORCH, bind as _bind_epilogue
 from .epilogue.codegen import DYN_KINDS
@@ -197,10 +198,13 @@ def check_gemm_a8_args(a, b, bias, scale_a, scale_b, epilogue, out_dtype, out, *
     if blocks is not None:
         _blockscale.check_block_placement(blocks, device, check_ptr)
         _blockscale.check_block_arch(blocks, arch)
-        if blocks.b is not None and n_out != n and n % 256:  # a gate / up pair: the table is pair-ordered
-            raise ValueError(f"gemm_a8: the block scale_b of a gate / up pair is pair-ordered per 128 gate / up "
-                             f"rows (rows 2q, 2q + 1: the gate's and the up's block q; block_scales.hpp): N must be a "
-                             f"multiple of 256, got N={n}")
+        if blocks.b is not None and n_out != n:  # a gate / up pair: the table is pair-ordered
+            if n % 256:
+                raise ValueError(f"gemm_a8: the block scale_b of a gate / up pair is pair-ordered per 128 gate / up "
+                                 f"rows (rows 2q, 2q + 1: the gate's and the up's block q; block_scales.hpp): N must "
+                                 f"be a multiple of 256, got N={n}")
+            if arch == "sm_90a":
+                _pending.refuse("gemm_a8", "sm90_block_scaled_pairs", "a gate / up pair with a block scale_b")
     common = dict(in_kind=in_kind, m=m, n=n, n_out=n_out, k=k, arch=arch, out_dtype=out_dtype, blocks=blocks)
     if uses_bias is None:  # an epilogue expression
         binding = _bind_epilogue(epilogue, operands, m, n_out, device)

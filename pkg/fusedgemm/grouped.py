@@ -35,6 +35,7 @@ from .epilogue.evaluate import evaluate_outputs, round_to
 from .epilogue.presets import activation_name, resolve as resolve_epilogue
 from . import grouped_checks as _checks
 from . import blockscale as _blockscale
+from . import pending as _pending
 from . import out_groups as _out_groups
 from .grouped_checks import GroupLayout, check_weight, flat_operands, group_layout, group_operands, x_tensor
 from .preshuffle import PreshuffledWeight, preshuffle, unshuffle
@@ -363,6 +364,8 @@ def grouped_gemm_a8(x: torch.Tensor, w: PreshuffledWeight, *, scale_a=None, scal
             raise ValueError(f"{op}: epilogue {epilogue!r} {why}")
         expr, ops = _scaled_expression(op, act, scale_a, scale_b, bias, groups, n)
     arch = arch_of(op, x.device, None)
+    if arch == "sm_90a" and blocks is not None:
+        _pending.refuse(op, "sm90_grouped_block_scales", "a grouped GEMM with block scales")
     if x.dtype != torch.int8 and arch != "cpu" and x.dtype != FP8_DTYPE_FOR_ARCH[arch]:
         raise TypeError(f"{op}: {arch} needs fp8 as {FP8_DTYPE_FOR_ARCH[arch]}, got {x.dtype}")
     if out_group is None:

@@ -22,6 +22,7 @@ import dataclasses
 import torch
 
 from . import blockscale as _blockscale
+from . import pending as _pending
 from . import unaligned as _ua
 from .checks import FP8_DTYPE_FOR_ARCH, _FP8_DTYPES, arch_of, check_gemm_a8_args
 from .epilogue.codegen import OUT_GROUP
@@ -113,7 +114,8 @@ def group_config(paired: bool, arch: str, m: int = 0, n: int = 0, dev: int | Non
         cfg, splits = _blockscale.block_plan(m, n, k, dev, persistent_ok=persistent_ok)
     else:
         cfg, splits = plan_for(m, n, k, dev, persistent_ok=persistent_ok, in_kind=in_kind)
-    if splits == 1 and holds_groups(cfg.name, arch, OUT_GROUP):
+    if splits == 1 and holds_groups(cfg.name, arch, OUT_GROUP) and not (
+            cfg.persistent and _pending.pending("sm90_persistent_out_group")):
         return cfg.name
     return "tile_128x128" if -(-m // 128) * -(-n // 128) >= 2 * sm_count(dev) else "tile_64x128"
 

@@ -206,15 +206,20 @@ def test_deleted_epilogue_barrier_is_an_lds_race(seed):
 
 
 def test_a_kernel_that_spills_is_refused_by_name():
-    """The block-scaled gate / up kernel of the 2 x 4-wave config spills (why such calls take cdna_lds_64x256): the
-    emulator's loader says so -- scratch bytes, the kernel's name -- instead of executing what it does not model."""
+    """Planted: the block-scaled gate / up kernel of the 2 x 4-wave config (which no longer spills since its partial
+    tile is one row tile's) re-assembled with 32 bytes of scratch per lane in its descriptor: the emulator's loader
+    says so -- scratch bytes, the kernel's name -- instead of executing what it does not model."""
     from fusedgemm.runtime.gemm_spec import GemmKernel
     from fusedgemm.testing.emulator.errors import LoadError
 
     spec = EpilogueSpec.of(E.parse("silu(gate) * up"), {}, out_group=128)
     k = GemmKernel("gfx942", "cdna_lds_128x256", "fp8", "fp8e4m3fnuz", spec, block_scaled=True)
-    with pytest.raises(LoadError, match=r"bytes of scratch per lane \(registers spilled\)"):
-        CodeObject.build(k.unit, "gfx942", k.source()).kernel(k.kernel_name)
+    built = CodeObject.build(k.unit, "gfx942", k.source())
+    built.kernel(k.kernel_name)  # no scratch: loads
+    planted = built.listing.replace(".amdhsa_private_segment_fixed_size 0", ".amdhsa_private_segment_fixed_size 32")
+    assert planted != built.listing
+    with pytest.raises(LoadError, match=rf"{k.kernel_name}: uses 32 bytes of scratch per lane \(registers spilled\)"):
+        CodeObject.from_listing(planted, "gfx942").kernel(k.kernel_name)
 
 
 @pytest.mark.parametrize("arch", ARCHES)

@@ -37,8 +37,8 @@ from .runtime.device import device_guard
 # or 256 for a gate / up pair (128 outputs). sm_90a: the plan's config where it holds groups (group_config).
 GROUP_CONFIG = "cdna_lds_128x128"
 PAIRED_GROUP_CONFIG = "cdna_lds_128x256"
-# A pair's with block scales: 4 waves in one row, so each may use the AGPRs beside its 256 VGPRs (the 8-wave block
-# spills its partial tile per K block to scratch).
+# A pair's with block scales: 4 waves in one row, so each may use the AGPRs beside its 256 VGPRs (chosen when the
+# 8-wave block spilled its whole partial tile; with one row tile's partial tile it no longer does: moving back open).
 BLOCK_PAIRED_GROUP_CONFIG = "cdna_lds_64x256"
 
 

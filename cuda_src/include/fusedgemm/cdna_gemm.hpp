@@ -308,57 +308,101 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
 #pragma unroll
     for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::zero(acc[tm][tn]);
 
-  // K block kb's MFMAs from LDS buffer buf. Block-scaled (one K block is one scale block): into a partial tile,
-  // added times sa[row, kb] * sb[scale_b_row(col), kb], the scales loaded before the MFMAs (their latency under
-  // them).
-  auto mma_block = [&](int buf, const Frag (&fb)[kSteps][Cfg::kTilesN], int kb) {
-    constexpr int kScaled = Cfg::kBlockScaled ? 1 : 0;
-    float sa[kScaled ? Cfg::kTilesM : 1][4];
-    float sb[kScaled ? Cfg::kTilesN : 1];
-    Acc part[kScaled ? Cfg::kTilesM : 1][kScaled ? Cfg::kTilesN : 1];
-    if constexpr (Cfg::kBlockScaled) {
-      static_assert(kPreshuffledB && Atom::kAccPerLane == 4, "block scales: 8-bit preshuffled B");
-      const bool kb_ok = kb < bs.k_blocks;
+  // Block scales (Cfg::kBlockScaled; one K block is one scale block: acc += sa[row, kb] sb[col block, kb] P_kb).
+  // scale_b: a wave's columns lie in one 128-column scale block (a gate / up pair's: in one 256-column pair block,
+  // whose gate scale is on even columns and up scale on odd ones, the lane's parity), so a K block needs one or two
+  // uniform values (scalar loads). scale_a: lane j of row group r (lanes 16 r + j) loads, for q < kScaleLoads, the
+  // scale of row 16 tm + 4 r + e with n = j + 16 q = 4 tm + e (dword buffer loads: rows past M read 0 by the range
+  // check, and are never stored), times scale_b; a DPP row_newbcast:n then hands value n of each row group to its
+  // 16 lanes: tile tm's accumulator row e (acc_row). A K block costs a lane kScaleLoads loads and 4 kTilesM DPP
+  // moves, no branch, where a load per accumulator row and column (each behind its own bounds test) cost 2.5x
+  // the per-channel kernel's time on paper (docs/perf-notes.md).
+  constexpr bool kScaled = Cfg::kBlockScaled;
+  constexpr int kScaleLoads = kScaled ? Cfg::kTilesM / 4 : 1;
+  static_assert(!kScaled || (kPreshuffledB && Atom::kAccPerLane == 4 && Cfg::kTilesM % 4 == 0 &&
+                              128 % Cfg::kWarpTileN == 0),
+                "block scales: 8-bit preshuffled B, whole row groups of tiles, a wave inside one scale block");
+  const u32 sa_row_bytes = 4u * static_cast<u32>(bs.k_blocks);
+  // (made unconditionally: a descriptor assigned under a branch is kept in scratch memory)
+  const arch::BufferRsrc rsrc_sa = arch::make_buffer(
+      bs.a + (bs.a != nullptr ? static_cast<i64>(m_block) * bs.k_blocks : 0),
+      kScaled && bs.a != nullptr ? static_cast<u32>(rows_a) * sa_row_bytes : 0u);
+  u32 sa_off[kScaleLoads] = {};  // this lane's rows' offsets in the block's window of scale_a (K block 0)
+  const float* sb_even = nullptr;  // the wave's scale_b row at K block 0 (a pair's: the gate's; odd: the up's)
+  const float* sb_odd = nullptr;
+  if constexpr (kScaled) {
 #pragma unroll
-      for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+    for (int q = 0; q < kScaleLoads; ++q) {
+      const int n = (lane & 15) + 16 * q;
+      sa_off[q] = static_cast<u32>(warp_m * Cfg::kWarpTileM + 16 * (n >> 2) + 4 * (lane >> 4) + (n & 3)) *
+                  sa_row_bytes;
+    }
+    if (bs.b != nullptr) {  // scale_b_row<kPairs> of the wave's columns (n_warp is uniform)
+      sb_even = bs.b + static_cast<i64>(Epi::kPairs ? (n_warp >> 8) << 1 : n_warp / 128) * bs.k_blocks;
+      sb_odd = Epi::kPairs ? sb_even + bs.k_blocks : sb_even;
+    }
+  }
+  // K block kb's scales as loaded: v[q] = sa(this lane's row q), times sb where it is one value for the wave (then
+  // sb is returned as 1); a pair's sb is the lane's own column's (its parity), applied after the broadcast, which
+  // moves other lanes' values. Row tile tm's four rows are row_broadcast from v just before its promotion (all
+  // kTilesM x 4 held through the block's MFMAs, they would spill).
+  auto block_scales = [&](int kb, float (&v)[kScaleLoads]) -> float {
+    float sb = 1.f;
+    if constexpr (kScaled) {
+      if (sb_even != nullptr) sb = (Epi::kPairs && (lane & 1)) ? sb_odd[kb] : sb_even[kb];
+      const u32 k_off = __builtin_amdgcn_readfirstlane(4u * static_cast<u32>(kb));
+#pragma unroll
+      for (int q = 0; q < kScaleLoads; ++q) {
+        v[q] = bs.a != nullptr ? arch::buffer_load_f32(rsrc_sa, sa_off[q], k_off) : 1.f;
+        if constexpr (!Epi::kPairs) v[q] *= sb;
+      }
+    }
+    return Epi::kPairs ? sb : 1.f;
+  };
+
+  // K block kb's MFMAs from LDS buffer buf. Block-scaled: one row tile at a time into a partial tile (two, ping-pong,
+  // so that one tile's promotion can run beside the next one's MFMAs), added to the accumulators times its scales:
+  // 2 kTilesN partial accumulators, not kTilesM x kTilesN (the same MFMAs and LDS reads, in another order).
+  auto mma_block = [&](int buf, const Frag (&fb)[kSteps][Cfg::kTilesN], int kb) {
+    if constexpr (kScaled) {
+      float v[kScaleLoads];
+      const float sb = block_scales(kb, v);  // 1 unless a pair's
+      Acc part[2][Cfg::kTilesN];
+#pragma unroll
+      for (int tm = 0; tm < Cfg::kTilesM; ++tm) {
+        Acc (&p)[Cfg::kTilesN] = part[tm & 1];
+#pragma unroll
+        for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::zero(p[tn]);
+#pragma unroll
+        for (int s = 0; s < kSteps; ++s) {
+          Frag fa;
+#pragma unroll
+          for (int j = 0; j < Atom::kChunksPerLane; ++j) fa.v[j] = lds_a[buf][frag_slot[tm][s][j]];
+#pragma unroll
+          for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::mma(p[tn], fa, fb[s][tn]);
+        }
+        float sc[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
-          sa[tm][e] = (bs.a != nullptr && kb_ok && row < M) ? bs.a[static_cast<i64>(row) * bs.k_blocks + kb] : 1.f;
+          sc[e] = arch::row_broadcast((4 * tm + e) % 16, v[(4 * tm + e) / 16]);
+          if constexpr (Epi::kPairs) sc[e] *= sb;
         }
 #pragma unroll
-      for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
-        const int col = n_warp + 16 * tn + Atom::acc_col(lane, 0);
-        sb[tn] =
-            (bs.b != nullptr && kb_ok && col < N) ? bs.b[scale_b_row<Epi::kPairs>(col) * bs.k_blocks + kb] : 1.f;
+        for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::add_scaled(acc[tm][tn], p[tn], sc);
       }
+    } else {
 #pragma unroll
-      for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+      for (int s = 0; s < kSteps; ++s) {
+        Frag fa[Cfg::kTilesM];
 #pragma unroll
-        for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::zero(part[tm][tn]);
-    }
+        for (int tm = 0; tm < Cfg::kTilesM; ++tm)
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      Frag fa[Cfg::kTilesM];
+          for (int j = 0; j < Atom::kChunksPerLane; ++j) fa[tm].v[j] = lds_a[buf][frag_slot[tm][s][j]];
 #pragma unroll
-      for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+        for (int tm = 0; tm < Cfg::kTilesM; ++tm)
 #pragma unroll
-        for (int j = 0; j < Atom::kChunksPerLane; ++j) fa[tm].v[j] = lds_a[buf][frag_slot[tm][s][j]];
-#pragma unroll
-      for (int tm = 0; tm < Cfg::kTilesM; ++tm)
-#pragma unroll
-        for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
-          if constexpr (Cfg::kBlockScaled)
-            Atom::mma(part[tm][tn], fa[tm], fb[s][tn]);
-          else
-            Atom::mma(acc[tm][tn], fa[tm], fb[s][tn]);
-        }
-    }
-    if constexpr (Cfg::kBlockScaled) {
-#pragma unroll
-      for (int tm = 0; tm < Cfg::kTilesM; ++tm)
-#pragma unroll
-        for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::add_scaled(acc[tm][tn], part[tm][tn], sa[tm], sb[tn]);
+          for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::mma(acc[tm][tn], fa[tm], fb[s][tn]);
+      }
     }
   };
 

@@ -84,6 +84,11 @@ struct CdnaAccF32 {
 #pragma unroll
     for (int e = 0; e < 4; ++e) acc.c[e] += part.c[e] * (row_scale[e] * col_scale);
   }
+  // scale[e]: row e's product of both sides' scales.
+  FG_DEVICE static void add_scaled(Acc& acc, const Acc& part, const float (&scale)[4]) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc.c[e] = __builtin_fmaf(part.c[e], scale[e], acc.c[e]);
+  }
 };
 
 struct CdnaAccI32 {

@@ -44,5 +44,32 @@ FG_DEVICE Vec16 buffer_load_vec16(const BufferRsrc& rsrc, u32 offset, u32 wave_o
   return Vec16{{v[0], v[1], v[2], v[3]}};
 }
 
+// The 4 bytes at offset + wave_offset (as buffer_load_vec16's: the range check sees `offset` alone), as a float.
+FG_DEVICE float buffer_load_f32(const BufferRsrc& rsrc, u32 offset, u32 wave_offset) {
+  return __builtin_bit_cast(float, __builtin_amdgcn_raw_buffer_load_b32(rsrc.r, static_cast<int>(offset),
+                                                                        static_cast<int>(wave_offset), 0));
+}
+
+// Lane n's value of each row of 16 lanes, in every lane of that row (DPP row_newbcast:n, CDNA2 and later: one VALU
+// move). n must fold to a constant (an unrolled loop's index): the DPP control is an immediate.
+FG_DEVICE float row_broadcast(int n, float v) {
+  const int x = __builtin_bit_cast(int, v);
+  int r = x;
+  switch (n) {
+#define FG_ROW_NEWBCAST(k) \
+  case k:                  \
+    r = __builtin_amdgcn_update_dpp(x, x, 0x150 + k, 0xf, 0xf, false); \
+    break;
+    FG_ROW_NEWBCAST(0) FG_ROW_NEWBCAST(1) FG_ROW_NEWBCAST(2) FG_ROW_NEWBCAST(3)
+    FG_ROW_NEWBCAST(4) FG_ROW_NEWBCAST(5) FG_ROW_NEWBCAST(6) FG_ROW_NEWBCAST(7)
+    FG_ROW_NEWBCAST(8) FG_ROW_NEWBCAST(9) FG_ROW_NEWBCAST(10) FG_ROW_NEWBCAST(11)
+    FG_ROW_NEWBCAST(12) FG_ROW_NEWBCAST(13) FG_ROW_NEWBCAST(14) FG_ROW_NEWBCAST(15)
+#undef FG_ROW_NEWBCAST
+    default:
+      break;
+  }
+  return __builtin_bit_cast(float, r);
+}
+
 }  // namespace arch
 }  // namespace fg

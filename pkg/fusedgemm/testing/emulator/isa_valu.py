@@ -165,7 +165,7 @@ def compile_valu(ins, ctx):
 def compile_dpp(ins, fn, srcs_ty, dst_ty, mods):
     _check_mods(ins, mods, {"quad_perm", "row_shl", "row_shr", "row_ror", "row_mirror", "row_half_mirror",
                             "row_bcast", "wave_shl", "wave_shr", "wave_rol", "wave_ror", "row_mask", "bank_mask",
-                            "bound_ctrl", "row_bcast15", "row_bcast31", "fi"})
+                            "bound_ctrl", "row_bcast15", "row_bcast31", "fi", "row_newbcast"})
     lanes = np.arange(64)
     row_base, in_row = lanes & ~15, lanes & 15
     if "quad_perm" in mods:
@@ -181,6 +181,8 @@ def compile_dpp(ins, fn, srcs_ty, dst_ty, mods):
         n = int(mods["row_ror"])
         src = row_base + (in_row + n) % 16  # rotate right: lane i reads lane (i + n)? see note below
         src = row_base + (in_row - n) % 16
+    elif "row_newbcast" in mods:  # CDNA2+: lane n of each row of 16, to the whole row
+        src = row_base + int(mods["row_newbcast"])
     elif "row_mirror" in mods:
         src = row_base + 15 - in_row
     elif "row_half_mirror" in mods:

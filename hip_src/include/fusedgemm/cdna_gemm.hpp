@@ -359,17 +359,16 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
     return Epi::kPairs ? sb : 1.f;
   };
 
-  // K block kb's MFMAs from LDS buffer buf. Block-scaled: one row tile at a time into a partial tile (two, ping-pong,
-  // so that one tile's promotion can run beside the next one's MFMAs), added to the accumulators times its scales:
-  // 2 kTilesN partial accumulators, not kTilesM x kTilesN (the same MFMAs and LDS reads, in another order).
+  // K block kb's MFMAs from LDS buffer buf. Block-scaled: one row tile at a time into a partial tile, added to the
+  // accumulators times its scales: kTilesN partial accumulators, not kTilesM x kTilesN (the same MFMAs and LDS reads,
+  // in another order).
   auto mma_block = [&](int buf, const Frag (&fb)[kSteps][Cfg::kTilesN], int kb) {
     if constexpr (kScaled) {
       float v[kScaleLoads];
       const float sb = block_scales(kb, v);  // 1 unless a pair's
-      Acc part[2][Cfg::kTilesN];
+      Acc p[Cfg::kTilesN];  // (two sets, alternating row tiles, compile to the same code: the compiler renames)
 #pragma unroll
       for (int tm = 0; tm < Cfg::kTilesM; ++tm) {
-        Acc (&p)[Cfg::kTilesN] = part[tm & 1];
 #pragma unroll
         for (int tn = 0; tn < Cfg::kTilesN; ++tn) Atom::zero(p[tn]);
 #pragma unroll

@@ -8,6 +8,7 @@ poison. Stores and LDS writes take effect at issue and occupy their counter unti
 from __future__ import annotations
 
 import re
+import struct
 
 import numpy as np
 
@@ -42,6 +43,7 @@ def compile_smem(ins, ctx):
     extra = int(mods.get("offset", 0), 0) if isinstance(mods.get("offset"), str) else 0
     di, bi = dr.index, br.index
     what = f"{ctx.kernel}: {ins.text}"
+    fmt = f"<{n}I"
 
     def sload(w):
         o = (imm if roff is None else roff(w)) + extra
@@ -56,7 +58,7 @@ def compile_smem(ins, ctx):
         else:
             addr = (w.s[bi] | w.s[bi + 1] << 32) & ~3
             data = ctx.m.memory.read_scalar(addr + (o & ~3), 4 * n, what)
-        vals = np.frombuffer(bytes(data), dtype="<u4").tolist()
+        vals = struct.unpack(fmt, data)
         for j in range(n):
             w.s[di + j] = SPOISON
 

@@ -8,6 +8,7 @@ Values: VGPR rows are uint32[64]; 32-bit sources are uint32 arrays or numpy uint
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -28,6 +29,24 @@ class Ctx:
 
 
 # ---- operand readers --------------------------------------------------------------------------------------------
+def _shared_per_operand(make):
+    """One closure per (operand, type) for every instruction of every kernel: a reader / writer depends on its
+    operand text and type alone (the instruction only names itself in the UnknownInstruction a bad form raises,
+    and a raise is never cached). Sharing keeps compiling cheap and the heap small -- every emulated HIP launch
+    walks the garbage collector's objects to find the live tensors, so each object a Program holds costs time."""
+    cache: dict = {}
+
+    @functools.wraps(make)
+    def shared(tok, ins, kind=None):
+        key = (tok, kind)
+        fn = cache.get(key)
+        if fn is None:
+            fn = cache[key] = make(tok, ins) if kind is None else make(tok, ins, kind)
+        return fn
+    return shared
+
+
+@_shared_per_operand
 def scalar_reader(tok: str, ins, width: int = 32):
     """SALU source -> fn(w) -> int (width bits)."""
     if tok == "scc":
@@ -46,6 +65,7 @@ def scalar_reader(tok: str, ins, width: int = 32):
     return lambda w: c
 
 
+@_shared_per_operand
 def scalar_writer(tok: str, ins, width: int = 32):
     r = parse_reg(tok)
     need(r is not None and r.kind == "s", ins, f"scalar destination {tok}")
@@ -75,6 +95,7 @@ _TYPE_BITS = {"f32": 32, "b32": 32, "i32": 32, "u32": 32, "f16": 16, "b16": 16, 
               "f64": 64, "b64": 64, "i64": 64, "u64": 64}
 
 
+@_shared_per_operand
 def vector_reader(tok: str, ins, ty: str = "b32"):
     """VALU source -> fn(w) -> uint32[64] / uint32 scalar (64-bit types: uint64). Float modifiers applied."""
     tok, neg, ab, sext = strip_modifiers(tok)
@@ -124,6 +145,7 @@ def vreg(tok: str, ins, count: int | None = None) -> int:
     return r.index
 
 
+@_shared_per_operand
 def vdst_writer(tok: str, ins, ty: str = "b32"):
     r = parse_reg(tok)
     need(r is not None and r.kind == "v", ins, f"vector destination {tok}")
@@ -135,12 +157,14 @@ def vdst_writer(tok: str, ins, ty: str = "b32"):
     return lambda w, x: w.vwrite(i, x)
 
 
+@_shared_per_operand
 def mask_writer(tok: str, ins):
     """A VOPC / carry-out destination: an SGPR pair (or vcc)."""
     wr = scalar_writer(tok, ins, 64)
     return lambda w, m: wr(w, mask_to_int(m & w.exec_mask))
 
 
+@_shared_per_operand
 def mask_reader(tok: str, ins):
     rd = scalar_reader(tok, ins, 64)
     return lambda w: int_to_mask(rd(w))

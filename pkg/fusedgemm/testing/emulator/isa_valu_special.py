@@ -146,12 +146,15 @@ def compile_pk_f32(ins, name, mods):
             x = x ^ _F32_SIGN
         return f32(x)
 
+    def both(w, i):
+        # the low and the high halves as one [128] operand: one elementwise evaluation for both results
+        return np.concatenate((np.broadcast_to(get(w, i, 0), (64,)), np.broadcast_to(get(w, i, 1), (64,))))
+
     def pk(w):
         with np.errstate(all="ignore"):
-            lo = np.asarray(f(*(get(w, i, 0) for i in range(nsrc))), np.float32)
-            hi = np.asarray(f(*(get(w, i, 1) for i in range(nsrc))), np.float32)
-        w.vwrite(di, np.broadcast_to(bits32(lo), (64,)))
-        w.vwrite(di + 1, np.broadcast_to(bits32(hi), (64,)))
+            r = bits32(np.asarray(f(*(both(w, i) for i in range(nsrc))), np.float32))
+        w.vwrite(di, r[:64])
+        w.vwrite(di + 1, r[64:])
     return pk
 
 

@@ -153,7 +153,34 @@ class Instr:
     target_index: int | None = None
 
 
+_SEPARATORS = {",": re.compile("(,)"), " ": re.compile("([ \t])")}  # " " splits at tabs too
+
+
 def split_top(s: str, sep: str) -> list[str]:
+    """s split at the separators outside brackets / parentheses, pieces stripped, empty ones dropped."""
+    rx = _SEPARATORS.get(sep)
+    if rx is None:
+        return _split_top_chars(s, sep)
+    pieces = rx.split(s)  # text, separator, text, separator, ..., text
+    if "[" not in s and "(" not in s and "]" not in s and ")" not in s:
+        return [x.strip() for x in pieces[::2] if x.strip()]
+    # a separator splits where the bracket depth of all text before it is 0 (the depth may go negative)
+    out, cur, depth = [], [], 0
+    for i, piece in enumerate(pieces):
+        if i & 1:
+            if depth == 0:
+                out.append("".join(cur))
+                cur = []
+            else:
+                cur.append(piece)
+        else:
+            cur.append(piece)
+            depth += piece.count("[") + piece.count("(") - piece.count("]") - piece.count(")")
+    out.append("".join(cur))
+    return [x.strip() for x in out if x.strip()]
+
+
+def _split_top_chars(s: str, sep: str) -> list[str]:
     out, depth, cur = [], 0, []
     for ch in s:
         if ch in "[(":
@@ -178,7 +205,8 @@ def parse_instruction_text(text: str) -> tuple[str, list[str], list[str]]:
     pieces = split_top(rest, ",")
     operands, modifiers = [], []
     for i, piece in enumerate(pieces):
-        toks = split_top(piece, " ")
+        # pieces come stripped and non-empty: one without blanks is its own single token
+        toks = [piece] if " " not in piece and "\t" not in piece else split_top(piece, " ")
         if i < len(pieces) - 1:
             if len(toks) != 1:
                 raise LoadError(f"cannot parse operands of {text!r}")
@@ -196,6 +224,7 @@ def parse_instruction_text(text: str) -> tuple[str, list[str], list[str]]:
 # hide the instruction (decode_listing also refuses any encoding line this does not match).
 _ENC = re.compile(r"^\s*(?P<inst>[a-z_][\w.]*(?:\s[^;]*)?)\s*(?:;.*?)?;\s*encoding:\s*\[(?P<bytes>[^\]]*)\]")
 _LABEL = re.compile(r"^(?P<label>[.\w$]+):")
+_HEX_BYTES = re.compile(r"0x[0-9a-fA-F]{2}(?:,0x[0-9a-fA-F]{2})*")
 _FIXUP = re.compile(r"fixup (?P<tag>\w) - offset: (?P<off>\d+), value: (?P<value>[^,]+), kind: (?P<kind>\w+)")
 
 
@@ -237,11 +266,17 @@ def decode_listing(enc_text: str, name: str) -> list[Instr]:
         m = _ENC.match(line)
         if m:
             text = m.group("inst").strip()
-            toks = [t.strip() for t in m.group("bytes").split(",")]
-            enc = bytes(int(t, 16) if t.startswith("0x") else 0 for t in toks)
+            raw = m.group("bytes")
+            if _HEX_BYTES.fullmatch(raw):  # the usual "0x.." list: no fixup placeholders
+                enc = bytes.fromhex(raw.replace("0x", "").replace(",", ""))
+                holes = ()
+            else:
+                toks = [t.strip() for t in raw.split(",")]
+                enc = bytes(int(t, 16) if t.startswith("0x") else 0 for t in toks)
+                holes = [i for i, t in enumerate(toks) if not t.startswith("0x")]
             mnem, ops, mods = parse_instruction_text(text)
             ins = Instr(len(instrs), pc, text, mnem, ops, mods, enc)
-            ins._placeholders = [i for i, t in enumerate(toks) if not t.startswith("0x")]
+            ins._placeholders = holes
             instrs.append(ins)
             pc += len(enc)
             continue
@@ -249,7 +284,7 @@ def decode_listing(enc_text: str, name: str) -> list[Instr]:
             # An instruction the pattern above misses would shift every pc after it (and show only as a branch
             # mismatch far from the cause): refuse it here, by name.
             raise LoadError(f"{name}: cannot parse the assembler's encoding line {line.strip()!r}")
-        m = _FIXUP.search(line)
+        m = _FIXUP.search(line) if "fixup" in line else None
         if m and instrs:
             fixups.append((instrs[-1], m.group("value").strip(), m.group("kind")))
     labels["__end__"] = len(instrs)

@@ -67,34 +67,38 @@ class Program:
             self.fns.append(compile_one(ins, ctx))
         self.texts = [i.text for i in kernel.instructions]
         self.mnemonics = [i.mnemonic for i in kernel.instructions]
-        self.touches = [touched_registers(i) for i in kernel.instructions]
+        # None where an instruction touches no register: the in-flight check has nothing to look at
+        self.touches = [touched_registers(i) or None for i in kernel.instructions]
 
 
-def touched_registers(ins) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(VGPR rows, SGPR indices) an instruction reads or writes: none of them may have a load in flight."""
+def touched_registers(ins) -> tuple[tuple[int, ...], tuple[int, ...]] | tuple[()]:
+    """(VGPR rows, SGPR indices) an instruction reads or writes: none of them may have a load in flight; () when
+    it touches none."""
     from .operands import parse_reg, strip_modifiers
 
     vs, ss = [], []
     if ins.mnemonic in ("s_waitcnt", "s_endpgm", "s_barrier", "s_nop") or ins.target is not None:
-        return (), ()
+        return ()
     for tok in ins.operands:
         r = parse_reg(strip_modifiers(tok)[0])
         if r is None:
             continue
         (vs if r.kind == "v" else ss).extend(range(r.index, r.index + r.count))
-    return tuple(vs), tuple(ss)
+    return (tuple(vs), tuple(ss)) if vs or ss else ()
 
 
 def check_in_flight(w, touch, text) -> None:
     """HazardError if the instruction touches a register (in an active lane) a load has not yet written."""
     vrows, srows = touch
-    for r in vrows:
-        p = w.pend_v.get(r)
+    pend = w.pend_v
+    for r in (vrows if pend else ()):
+        p = pend.get(r)
         if p is not None and (p.lanes is None or (p.lanes & w.exec_mask).any()):
             raise HazardError(f"`{text}` touches v{r} while `{p.what}` is in flight (no s_waitcnt retired it: "
                               f"the register's value is undefined)")
-    for r in srows:
-        p = w.pend_s.get(r)
+    pend = w.pend_s
+    for r in (srows if pend else ()):
+        p = pend.get(r)
         if p is not None:
             raise HazardError(f"`{text}` touches s{r} while `{p.what}` is in flight (no s_waitcnt retired it)")
 
@@ -284,11 +288,18 @@ class Machine:
         prog = self.program(kernel)
         t0 = time.perf_counter()
         nwaves = -(-threads // 64)
-        for z in range(gz):
-            for y in range(gy):
-                for x in range(gx):
-                    self._run_workgroup(kernel, prog, (x, y, z), (bx, by, bz), nwaves, lds_bytes, kernarg_addr,
-                                        stats, max_instructions)
+        hits = [0] * len(prog.fns)  # executions per instruction, added to stats.opcodes per mnemonic at the end
+        try:
+            for z in range(gz):
+                for y in range(gy):
+                    for x in range(gx):
+                        self._run_workgroup(kernel, prog, (x, y, z), (bx, by, bz), nwaves, lds_bytes, kernarg_addr,
+                                            stats, max_instructions, hits)
+        finally:
+            counts = stats.opcodes
+            for mn, c in zip(prog.mnemonics, hits):
+                if c:
+                    counts[mn] = counts.get(mn, 0) + c
         dt = time.perf_counter() - t0
         stats.seconds += dt
         stats.workgroups += gx * gy * gz
@@ -327,7 +338,8 @@ class Machine:
                 seg[a[".offset"]:a[".offset"] + nb] = np.frombuffer(int(val).to_bytes(nb, "little"), np.uint8)
         return seg
 
-    def _run_workgroup(self, kernel, prog, wg, block, nwaves, lds_bytes, kernarg_addr, stats, max_instructions):
+    def _run_workgroup(self, kernel, prog, wg, block, nwaves, lds_bytes, kernarg_addr, stats, max_instructions,
+                       hits):
         kd = kernel.descriptor
         self.lds = np.full(max(lds_bytes, 4), 0xAD, np.uint8)
         if self.race_check:
@@ -377,10 +389,8 @@ class Machine:
             w.set_exec((1 << len(lanes)) - 1)
             waves.append(w)
         fns, texts = prog.fns, prog.texts
-        mn = prog.mnemonics
         touches = prog.touches
         strict = self.strict_hazards
-        counts = stats.opcodes
         while True:
             live = [w for w in waves if not w.done]
             if not live:
@@ -392,18 +402,20 @@ class Machine:
                 try:
                     while True:
                         if strict and (w.pend_v or w.pend_s):
-                            check_in_flight(w, touches[pc], texts[pc])
+                            touch = touches[pc]
+                            if touch is not None:
+                                check_in_flight(w, touch, texts[pc])
                         r = fns[pc](w)
                         n += 1
-                        counts[mn[pc]] = counts.get(mn[pc], 0) + 1
+                        hits[pc] += 1
                         if r is None:
                             pc += 1
                         elif r < 0:
                             break
                         else:
                             pc = r
-                        if w.at_barrier:
-                            break
+                            if w.at_barrier:  # only s_barrier sets it, and it returns where to go on
+                                break
                         if n > max_instructions:
                             raise EmulatorError("instruction limit reached (an endless loop?)")
                 except EmulatorError as e:

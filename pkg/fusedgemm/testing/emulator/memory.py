@@ -102,9 +102,19 @@ class Memory:
                               f"({self.describe() or 'none registered'})")
         return safe
 
+    def _one_region(self, addrs: np.ndarray, nbytes: int) -> int:
+        """The buffer that holds every access [a, a + nbytes) (the usual case: one buffer per instruction), or -1
+        (then the general path sorts the addresses out, or raises the fault)."""
+        lo, hi = int(addrs.min()), int(addrs.max())
+        i = bisect.bisect_right(self.bases, lo) - 1
+        return i if i >= 0 and hi + nbytes <= self.ends[i] else -1
+
     def read(self, addrs: np.ndarray, nbytes: int, what: str) -> np.ndarray:
         """uint8 [len(addrs), nbytes]."""
         addrs = np.asarray(addrs, dtype=np.uint64)
+        if len(addrs) and (r := self._one_region(addrs, nbytes)) >= 0:
+            off = (addrs - np.uint64(self.bases[r])).astype(np.int64)
+            return self.bufs[r][off[:, None] + np.arange(nbytes, dtype=np.int64)]
         out = np.empty((len(addrs), nbytes), np.uint8)
         if len(addrs) == 0:
             return out
@@ -121,6 +131,11 @@ class Memory:
         if len(addrs) == 0:
             return
         nbytes = data.shape[1]
+        r = self._one_region(addrs, nbytes)
+        if r >= 0 and not self.readonly[r]:
+            off = (addrs - np.uint64(self.bases[r])).astype(np.int64)
+            self.bufs[r][off[:, None] + np.arange(nbytes, dtype=np.int64)] = data  # a later lane wins, as in hardware
+            return
         idx = self._locate(addrs, nbytes, what)
         cols = np.arange(nbytes, dtype=np.int64)
         for r in np.unique(idx):
@@ -131,4 +146,10 @@ class Memory:
             self.bufs[r][off[:, None] + cols] = data[sel]  # lanes in order: a later lane wins, as in hardware
 
     def read_scalar(self, addr: int, nbytes: int, what: str) -> bytes:
+        # inside one buffer (the usual case): slice it directly; anything else takes the checked path, which
+        # raises the fault with its message
+        i = bisect.bisect_right(self.bases, addr) - 1
+        if i >= 0 and addr + nbytes <= self.ends[i]:
+            off = addr - self.bases[i]
+            return self.bufs[i][off:off + nbytes].tobytes()
         return self.read(np.array([addr], np.uint64), nbytes, what)[0].tobytes()

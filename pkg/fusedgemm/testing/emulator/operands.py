@@ -1,6 +1,7 @@
 """Operands as the assembler prints them -> register references and constants."""
 from __future__ import annotations
 
+import functools
 import re
 import struct
 
@@ -27,6 +28,7 @@ F64_INLINE = {"0.5": 0x3FE0000000000000, "-0.5": 0xBFE0000000000000, "1.0": 0x3F
 
 
 class Reg:
+    """A register range (shared between the instructions that name it: never modified)."""
     __slots__ = ("kind", "index", "count")
 
     def __init__(self, kind: str, index: int, count: int):
@@ -36,6 +38,7 @@ class Reg:
         return f"{self.kind}{self.index}x{self.count}"
 
 
+@functools.lru_cache(maxsize=1 << 16)  # pure in the token; every instruction compile asks
 def parse_reg(tok: str) -> Reg | None:
     m = _REG.match(tok)
     if m:
@@ -63,6 +66,7 @@ def parse_int(tok: str) -> int | None:
         return None
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def const_bits(tok: str, ty: str) -> int | None:
     """Bits of a constant operand for an operand of type ty (b32 f32 b16 f16 b64 f64 i64), or None."""
     v = parse_int(tok)
@@ -87,6 +91,7 @@ def const_bits(tok: str, ty: str) -> int | None:
     return struct.unpack("<I", struct.pack("<f", f))[0]
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def strip_modifiers(tok: str) -> tuple[str, bool, bool, bool]:
     """'-|v1|' / 'neg(v1)' / 'abs(v1)' / 'sext(v1)' -> (v1, neg, abs, sext)."""
     neg = ab = sext = False

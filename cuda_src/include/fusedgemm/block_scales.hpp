@@ -31,4 +31,12 @@ FG_DEVICE int scale_b_row(int col) {
   return kPairs ? ((col >> 8) << 1) | (col & 1) : col / 128;
 }
 
+// Group g's block scales in a grouped GEMM (gemm_groups.hpp): scale_a is by the rows' own index, scale_b the g-th of
+// the G groups' tables, [G, ceil(N / 128), k_blocks].
+FG_DEVICE BlockScaleArgs group_block_scales(const BlockScaleArgs& bs, int g, int N) {
+  BlockScaleArgs own = bs;
+  if (bs.b != nullptr) own.b = bs.b + static_cast<i64>(g) * ((N + 127) / 128) * bs.k_blocks;
+  return own;
+}
+
 }  // namespace fg

@@ -37,4 +37,16 @@ struct QuantCodesOf<OutFp8E4M3Fnuz> {
   using type = QuantFp8E4M3Fnuz;
 };
 
+#if defined(FG_NVIDIA) || defined(__gfx942__) || defined(__gfx950__)
+// The maximum of `key` (|y| as ordered bits, quant::abs_bits: NaN above inf) over the kLanes consecutive lanes (a
+// power of two, aligned) that hold one row's values of a group: xor shuffles, every lane of the warp / wave takes part.
+template <int kLanes>
+FG_DEVICE u32 lanes_max(u32 key) {
+#pragma unroll
+  for (int mask = 1; mask < kLanes; mask *= 2)
+    key = quant::max_u32(key, float_to_bits(arch::shfl_xor(bits_to_float(key), mask)));
+  return key;
+}
+#endif
+
 }  // namespace fg

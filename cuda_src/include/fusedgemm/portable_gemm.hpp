@@ -360,8 +360,7 @@ FG_DEVICE void portable_gemm_grouped_block_scaled(const u8* __restrict__ a, cons
   GroupTile t;
   if (!group_row_block<Cfg::kBlockM>(ga, M, static_cast<int>(blockIdx.y), t)) return;  // uniform: before any barrier
   const u8* b_group = b + static_cast<i64>(t.group) * N * K;
-  BlockScaleArgs bs_group = bs;
-  if (bs.b != nullptr) bs_group.b = bs.b + static_cast<i64>(t.group) * ((N + 127) / 128) * bs.k_blocks;
+  const BlockScaleArgs bs_group = group_block_scales(bs, t.group, N);
 #if defined(__gfx942__) || defined(__gfx950__)
   if constexpr (IsCdnaLdsGemmConfig<Cfg>::value) {
     cdna_gemm_tile<In, Epi, Cfg>(a, b_group, t.m_end, N, K, ep, t.m0, t.group * N, bs_group);

@@ -335,8 +335,8 @@ FG_DEVICE BlockScaleRows<kRows, kSwapped, kPairs> block_scale_rows(const BlockSc
   r.copier = lane <= (kPairs ? 17 : 16);
   if (lane < 16 && bs.a != nullptr && row0 + lane < M) r.src = bs.a + static_cast<i64>(row0 + lane) * bs.k_blocks + kb0;
   if (lane >= 16 && r.copier && bs.b != nullptr) {
-    const int row = kPairs ? ((n0 >> 8) << 1) + (lane - 16) : n0 / 128;  // scale_b_row of the tile's columns
-    r.src = bs.b + static_cast<i64>(row) * bs.k_blocks + kb0;
+    // lane 16: the row of the tile's (even) columns; 17 (pairs): of its odd ones
+    r.src = bs.b + static_cast<i64>(scale_b_row<kPairs>(n0 + lane - 16)) * bs.k_blocks + kb0;
   }
   return r;
 }

@@ -115,10 +115,7 @@ FG_DEVICE void store_parked_groups(const typename Epi::Params& ep, const float* 
       y[i] = col_in ? Epi::value(ep, acc[i], rv, c[i], m0 + r, col + i, saved) : 0.f;
       key = quant::max_u32(key, quant::abs_bits(y[i]));
     }
-#pragma unroll
-    for (int mask = 1; mask < 32; mask *= 2)
-      key = quant::max_u32(key, float_to_bits(arch::shfl_xor(bits_to_float(key), mask)));
-    const float s = quant::row_scale<Q>(bits_to_float(key));
+    const float s = quant::row_scale<Q>(bits_to_float(lanes_max<32>(key)));
     if (lane == 0) Epi::store_scale(ep, m0 + r, n0 / kBlock, s);
     if (col_in) Epi::template store_codes<4>(ep, m0 + r, col, y, 1.f / s);  // IEEE division, as quantize_rows
   }

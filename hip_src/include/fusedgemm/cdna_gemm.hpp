@@ -168,9 +168,7 @@ FG_DEVICE void cdna_store_groups(const AccT (&acc)[Cfg::kTilesM][Cfg::kTilesN], 
         }
         if (in) key = quant::max_u32(key, quant::abs_bits(y[tm][e][tn]));
       }
-#pragma unroll
-      for (int mask = 1; mask < 16; mask *= 2)  // the 16 lanes holding this row's columns of the tile
-        key = quant::max_u32(key, float_to_bits(arch::shfl_xor(bits_to_float(key), mask)));
+      key = lanes_max<16>(key);  // the 16 lanes holding this row's columns of the tile
       if ((lane & 15) == 0) red[warp_n * Cfg::kBlockM + (row - m_block)] = key;
     }
   __syncthreads();
@@ -336,9 +334,9 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
       sa_off[q] = static_cast<u32>(warp_m * Cfg::kWarpTileM + 16 * (n >> 2) + 4 * (lane >> 4) + (n & 3)) *
                   sa_row_bytes;
     }
-    if (bs.b != nullptr) {  // scale_b_row<kPairs> of the wave's columns (n_warp is uniform)
-      sb_even = bs.b + static_cast<i64>(Epi::kPairs ? (n_warp >> 8) << 1 : n_warp / 128) * bs.k_blocks;
-      sb_odd = Epi::kPairs ? sb_even + bs.k_blocks : sb_even;
+    if (bs.b != nullptr) {  // the rows of the wave's even and odd columns (n_warp is even and uniform)
+      sb_even = bs.b + static_cast<i64>(scale_b_row<Epi::kPairs>(n_warp)) * bs.k_blocks;
+      sb_odd = bs.b + static_cast<i64>(scale_b_row<Epi::kPairs>(n_warp + 1)) * bs.k_blocks;
     }
   }
   // K block kb's scales as loaded: v[q] = sa(this lane's row q), times sb where it is one value for the wave (then

@@ -307,10 +307,8 @@ FG_DEVICE void sm90_gemm_tiles(const sm90::TmaDesc& a_map,  // A [M, K] row-majo
     const int rows0 = Cfg::kSwapAB ? m0 : m0 + 16 * warp;
     const u32 ring = sm90::smem_addr(smem) + Cfg::kScaleRingOffset;
     constexpr int kRows = Cfg::kSwapAB ? kAccPerMma / 2 : 2;
-    // A grouped CTA's scale_b: its group's table. scale_a is by the rows' own index (rows past the group's bound
-    // read the next group's, and are not stored).
-    BlockScaleArgs own = bs;
-    if (kGrouped && own.b != nullptr) own.b += static_cast<i64>(group) * ((N + 127) / 128) * own.k_blocks;
+    // A grouped CTA's: its group's (rows past the group's bound read the next group's scale_a, and are not stored).
+    const BlockScaleArgs own = kGrouped ? group_block_scales(bs, group, N) : bs;
     const auto scales = block_scale_rows<kRows, Cfg::kSwapAB, Epi::kPairs>(own, M, rows0, n0, ct, warp, kb_begin, ring);
     consumer_mainloop<In, Cfg>(acc, 0, kb_count, stage_a, stage_b, full, empty, sm90::warp_uniform(warp >> 2), lane,
                                scales);

@@ -113,10 +113,7 @@ FG_DEVICE void store_groups(const typename Epi::Params& ep, int M, int N, const 
   float inv[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-#pragma unroll
-    for (int mask = 1; mask < 4; mask *= 2)
-      key[h] = quant::max_u32(key[h], float_to_bits(arch::shfl_xor(bits_to_float(key[h]), mask)));
-    const float s = quant::row_scale<Q>(bits_to_float(key[h]));
+    const float s = quant::row_scale<Q>(bits_to_float(lanes_max<4>(key[h])));
     inv[h] = 1.f / s;  // IEEE division, as quantize_rows
     if (row_in[h] && (t & 3) == 0) Epi::store_scale(ep, row0 + 8 * h, n0 / OutGroupOf<Epi>::value, s);
   }

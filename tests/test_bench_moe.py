@@ -254,3 +254,33 @@ def test_module_rows_measure_every_model(monkeypatch, capsys):
     assert not failed and [(r["model"], r["tokens"]) for r in rows] == [("deepseek-v3", 1), ("deepseek-v3", 4),
                                                                         ("mixtral-8x7b", 1), ("mixtral-8x7b", 4)]
     assert "skipped" not in capsys.readouterr().out
+
+def test_config_pins_a_grouped_config_and_refuses_others():
+    r = bench("--quick", "--config", "tile_64x128", "--dtype", "bf16", "--routing", "uniform")
+    assert r.returncode == 0, r.stderr
+    assert "fg config pinned: tile_64x128" in r.stdout
+    for bad in ("swap_16x128", "no_such_config"):
+        r = bench("--quick", "--config", bad)
+        assert r.returncode == 2 and "not a config with grouped kernels" in r.stderr
+
+
+def test_a_pinned_config_reaches_the_grouped_plan(monkeypatch):
+    seen = []
+    real = moe.forced_config
+
+    def spy(name, splits=1):
+        seen.append(name)
+        return real(name, splits)
+
+    monkeypatch.setattr(moe, "forced_config", spy)
+    paths = moe.stage_paths(fg, "down", "bf16", "offs", *_tiny_stage(), {}, config="tile_128x128")
+    paths["fg"]()
+    assert seen == ["tile_128x128"]
+
+
+def _tiny_stage():
+    w = {"w": torch.randn(2, 32, 16, dtype=torch.bfloat16), "n": 32, "k": 16}
+    counts = [3, 5]
+    inp = {"x": torch.randn(8, 16, dtype=torch.bfloat16), "offs": torch.tensor([3, 8], dtype=torch.int32),
+           "counts": counts, "m": 8}
+    return w, inp

@@ -42,6 +42,7 @@ import sys
 import torch
 import torch.nn.functional as F
 
+from ..plan import forced_config
 from .cli import dtype_name
 from .common import (Timer, copy_bandwidth_gbs, device_info, error_line, gpu_problem, kernel_us, print_table,
                      progress, time_paths, warm_host_us)
@@ -167,7 +168,8 @@ def stage_inputs(fg, stage_w: dict, counts: list[int], layout: str, dtype: str, 
     return inp
 
 
-def stage_paths(fg, stage: str, dtype: str, layout: str, W: dict, inp: dict, have: dict) -> dict:
+def stage_paths(fg, stage: str, dtype: str, layout: str, W: dict, inp: dict, have: dict,
+                config: str | None = None) -> dict:
     """{'fg': ours, 'gm', 'gm_act', 'loop'}: callables, None where a path does not apply or cannot run here."""
     gate_up = stage == "gate_up"
     act = swiglu_torch if gate_up else (lambda y: y)
@@ -240,6 +242,12 @@ def stage_paths(fg, stage: str, dtype: str, layout: str, W: dict, inp: dict, hav
                 out[e, :t - s] = act(per_expert(e, *a))
         return out
 
+    if config:  # --config: ours under a pinned grouped tile config
+        plain = ours
+
+        def ours():
+            with forced_config(config):
+                return plain()
     paths = {"fg": ours, "gm": gm if have_gm else None, "gm_act": None, "loop": loop if loop_ok else None}
     if gate_up and have_gm:
         paths["gm_act"] = lambda: swiglu_torch(gm())
@@ -267,7 +275,7 @@ def rel_err(y: torch.Tensor, ref: torch.Tensor, counts: list[int], layout: str) 
 
 def measure_stage(fg, timer, args, device, stage, dtype, W, inp, have, bw, tokens) -> dict:
     row = dict(stage=stage, N=W["n"], K=W["k"])
-    paths = stage_paths(fg, stage, dtype, args.layout, W, inp, have)
+    paths = stage_paths(fg, stage, dtype, args.layout, W, inp, have, args.config)
     try:  # correctness first: fg against the loop (or gm + act, gm where the loop cannot run), before any timing
         y = paths["fg"]()
     except Exception as exc:  # noqa: BLE001 - report the row, go on with the next
@@ -347,6 +355,9 @@ def _parser():
     p.add_argument("--layout", choices=["offs", "masked"], default="offs",
                    help="offs: rows of all experts packed [M, K] with cumulative offsets (default); masked: "
                         "[G, Mmax, K] with masked_m rows valid per expert (DeepEP low-latency style)")
+    p.add_argument("--config", metavar="NAME",
+                   help="pin fg's grouped tile config (fusedgemm.plan.forced_config: e.g. tile_64x128 or tile_128x128 "
+                        "on sm_90a) instead of the plan's choice, to compare plans in one process")
     p.add_argument("--seed", type=int, default=0, help="seed of the routing and the data (default 0)")
     p.add_argument("--reps", type=int, default=30, help="timed runs per path and row, rep by rep; medians (default 30)")
     p.add_argument("--flush", choices=["read", "write"], default="read",
@@ -377,6 +388,13 @@ def run(argv=None) -> int:
     if missing:
         print(f"fusedgemm.bench moe: this fusedgemm ({fg.__file__}) has no {', '.join(missing)}", file=sys.stderr)
         return 1
+    if args.config:
+        from ..plan.grouped_call import grouped_config_ok
+        from ..runtime.kernels import GEMM_CONFIGS
+
+        if args.config not in GEMM_CONFIGS or not grouped_config_ok(args.config):
+            print(f"fusedgemm.bench moe: --config {args.config}: not a config with grouped kernels", file=sys.stderr)
+            return 2
     device = "cpu" if problem else "cuda"
     models = {"quick": QUICK_MODEL} if args.quick else {name: MODELS[name] for name in args.models}
     tokens = [16] if args.quick else args.tokens
@@ -394,7 +412,8 @@ def run(argv=None) -> int:
         info = {"gpu": "cpu (no usable GPU: " + problem.split(": ", 1)[-1] + ")", "torch": torch.__version__}
     fp8_dtype = fg.quantize_rows(torch.zeros(1, 16, device=device), "fp8")[0].dtype
     have = probe_baselines(device, fp8_dtype)
-    print(f"{info['gpu']}  torch {info['torch']}  copy {bw:.0f} GB/s  layout {args.layout}  reps {args.reps}")
+    pinned = f"  fg config pinned: {args.config}" if args.config else ""
+    print(f"{info['gpu']}  torch {info['torch']}  copy {bw:.0f} GB/s  layout {args.layout}  reps {args.reps}{pinned}")
     print("torch baselines: " + "; ".join(f"{k} {v}" for k, v in have.items()))
     if device == "cpu":
         print("--quick on the CPU: fusedgemm runs its float64 reference ops; the times below are host times of "

@@ -257,3 +257,107 @@ def test_block_scales(config, layout):
         h = fg.grouped_swiglu(xg, w13.cuda(), scale_a=sag, scale_b=s13.cuda(), out_dtype=torch.float32, **kw)
     h = h.reshape(-1, inter).cpu()
     assert rel(h[used], want[used]) < 2e-3  # fp8 wgmma sums within a K block (module docstring)
+
+
+def persistent_configs():
+    from fusedgemm.plan.grouped_call import grouped_config_ok
+    from fusedgemm.runtime.kernels import GEMM_CONFIGS
+
+    return [c for c, cfg in GEMM_CONFIGS.items() if cfg.persistent and grouped_config_ok(c)]
+
+
+@pytest.mark.parametrize("kind", ["bf16", "fp8", "swiglu_bf16", "swiglu_fp8"])
+@pytest.mark.parametrize("layout", ["offs", "masked"])
+def test_persistent_configs(kind, layout):
+    """GroupedPersistent<Config> (the group table, gemm_groups.hpp): every persistent config that serves the kind, on
+    ragged groups (empty ones, one row, groups straddling row blocks, 44 groups: more than one per lane of the
+    table's warp); outputs poisoned, rows past masked_m must stay NaN."""
+    if arch() != "sm_90a":
+        pytest.skip("the persistent grouped kernels are sm_90a's")
+    from fusedgemm.runtime.kernels import GEMM_CONFIGS
+
+    swiglu = kind.startswith("swiglu")
+    dtype = "fp8" if kind.endswith("fp8") else "bf16"
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    sizes = [5, 0, 1, 130, 0, 300, 0, 3] * 5 + [257, 0, 64, 2]  # 44 groups
+    g, n, k = len(sizes), 384, 320
+    mmax = max(sizes)
+    x = torch.randn(sum(sizes), k, device="cuda", generator=gen)
+    w = torch.randn(g, n, k, device="cuda", generator=gen) / 16
+    bias = torch.randn(g, n // 2 if swiglu else n, device="cuda", generator=gen)
+    if dtype == "fp8":
+        xq, wq = x.to(torch.float8_e4m3fn), (w * 16).to(torch.float8_e4m3fn)
+        sa, sb = torch.rand(sum(sizes), device="cuda", generator=gen) + 0.5, torch.rand(g, n, device="cuda") / 16
+    else:
+        xq, wq = x.bfloat16(), w.bfloat16()
+    offs = torch.tensor(sizes, device="cuda").cumsum(0).to(torch.int32)
+    n_out = n // 2 if swiglu else n
+
+    def ref_rows(gi, rows):
+        acc = xq[rows].double() @ wq[gi].double().T
+        if dtype == "fp8":
+            acc = acc * sa[rows].double()[:, None] * sb[gi].double()
+        if swiglu:
+            return torch.nn.functional.silu(acc[:, :n_out]) * acc[:, n_out:]
+        return torch.nn.functional.silu(acc + bias[gi].double())
+
+    def call(out, where):
+        if swiglu:
+            kw = dict(scale_a=sa, scale_b=sb) if dtype == "fp8" else {}
+            return fg.grouped_swiglu(xq_in, wq, out=out, **kw, **where)
+        if dtype == "fp8":
+            return fg.grouped_gemm_a8(xq_in, wq8, scale_a=sa, scale_b=sb, bias=bias, epilogue="silu", out=out, **where)
+        return fg.grouped_matmul(xq_in, wq, bias=bias, activation="silu", out=out, **where)
+
+    wq8 = fg.preshuffle(wq) if dtype == "fp8" and not swiglu else None
+    ran = []
+    for config in persistent_configs():
+        if not GEMM_CONFIGS[config].serves(dtype):
+            continue
+        if layout == "offs":
+            xq_in, where = xq, dict(offs=offs)
+            out = nan_out((sum(sizes), n_out), torch.bfloat16)
+        else:  # [G, Mmax, K]: group gi's rows at gi * Mmax
+            if dtype == "fp8":
+                pytest.skip("masked fp8: scale_a per row of [G, Mmax] (covered by the offs layout's kernel)")
+            xq_in = torch.zeros(g, mmax, k, device="cuda", dtype=xq.dtype)
+            r0 = 0
+            for gi, s in enumerate(sizes):
+                xq_in[gi, :s] = xq[r0:r0 + s]
+                r0 += s
+            where = dict(masked_m=torch.tensor(sizes, dtype=torch.int32, device="cuda"), expected_m=64)
+            out = nan_out((g, mmax, n_out), torch.bfloat16)
+        with forced_config(config):
+            call(out, where)
+        torch.cuda.synchronize()
+        r0 = 0
+        for gi, s in enumerate(sizes):
+            got = out[r0:r0 + s] if layout == "offs" else out[gi, :s]
+            if s:
+                assert rel(got, ref_rows(gi, slice(r0, r0 + s))) < 1e-2, (config, gi)
+            if layout == "masked":
+                assert torch.isnan(out[gi, s:].float()).all(), (config, gi, "rows past masked_m written")
+            r0 += s
+        assert layout == "masked" or torch.isfinite(out).all(), config
+        ran.append(config)
+    assert ran, "no persistent config serves " + dtype
+
+
+def test_persistent_config_graph_replays_new_routing():
+    if arch() != "sm_90a":
+        pytest.skip("the persistent grouped kernels are sm_90a's")
+    g, n, k, m = 8, 256, 256, 640
+    x = torch.randn(m, k, device="cuda").bfloat16()
+    w = (torch.randn(g, n, k, device="cuda") / 16).bfloat16()
+    offs = torch.tensor([80] * 8, device="cuda").cumsum(0).to(torch.int32)
+    with forced_config("persistent_128x128"):
+        fg.grouped_matmul(x, w, offs=offs)  # compile outside the capture
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            y = fg.grouped_matmul(x, w, offs=offs)
+    for sizes in ([80] * 8, [640, 0, 0, 0, 0, 0, 0, 0], [0, 1, 2, 3, 4, 5, 6, 619], [0] * 7 + [640]):
+        offs.copy_(torch.tensor(sizes).cumsum(0).to(torch.int32))
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert rel(y, oracle(x, w, sizes, lambda acc, _g, _r: acc)) < TOL[torch.bfloat16], sizes

@@ -10,10 +10,14 @@ wants to try them) turn them on by emptying PENDING_GPU_RUN. Each entry names th
                                 BlockScaleRows kPairs). tests/test_gpu_blockscale.py, tests/test_gpu_grouped.py
     sm90_grouped_block_scales   grouped_gemm_a8 / grouped_swiglu with block scales on sm_90a (BlockScaled grouped
                                 kernels). tests/test_gpu_grouped.py
+    sm90_grouped_persistent     grouped GEMMs on the persistent configs (GroupedPersistent<Config>: the group table,
+                                gemm_groups.hpp); meanwhile only a pinned config asks for them, and is refused.
+                                tests/test_gpu_grouped.py::test_persistent_configs
 """
 from __future__ import annotations
 
-PENDING_GPU_RUN: set[str] = {"sm90_persistent_out_group", "sm90_block_scaled_pairs", "sm90_grouped_block_scales"}
+PENDING_GPU_RUN: set[str] = {"sm90_persistent_out_group", "sm90_block_scaled_pairs", "sm90_grouped_block_scales",
+                             "sm90_grouped_persistent"}
 
 
 def pending(path: str) -> bool:

@@ -106,4 +106,95 @@ FG_DEVICE bool group_row_block(const GroupArgs& ga, int M, int v, GroupTile& t) 
   return false;
 }
 
+// ---- the group table of a persistent grouped kernel (contiguous and masked layouts) ------------------------------
+// A persistent CTA loops over units of work (row block, column tile) of all groups, so it needs every group's row
+// blocks rather than one: one warp builds this table in shared memory when the CTA starts (build_group_table: the
+// sizes loaded at once, then two warp scans), and a unit finds its group by a binary search
+// (table_row_block). Its kGroupTableInts ints: first[0 .. G] (group g's first row block among all groups' row
+// blocks, first[G] their count), then row_lo[0 .. G - 1] (its first row), then row_hi (its row bound). Sizes are
+// clamped as group_row_block clamps them, so both kernels see the same blocks. The m_indices layout has no table.
+constexpr int kGroupTableMax = 1024;  // groups a table holds (plan/grouped_call.py PERSISTENT_MAX_GROUPS)
+constexpr int kGroupTableInts = 3 * kGroupTableMax + 1;
+constexpr int kGroupTableBytes = (kGroupTableInts * 4 + 15) / 16 * 16;
+
+FG_DEVICE int min_int(int x, int y) { return x < y ? x : y; }
+FG_DEVICE int max_int(int x, int y) { return x > y ? x : y; }
+FG_DEVICE int* table_row_lo(int* table) { return table + kGroupTableMax + 1; }
+FG_DEVICE int* table_row_hi(int* table) { return table + 2 * kGroupTableMax + 1; }
+
+// Every lane of one warp calls it; G <= kGroupTableMax, ga.rows >= 0. Lane l takes groups l * kPer .. l * kPer +
+// kPer - 1, their sizes loaded at once (one memory round trip for the whole table). The caller synchronises before
+// any read.
+template <int kBlockM>
+FG_DEVICE void build_group_table(const GroupArgs& ga, int M, int* table, int lane) {
+  constexpr int kPer = kGroupTableMax / kGroupLanes;
+  const int groups = ga.groups;
+  const int g0 = lane * kPer;
+  const bool masked = ga.rows > 0;
+  int hi[kPer];  // the groups' row bounds; a group's first row is the previous bound (contiguous) or g * rows
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) hi[i] = g0 + i < groups ? ga.index[g0 + i] : 0;
+  int start = 0;  // contiguous: the row bound of the groups before this lane's
+  if (masked) {
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) hi[i] = (g0 + i) * ga.rows + clamp_rows(hi[i], 0, ga.rows);
+  } else {
+    // group_row_block's running clamp gives row_hi[g] = min(M, max(0, offs[0], ..., offs[g])), a prefix maximum:
+    // the lane's own, then the lanes' before it (a warp scan).
+    int run = 0;
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) {
+      run = max_int(run, hi[i]);
+      hi[i] = run;
+    }
+    for (int d = 1; d < kGroupLanes; d *= 2) {
+      const int other = arch::shfl_up(run, d);
+      if (lane >= d) run = max_int(run, other);
+    }
+    start = arch::shfl_up(run, 1);
+    start = lane == 0 ? 0 : min_int(M, start);
+#pragma unroll
+    for (int i = 0; i < kPer; ++i) hi[i] = min_int(M, max_int(hi[i], start));
+  }
+  auto row_lo = [&](int i) { return masked ? (g0 + i) * ga.rows : i == 0 ? start : hi[i - 1]; };
+  int blocks = 0;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) blocks += g0 + i < groups ? (hi[i] - row_lo(i) + kBlockM - 1) / kBlockM : 0;
+  int upto = blocks;  // row blocks of this lane's groups and the lanes' before
+  for (int d = 1; d < kGroupLanes; d *= 2) {
+    const int other = arch::shfl_up(upto, d);
+    if (lane >= d) upto += other;
+  }
+  int at = upto - blocks;
+#pragma unroll
+  for (int i = 0; i < kPer; ++i) {
+    if (g0 + i < groups) {
+      table[g0 + i] = at;
+      table_row_lo(table)[g0 + i] = row_lo(i);
+      table_row_hi(table)[g0 + i] = hi[i];
+      at += (hi[i] - row_lo(i) + kBlockM - 1) / kBlockM;
+    }
+  }
+  if (lane == kGroupLanes - 1) table[groups] = upto;
+}
+
+// Row block v (0 <= v < first[G]) -> its tile: the last group g with first[g] <= v, the one holding v (an empty
+// group shares its first with the next group).
+template <int kBlockM>
+FG_DEVICE GroupTile table_row_block(int* table, int groups, int v) {
+  int a = 0, b = groups - 1;
+  while (a < b) {
+    const int mid = (a + b + 1) / 2;
+    if (table[mid] <= v)
+      a = mid;
+    else
+      b = mid - 1;
+  }
+  GroupTile t;
+  t.group = a;
+  t.m0 = table_row_lo(table)[a] + (v - table[a]) * kBlockM;
+  t.m_end = table_row_hi(table)[a];
+  return t;
+}
+
 }  // namespace fg

@@ -417,11 +417,15 @@ struct Sm90GemmGroupedBlockArgs {
   GroupArgs groups;
 };
 
-// The kernel body of a grouped entry point (gemm_groups.hpp); with block scales, on BlockScaled<Config>.
+// The kernel body of a grouped entry point (gemm_groups.hpp): a CTA per tile, or persistent CTAs on
+// GroupedPersistent<Config>; with block scales, CTA per tile on BlockScaled<Config>.
 template <class In, class Epi, class Cfg>
 FG_DEVICE void sm90_gemm_grouped(const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map, int M, int N, int K,
                                  const typename Epi::Params& ep, const GroupArgs& ga) {
-  sm90_gemm_tiles<In, Epi, Cfg, true>(a_map, b_map, M, N, K, ep, BlockScaleArgs{}, ga);
+  if constexpr (Cfg::kPersistent)
+    sm90_gemm_persistent<In, Epi, Cfg, true>(a_map, b_map, M, N, K, ep, BlockScaleArgs{}, ga);
+  else
+    sm90_gemm_tiles<In, Epi, Cfg, true>(a_map, b_map, M, N, K, ep, BlockScaleArgs{}, ga);
 }
 template <class In, class Epi, class Cfg>
 FG_DEVICE void sm90_gemm_grouped(const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map, int M, int N, int K,

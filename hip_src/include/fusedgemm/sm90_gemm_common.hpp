@@ -7,6 +7,7 @@
 #include "block_scales.hpp"
 #include "epilogue.hpp"
 #include "gemm_configs.hpp"
+#include "gemm_groups.hpp"
 
 #if defined(FG_NVIDIA)
 namespace fg {
@@ -190,6 +191,23 @@ struct BlockScaled<WgmmaConfig<Tile>> : WgmmaConfig<BlockScaledTile<Tile>> {
                 "block scales: the CTA-per-tile (swapped too) or persistent kernels, tiles of N 128 (one scale_b "
                 "block per K block), no B-multicast pairs");
   static_assert(kScaleRingOffset % 16 == 0 && kSmemBytes <= 227 * 1024, "the scale ring after the barriers");
+};
+
+// A persistent config's grouped kernels (sm90_gemm_persistent.hpp, kGrouped): a stage fewer, for the group table
+// (gemm_groups.hpp) after the barriers; runtime/kernels.py grouped_persistent_smem sizes the launch.
+template <class Tile>
+struct GroupTableTile : Tile {
+  static constexpr int kStages = Tile::kStages - 1;
+};
+template <class Cfg>
+struct GroupedPersistent;
+template <class Tile>
+struct GroupedPersistent<WgmmaConfig<Tile>> : WgmmaConfig<GroupTableTile<Tile>> {
+  using Base = WgmmaConfig<GroupTableTile<Tile>>;
+  static constexpr int kGroupTableOffset = Base::kBarrierOffset + Base::kBarriers * 8;
+  static constexpr int kSmemBytes = Base::kSmemBytes + kGroupTableBytes;
+  static_assert(Base::kPersistent && !Base::kPairB, "the group table: persistent configs without B-multicast pairs");
+  static_assert(kGroupTableOffset % 16 == 0 && kSmemBytes <= 227 * 1024, "the group table after the barriers");
 };
 
 // One consumer thread's block scales, K block by K block. The 16 activation rows a warp reads (unswapped: the
@@ -380,6 +398,7 @@ struct KernelSmem {
   FG_DEVICE sm90::u64* empty() const { return full() + Cfg::kStages; }
   FG_DEVICE sm90::u64* parked_full() const { return full() + 2 * Cfg::kStages; }
   FG_DEVICE sm90::u64* parked_empty() const { return full() + 2 * Cfg::kStages + 1; }
+  FG_DEVICE int* group_table() const { return reinterpret_cast<int*>(base + Cfg::kGroupTableOffset); }
 };
 
 // Values of K in a stage row: kBlockK bytes (128 fp8 / int8, 64 bf16 / fp16, 32 tf32 values).

@@ -161,16 +161,52 @@ FG_DEVICE void persistent_tile(int t, int num_n, int num_m, int N, int K, int& m
   }
 }
 
+// A unit's tile: its first row and column, its row bound (rows >= m_end are not stored) and its column operands'
+// offset (a grouped tile's g * N, as sm90_gemm_tiles's col_base).
+struct UnitTile {
+  int m0, n0, m_end, col_base;
+};
+// kGrouped: unit t is row block t / tiles_n of all groups' row blocks (the group table, gemm_groups.hpp) and column
+// tile t % tiles_n, so the tiles of a row block run side by side (A's rows read once while they are in L2), as the
+// CTA-per-tile grouped kernel's grid orders them.
+template <class In, class Cfg, bool kGrouped>
+FG_DEVICE UnitTile persistent_unit(int t, int tiles_n, int tiles_m, int M, int N, int K, const GroupArgs& ga) {
+  if constexpr (kGrouped) {
+    const int v = t / tiles_n;
+    const GroupTile g = table_row_block<Cfg::kBlockM>(KernelSmem<Cfg>().group_table(), ga.groups, v);
+    return UnitTile{g.m0, (t - v * tiles_n) * Cfg::kBlockN, g.m_end, g.group * N};
+  } else {
+    int m_block, n_block;
+    persistent_tile<In, Cfg>(t, tiles_n, tiles_m, N, K, m_block, n_block);
+    return UnitTile{m_block * Cfg::kBlockM, n_block * Cfg::kBlockN, M, 0};
+  }
+}
+
+// The units of work: tiles_n x tiles_m tiles (unit_count), or a grouped kernel's row blocks of all groups (the group
+// table's count) times tiles_n.
+template <class Cfg, bool kGrouped>
+FG_DEVICE int persistent_units(int tiles_n, int tiles_m, const GroupArgs& ga) {
+  if constexpr (kGrouped)
+    return KernelSmem<Cfg>().group_table()[ga.groups] * tiles_n;
+  else
+    return unit_count<Cfg>(tiles_n, tiles_m);
+}
+
 // bs: the block scales (Cfg::kBlockScaled only; BlockScaled<Config> in sm90_gemm_common.hpp).
-template <class In, class Epi, class Cfg>
+// kGrouped: a grouped GEMM (gemm_groups.hpp, `ga`; contiguous or masked layout) on GroupedPersistent<Config>: the
+// units are every group's row blocks times the column tiles, B's maps span the G groups' stacked weights.
+template <class In, class Epi, class Cfg, bool kGrouped = false>
 FG_DEVICE void sm90_gemm_persistent(const sm90::TmaDesc& a_map, const sm90::TmaDesc& b_map, int M, int N, int K,
-                                    const typename Epi::Params& ep, const BlockScaleArgs& bs = BlockScaleArgs{}) {
+                                    const typename Epi::Params& ep, const BlockScaleArgs& bs = BlockScaleArgs{},
+                                    const GroupArgs& ga = GroupArgs{}) {
   static_assert(Epi::kRowValues * Cfg::kBlockM + Epi::kColValues * Cfg::kBlockN <= Cfg::kStagedFloats,
                 "the epilogue hoists more row/column values than the persistent config stages");
   // A group-quantised output (out_group) is stored per parked row by one warp (store_parked_groups).
   static_assert(OutGroupOf<Epi>::value == 0 || OutGroupOf<Epi>::value == Cfg::kBlockN,
                 "out_group: the persistent tile's columns are one group");
   constexpr bool kGroups = OutGroupOf<Epi>::value != 0;
+  static_assert(!kGrouped || !(Cfg::kPairB || Cfg::kBlockScaled || kGroups),
+                "persistent grouped kernels: no B-multicast pairs, block scales or group-quantised outputs yet");
   using Mma = MmaOf<In, Cfg>;
   using Acc = typename Mma::Acc;
   constexpr int kAcc = Cfg::kAccPerThread;
@@ -198,6 +234,10 @@ FG_DEVICE void sm90_gemm_persistent(const sm90::TmaDesc& a_map, const sm90::TmaD
     sm90::mbar_init(sm.parked_empty(), Cfg::kEpilogueThreads);
     sm90::fence_mbar_init();
   }
+  if constexpr (kGrouped) {
+    if (ga.rows < 0) __trap();  // the m_indices layout has no group table (the host never plans it here)
+    if (warp == 0) build_group_table<Cfg::kBlockM>(ga, M, KernelSmem<Cfg>().group_table(), lane);
+  }
   if constexpr (Cfg::kPairB)
     sm90::cluster_sync();  // the peer's copies and arrives may reach this CTA's barriers from the start
   else
@@ -207,7 +247,7 @@ FG_DEVICE void sm90_gemm_persistent(const sm90::TmaDesc& a_map, const sm90::TmaD
   auto counts = [&](int& num_n, int& num_m, int& num_tiles, int& kb_count) {
     num_n = (N + Cfg::kBlockN - 1) / Cfg::kBlockN;
     num_m = (M + Cfg::kBlockM - 1) / Cfg::kBlockM;
-    num_tiles = unit_count<Cfg>(num_n, num_m);
+    num_tiles = persistent_units<Cfg, kGrouped>(num_n, num_m, ga);
     kb_count = k_block_count<In, Cfg>(K);
   };
 
@@ -228,14 +268,12 @@ FG_DEVICE void sm90_gemm_persistent(const sm90::TmaDesc& a_map, const sm90::TmaD
         sm90::prefetch_tma_desc(&b_map);
         const int pair_rank = Cfg::kPairB ? static_cast<int>(sm90::cluster_rank()) : 0;
         for (int t = persistent_first<Cfg>(), g = 0; t < num_tiles; t += persistent_step<Cfg>()) {
-          int m_block, n_block;
-          persistent_tile<In, Cfg>(t, num_n, num_m, N, K, m_block, n_block);
+          const UnitTile u = persistent_unit<In, Cfg, kGrouped>(t, num_n, num_m, M, N, K, ga);
           for (int i = 0; i < kb_count; ++i, ++g) {
             const int s = g % Cfg::kStages;
             sm90::mbar_wait(&empty[s], ((g / Cfg::kStages) & 1) ^ 1);
             copy_k_block<In, Cfg>(stage_a + s * Cfg::kStageBytesA, stage_b + s * Cfg::kStageBytesB, a_map,
-                                  b_map, &full[s], a_rows, i, m_block * Cfg::kBlockM, n_block * Cfg::kBlockN,
-                                  pair_rank);
+                                  b_map, &full[s], a_rows, i, u.m0, u.col_base + u.n0, pair_rank);
           }
         }
       }
@@ -251,14 +289,13 @@ FG_DEVICE void sm90_gemm_persistent(const sm90::TmaDesc& a_map, const sm90::TmaD
       asm volatile("" : "+r"(m_opaque), "+r"(n_opaque));
       const int tiles_n = (n_opaque + Cfg::kBlockN - 1) / Cfg::kBlockN;
       const int tiles_m = (m_opaque + Cfg::kBlockM - 1) / Cfg::kBlockM;
-      const int tiles = unit_count<Cfg>(tiles_n, tiles_m);
+      const int tiles = persistent_units<Cfg, kGrouped>(tiles_n, tiles_m, ga);
       if (t >= tiles) break;
       const bool last = kLastTileHelp && t + persistent_step<Cfg>() >= tiles;
-      int m_block, n_block;
-      persistent_tile<In, Cfg>(t, tiles_n, tiles_m, N, K, m_block, n_block);
-      const int m0 = m_block * Cfg::kBlockM;
-      const int col = n_block * Cfg::kBlockN + 4 * lane;
-      const int n0 = n_block * Cfg::kBlockN;
+      const UnitTile u = persistent_unit<In, Cfg, kGrouped>(t, tiles_n, tiles_m, M, N, K, ga);
+      const int m0 = u.m0, m_end = u.m_end;  // (m_end: M, or a grouped tile's group bound)
+      const int col = u.n0 + 4 * lane;
+      const int n0 = u.n0;
       // Addresses come from a fresh KernelSmem per tile: held across the loop, 40 registers do not suffice.
       const KernelSmem<Cfg> tsm;
       float* row_staged = tsm.row_staged();
@@ -273,8 +310,8 @@ FG_DEVICE void sm90_gemm_persistent(const sm90::TmaDesc& a_map, const sm90::TmaD
       for (int s = 0; s < kSlots; ++s) {
         const int i = e + s * Cfg::kEpilogueThreads;
         rows[s] = m0 + i;
-        cols[s] = n0 + i;
-        row_in[s] = i < Cfg::kBlockM && m0 + i < M;
+        cols[s] = u.col_base + n0 + i;
+        row_in[s] = i < Cfg::kBlockM && m0 + i < m_end;
         col_in[s] = i < Cfg::kBlockN && n0 + i < N;
       }
       float rv[kSlots][Epi::kRowValues], cv[kSlots][Epi::kColValues];
@@ -305,11 +342,11 @@ FG_DEVICE void sm90_gemm_persistent(const sm90::TmaDesc& a_map, const sm90::TmaD
         // address: two copies of the loop do not fit their registers.
         constexpr bool kTestHoisted = Cfg::kProducerRegs >= 88;
         if (last)  // every kAllWarps-th row from w on; the consumer warps take the others
-          store_parked_tile<Epi, kAllWarps, 1, false>(ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane,
-                                                      w);
+          store_parked_tile<Epi, kAllWarps, 1, false>(ep, tsm.parked(), row_staged, col_staged, m_end, m0, col,
+                                                      4 * lane, w);
         else
           store_parked_tile<Epi, Cfg::kEpilogueWarps, Cfg::kEpilogueRowsAtOnce, kTestHoisted>(
-              ep, tsm.parked(), row_staged, col_staged, M, m0, col, 4 * lane, w);
+              ep, tsm.parked(), row_staged, col_staged, m_end, m0, col, 4 * lane, w);
       }
       sm90::mbar_arrive(KernelSmem<Cfg>().parked_empty());  // a fresh base (above)
       sm90::named_barrier_sync(2, Cfg::kEpilogueThreads);  // everyone is done with the staged values
@@ -360,19 +397,18 @@ FG_DEVICE void sm90_gemm_persistent(const sm90::TmaDesc& a_map, const sm90::TmaD
   if constexpr (kLastTileHelp) {
     if (my_tiles > 0) {  // the last tile's rows E + w, E + w + kAllWarps, ... (E: the epilogue warps' count)
       sm90::named_barrier_sync(3, kLastTileThreads);  // staged values in, and every consumer has parked
-      int m_block, n_block;
       // (the step read afresh: held across the main loop, it is spilled in some builds)
-      persistent_tile<In, Cfg>(persistent_first<Cfg>() + (my_tiles - 1) * persistent_step<Cfg>(), num_n, num_m, N, K,
-                               m_block, n_block);
-      const int col = n_block * Cfg::kBlockN + 4 * lane;
+      const UnitTile u = persistent_unit<In, Cfg, kGrouped>(
+          persistent_first<Cfg>() + (my_tiles - 1) * persistent_step<Cfg>(), num_n, num_m, M, N, K, ga);
+      const int col = u.n0 + 4 * lane;
       float* row_staged = sm.row_staged();
       float* col_staged = sm.template col_staged<Epi>();
       if constexpr (kGroups)
-        store_parked_groups<Epi, kAllWarps>(ep, parked, row_staged, col_staged, M, N, m_block * Cfg::kBlockM,
-                                            n_block * Cfg::kBlockN, lane, Cfg::kEpilogueWarps + warp);
+        store_parked_groups<Epi, kAllWarps>(ep, parked, row_staged, col_staged, M, N, u.m0, u.n0, lane,
+                                            Cfg::kEpilogueWarps + warp);
       else if (col < N)
-        store_parked_tile<Epi, kAllWarps, 1, true>(ep, parked, row_staged, col_staged, M, m_block * Cfg::kBlockM, col,
-                                                   4 * lane, Cfg::kEpilogueWarps + warp);
+        store_parked_tile<Epi, kAllWarps, 1, true>(ep, parked, row_staged, col_staged, u.m_end, u.m0, col, 4 * lane,
+                                                   Cfg::kEpilogueWarps + warp);
     }
   }
   if constexpr (Cfg::kPairB) sm90::cluster_sync();

@@ -3,28 +3,50 @@ kernel argument with the groups' fields (gemm_groups.hpp).
 
 Group sizes stay on the device, so the grid is sized for the worst case: the contiguous layout's G groups of M
 rows in all have at most (M + min(G, M) (BM - 1)) / BM row blocks of BM rows; the masked layout's G x ceil(rows / BM).
-Blocks past the last group's rows exit at once.
+Blocks past the last group's rows exit at once. The sm_90a persistent configs run grouped calls too (one wave of CTAs
+over every group's row blocks times the column tiles, the group table built in each CTA: gemm_groups.hpp), for the
+contiguous and masked layouts, at most PERSISTENT_MAX_GROUPS groups, no block scales or out_group: pinned only
+while that path waits for its first GPU run (pending.py 'sm90_grouped_persistent').
 """
 from __future__ import annotations
 
-from . import forced
+from . import forced, sm_count
+from .. import pending
 from .call import _tensor_map_a, _tensor_map_b, _tensor_map_k_major, _TMAP_L2_256B, kernel_for
 from . import cdna
 from ..runtime.arch import vendor_of
 from ..runtime.device import current_raw_stream
-from ..runtime.gemm_spec import MATMUL_IN, OUT_CODEGEN, GemmKernel, whole_k_blocks
-from ..runtime.kernels import GEMM_CONFIGS
+from ..runtime.gemm_spec import MATMUL_IN, OUT_CODEGEN, GemmKernel, config_fits, whole_k_blocks
+from ..runtime.kernels import GEMM_CONFIGS, GROUP_TABLE_MAX
 
 _MAX_GRID_Y = 65535
 # sm_90a: the CTA-per-tile wgmma configs a grouped kernel runs on (gemm_groups.hpp; no swapped, paired or
 # persistent tiles yet), by the rows a group has on average.
 SM90_GROUPED_CONFIGS = ("tile_64x128", "tile_128x128")
+PERSISTENT_MAX_GROUPS = GROUP_TABLE_MAX  # groups a persistent grouped kernel's table holds (gemm_groups.hpp)
 
 
 def grouped_config_ok(name: str) -> bool:
-    """Whether config `name` has grouped kernels: CTA-per-tile, unswapped, unpaired (any portable / CDNA config)."""
+    """Whether config `name` has grouped kernels: CTA-per-tile, unswapped, unpaired (any portable / CDNA config),
+    or an sm_90a persistent one without B-multicast pairs (persistent_ok says for which calls)."""
     cfg = GEMM_CONFIGS[name]
-    return not (cfg.swap_ab or cfg.pair_b or cfg.one_wave)
+    return not (cfg.swap_ab or cfg.pair_b or cfg.tile_loop)
+
+
+def persistent_refusal(config: str, layout, block_scaled: bool, epi) -> str | None:
+    """Why a grouped call cannot run on persistent config `config` (None: it can)."""
+    if layout.rows < 0:
+        return "the m_indices layout (no group table: use offs or masked_m)"
+    if layout.groups > PERSISTENT_MAX_GROUPS:
+        return f"{layout.groups} groups (its group table holds {PERSISTENT_MAX_GROUPS})"
+    if block_scaled:
+        return "block scales"
+    if epi.out_group:
+        return "out_group"
+    if not config_fits(config, epi):
+        return "an epilogue with more than 3 hoisted row and column values"
+    return None
+
 
 
 def choose_grouped(arch: str, rows_per_group: int, n: int, k: int, in_kind: str, rows: int = 0, groups: int = 1):
@@ -36,7 +58,7 @@ def choose_grouped(arch: str, rows_per_group: int, n: int, k: int, in_kind: str,
         if not grouped_config_ok(name) or splits != 1:
             raise ValueError(f"grouped GEMM: config {name} (split-K {splits}) has no grouped kernels; they run on "
                              "CTA-per-tile configs without split-K (tile_64x128, tile_128x128 on sm_90a; any portable "
-                             "or CDNA config)")
+                             "or CDNA config) and on the sm_90a persistent configs without pairs")
         return GEMM_CONFIGS[name]
     if arch == "sm_90a":
         return GEMM_CONFIGS["tile_64x128" if rows_per_group <= 64 else "tile_128x128"]
@@ -67,6 +89,12 @@ class GroupedCallPlan:
                                                                  layout.groups)
         if not cfg.serves(in_kind) or (in_kind in MATMUL_IN and arch == "sm_90a" and not cfg.sm90):
             raise ValueError(f"{op}: config {cfg.name} has no {in_kind} grouped kernel on {arch}")
+        if cfg.persistent:
+            why = persistent_refusal(cfg.name, layout, block_scaled, epi)
+            if why is not None:
+                raise ValueError(f"{op}: the persistent grouped kernels ({cfg.name}) do not take {why}; the "
+                                 "CTA-per-tile configs (tile_64x128, tile_128x128) do")
+            pending.refuse(op, "sm90_grouped_persistent", f"a grouped GEMM on {cfg.name}")
         self.dev, self.m, self.n, self.k, self.kind, self.groups = dev, layout.m, n, k, in_kind, layout.groups
         blocks = row_blocks(layout, cfg.block_m)
         if blocks > _MAX_GRID_Y:
@@ -85,7 +113,10 @@ class GroupedCallPlan:
         self.config = cfg.name
         warp = 64 if vendor_of(arch) == "amd" else 32
         self.a_map = self.b_map = (None, None)  # (address, encoded tensor map): the last one used
-        self.launch = kernel.bind((-(-n // cfg.block_n), blocks, 1), (1, 1, 1), cfg.warps * warp, spec.smem)
+        grid = (-(-n // cfg.block_n), blocks, 1)
+        if cfg.persistent:  # one wave of CTAs over the units (at most `blocks` row blocks x the column tiles)
+            grid = (max(1, min(grid[0] * blocks, sm_count(dev))), 1, 1)
+        self.launch = kernel.bind(grid, (1, 1, 1), cfg.warps * warp, spec.smem)
 
     def run(self, a_ptr: int, b_ptr: int, index_ptr: int, *pointers: int) -> None:
         args = self.template.copy()

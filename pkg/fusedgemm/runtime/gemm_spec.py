@@ -50,6 +50,8 @@ class GemmKernel:
         """Dynamic shared-memory bytes per block of the kernel (0: static LDS only, AMD)."""
         if self.block_scaled and self.cfg.sm90:
             return kernels.block_scaled_smem(self.config)
+        if self.grouped and self.cfg.persistent:
+            return kernels.grouped_persistent_smem(self.config)
         return self.cfg.smem
 
     @property
@@ -142,10 +144,15 @@ class GemmKernel:
         extra = ", args.bs" if self.block_scaled else ""
         if self.grouped:
             cfg_t = self.cfg
-            unfit = cfg_t.swap_ab or cfg_t.pair_b or cfg_t.one_wave
+            unfit = (cfg_t.swap_ab or cfg_t.pair_b or cfg_t.tile_loop
+                     or (cfg_t.persistent and (self.block_scaled or group or not sm90)))
             if self.b_layout != "nk" or unfit:
-                raise ValueError(f"grouped kernels run on CTA-per-tile configs with B as [N, K], not {self.config} "
-                                 f"({self.b_layout}{', block-scaled' if self.block_scaled else ''})")
+                raise ValueError(f"grouped kernels run on CTA-per-tile configs with B as [N, K] and on the sm_90a "
+                                 f"persistent ones without pairs, block scales or out_group, not {self.config} "
+                                 f"({self.b_layout}{', block-scaled' if self.block_scaled else ''}"
+                                 f"{', out_group' if group else ''})")
+            if cfg_t.persistent:
+                cfg = f"fg::GroupedPersistent<{cfg}>"
             both = self.block_scaled
             kind = (("Sm90GemmGroupedBlockArgs" if both else "Sm90GemmGroupedArgs") if sm90
                     else "PortableGemmGroupedBlockArgs" if both else "PortableGemmGroupedArgs")

@@ -263,6 +263,18 @@ def block_scaled_smem(name: str) -> int:
     return base.smem + SCALE_RING_SLOTS * _consumer_warps(t) * SCALE_RING_SLOT_FLOATS * 4
 
 
+# GroupedPersistent<Config>'s group table (gemm_groups.hpp kGroupTableMax, kGroupTableBytes): groups it holds, bytes.
+GROUP_TABLE_MAX = 1024
+GROUP_TABLE_BYTES = -(-(3 * GROUP_TABLE_MAX + 1) * 4 // 16) * 16
+
+
+def grouped_persistent_smem(name: str) -> int:
+    """Dynamic shared memory of persistent config `name`'s grouped kernels (GroupedPersistent<Config>): the config's
+    layout with a stage fewer, then the group table."""
+    t = tile_configs.CONFIGS[name]
+    return _sm90_config(name, dataclasses.replace(t, stages=t.stages - 1)).smem + GROUP_TABLE_BYTES
+
+
 def has_whole_k_kernels(config: str) -> bool:
     """Whether `config` has a second kernel for K filling whole K blocks (the CDNA LDS configs)."""
     return isinstance(tile_configs.CONFIGS[config], tile_configs.CdnaTile)

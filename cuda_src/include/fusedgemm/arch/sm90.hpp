@@ -66,6 +66,8 @@ FG_DEVICE u16 float_to_bf16_bits(float f) {
 
 // v from lane ^ mask of the warp; every lane of the warp must call it (full mask).
 FG_DEVICE float shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+// v from lane - d of the warp (lanes below d: their own); every lane of the warp must call it.
+FG_DEVICE int shfl_up(int v, int d) { return __shfl_up_sync(0xffffffffu, v, d); }
 
 template <class In>
 struct MmaAtom;

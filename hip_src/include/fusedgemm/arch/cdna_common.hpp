@@ -58,6 +58,12 @@ FG_DEVICE float shfl_xor(float v, int mask) {
   return __builtin_bit_cast(float, __builtin_amdgcn_ds_bpermute((lane ^ mask) << 2, __builtin_bit_cast(int, v)));
 }
 
+// v from lane - d of the wave (lanes below d: their own); every lane of the wave must call it.
+FG_DEVICE int shfl_up(int v, int d) {
+  const int lane = static_cast<int>(__builtin_amdgcn_mbcnt_hi(~0u, __builtin_amdgcn_mbcnt_lo(~0u, 0u)));
+  return __builtin_amdgcn_ds_bpermute((lane >= d ? lane - d : lane) << 2, v);
+}
+
 struct CdnaAtomBase {
   static constexpr int kWarpSize = 64;
   static constexpr int kRowsPerLane = 1;

@@ -79,3 +79,19 @@ def test_persistent_grouped_is_pending_until_its_gpu_run():
     with pytest.raises(NotImplementedError, match="sm90_grouped_persistent"):
         GroupedCallPlan(0, "sm_90a", "fp8", _layout(), 256, 256, torch.bfloat16, spec_for_activation("silu"), {},
                         (), 256, "grouped_gemm_a8", config="persistent_128x128")
+
+
+@pytest.mark.parametrize("in_kind", ["bf16", "fp8"])
+def test_the_plan_takes_a_persistent_config_only_once_cleared(monkeypatch, in_kind):
+    """The dense plan's persistent rule on the grouped call's rows (Qwen3-30B's down projection at 4096 tokens x
+    top-8: 32768 rows, N 2048, K 768), taken only where pending.py has cleared the kernels and the call fits them."""
+    from fusedgemm.plan import grouped_call
+
+    monkeypatch.setattr(grouped_call, "sm_count", lambda _dev: 132)
+    args = (0, in_kind, _layout(groups=128), 32768, 2048, 768, False, spec_for_activation("silu"))
+    assert grouped_call.sm90_persistent(*args) is None  # pending
+    monkeypatch.setattr(pending, "PENDING_GPU_RUN", set())
+    got = grouped_call.sm90_persistent(*args)
+    assert got is not None and got.persistent and not got.pair_b
+    assert grouped_call.sm90_persistent(0, in_kind, _layout(rows=-1), *args[3:]) is None  # m_indices
+    assert grouped_call.sm90_persistent(*args[:6], True, args[7]) is None  # block scales

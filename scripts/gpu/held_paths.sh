@@ -2,7 +2,7 @@
 # Run on the GPU machine from the repository root: the first GPU run of the paths in fusedgemm/pending.py. Builds
 # the sm_90a code objects, runs the tests that clear each pending path (core.sh), then, in the time left of
 # BUDGET_S, the benches that measure them: out_group on the persistent kernels (channel and block scales), and the
-# MoE grouped GEMMs with the plan's config, tile_64x128 and the persistent configs pinned (the short-K prefill
+# MoE grouped GEMMs with the plan's config, and tile_128x128, tile_64x128 and the persistent configs pinned (the short-K prefill
 # question). TESTS=0: build only, no tests; BENCHES="...": which benches (names below). Logs under $OUT; summaries last.
 set -u -o pipefail
 OUT=${OUT:-device-out}; mkdir -p "$OUT"
@@ -25,17 +25,18 @@ run() {  # run NAME TIMEOUT ARGS...: one bench, skipped when less time is left t
   timeout "$t" python3 -c "$BENCH" "$@" > "$OUT/$name.txt" 2>&1; echo "$name rc $? at $(( $(date +%s) - T0 )) s"
 }
 MOE="--models qwen3-30b-a3b mixtral-8x7b --routing uniform --tokens 1024 4096 --dtype bf16 fp8 --reps 15"
-for b in ${BENCHES:-out_group out_group_block moe_plan moe_64 moe_p moe_p7}; do
+for b in ${BENCHES:-moe_plan moe_128 out_group out_group_block moe_64 moe_p moe_p7}; do
   case $b in
     out_group) run out_group 100 out_group --M 256 1024 4096 ;;
     out_group_block) run out_group_block 80 out_group --M 256 1024 4096 --scales block ;;
     moe_plan) run moe_plan 90 moe $MOE ;;
     moe_64) run moe_64 90 moe $MOE --config tile_64x128 ;;
+    moe_128) run moe_128 90 moe $MOE --config tile_128x128 ;;
     moe_p) run moe_p 90 moe $MOE --config persistent_128x128 ;;
     moe_p7) run moe_p7 90 moe $MOE --config persistent_128x128_epi7_1chain ;;
   esac
 done
 [ -f "$OUT/core.txt" ] && tail -16 "$OUT/core.txt"
-for f in ${BENCHES:-out_group out_group_block moe_plan moe_64 moe_p moe_p7}; do
+for f in ${BENCHES:-moe_plan moe_128 out_group out_group_block moe_64 moe_p moe_p7}; do
   [ -f "$OUT/$f.txt" ] && { echo "== $f"; tail -22 "$OUT/$f.txt"; }
 done

@@ -13,11 +13,11 @@ from __future__ import annotations
 from . import forced, sm_count
 from .. import pending
 from .call import _tensor_map_a, _tensor_map_b, _tensor_map_k_major, _TMAP_L2_256B, kernel_for
-from . import cdna
+from . import cdna, sm90
 from ..runtime.arch import vendor_of
 from ..runtime.device import current_raw_stream
 from ..runtime.gemm_spec import MATMUL_IN, OUT_CODEGEN, GemmKernel, config_fits, whole_k_blocks
-from ..runtime.kernels import GEMM_CONFIGS, GROUP_TABLE_MAX
+from ..runtime.kernels import GEMM_CONFIGS, GROUP_TABLE_MAX, IN_BYTES
 
 _MAX_GRID_Y = 65535
 # sm_90a: the CTA-per-tile wgmma configs a grouped kernel runs on (gemm_groups.hpp; no swapped, paired or
@@ -65,6 +65,18 @@ def choose_grouped(arch: str, rows_per_group: int, n: int, k: int, in_kind: str,
     return GEMM_CONFIGS[cdna.choose_grouped_name(rows, groups, n, k, arch, in_kind)]
 
 
+def sm90_persistent(dev: int, in_kind: str, layout, rows: int, n: int, k: int, block_scaled: bool, epi):
+    """The persistent config an sm_90a grouped call of `rows` rows in all takes instead of tile_128x128, or None: the
+    dense plan's rule on the whole call's rows (plan/sm90.py), where the persistent grouped kernels take the call
+    and have run on a GPU (pending.py)."""
+    if pending.pending("sm90_grouped_persistent"):
+        return None
+    cfg = sm90._persistent(rows, n, k * IN_BYTES[in_kind], sm_count(dev), in_kind)
+    if cfg is None or persistent_refusal(cfg.name, layout, block_scaled, epi) is not None:
+        return None
+    return cfg
+
+
 def row_blocks(layout, block_m: int) -> int:
     """The grid's virtual row blocks: an upper bound of the groups' row blocks whatever the sizes are. Contiguous:
     a group of r > 0 rows takes ceil(r / BM) <= (r + BM - 1) / BM blocks, and at most min(G, M) groups have rows,
@@ -87,6 +99,8 @@ class GroupedCallPlan:
         # config: the caller's (a group-quantised output's, out_groups.group_config), else the plan's
         cfg = GEMM_CONFIGS[config] if config else choose_grouped(arch, layout.rows_hint, n, k, in_kind, rows,
                                                                  layout.groups)
+        if not config and forced() is None and cfg.name == "tile_128x128":
+            cfg = sm90_persistent(dev, in_kind, layout, rows, n, k, block_scaled, epi) or cfg
         if not cfg.serves(in_kind) or (in_kind in MATMUL_IN and arch == "sm_90a" and not cfg.sm90):
             raise ValueError(f"{op}: config {cfg.name} has no {in_kind} grouped kernel on {arch}")
         if cfg.persistent:

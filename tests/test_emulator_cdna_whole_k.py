@@ -84,11 +84,16 @@ def test_block_scaled(arch, seed):
 
 @pytest.mark.parametrize("arch", ARCHES)
 def test_grouped_block_scaled(arch, seed):
-    """grouped_gemm_a8 with block scales, ragged groups, K of 2 blocks, on the whole-K kernel. On gfx950 the kernel
-    keeps values in AGPRs across its loop (`v_accvgpr_write_b32 ... ;  Reload Reuse` lines in its listing), which
-    the loader's listing decoding once dropped (tests/test_emulator_loader_comments.py)."""
+    """grouped_gemm_a8 with block scales, ragged groups, K of 1 and 2 blocks, on the whole-K kernel (its prefetch
+    clamped to the last block: a single block, and an even count; the pairs below take an odd one). The loader once
+    dropped `v_accvgpr_write_b32 ... ;  Reload Reuse` lines of such listings (tests/test_emulator_loader_comments.py)."""
+    for k in (128, 256):
+        _grouped_block_scaled(arch, seed, k)
+
+
+def _grouped_block_scaled(arch, seed, k):
     torch.manual_seed(seed)
-    sizes, n, k = (5, 0, 130, 1), 144, 256
+    sizes, n = (5, 0, 130, 1), 144
     offs = torch.tensor(sizes).cumsum(0).to(torch.int32)
     x, w = torch.randn(sum(sizes), k), torch.randn(len(sizes), n, k)
     with poisoned_outputs(), emulate(arch) as dev:

@@ -363,7 +363,7 @@ FG_DEVICE void portable_gemm_grouped_block_scaled(const u8* __restrict__ a, cons
   const BlockScaleArgs bs_group = group_block_scales(bs, t.group, N);
 #if defined(__gfx942__) || defined(__gfx950__)
   if constexpr (IsCdnaLdsGemmConfig<Cfg>::value) {
-    cdna_gemm_tile<In, Epi, Cfg>(a, b_group, t.m_end, N, K, ep, t.m0, t.group * N, bs_group);
+    cdna_gemm_tile<In, Epi, Cfg, true>(a, b_group, t.m_end, N, K, ep, t.m0, t.group * N, bs_group);
   } else
 #endif
   {

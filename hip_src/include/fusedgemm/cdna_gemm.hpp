@@ -190,7 +190,8 @@ FG_DEVICE void cdna_store_groups(const AccT (&acc)[Cfg::kTilesM][Cfg::kTilesN], 
     }
 }
 
-template <class In, class Epi, class Cfg>
+// kGrouped: a grouped GEMM's block (portable_gemm_grouped_block_scaled), for the whole-K loop's form (below).
+template <class In, class Epi, class Cfg, bool kGrouped = false>
 FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
                               const u8* __restrict__ b,  // [N, K] preshuffled (16,16) or row-major (kPreshuffledB)
                               int M, int N, int K,       // K in elements of In
@@ -414,7 +415,13 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   // memory). Without it (kWholeKBlocks) they would read past the windows (soffset is not range-checked), so that
   // kernel's loop stops before the blocks whose next block is past K, and a tail without those loads runs them.
   int kb = 0;
-  if constexpr (Cfg::kWholeKBlocks) {
+  // The grouped and group-quantised block-scaled whole-K kernels keep the loop for any K, their prefetch's block
+  // index clamped to the last block (a redundant load in place of one past K): with the loop and tail above they
+  // took 256 VGPRs + 9-13 AGPRs (one wave per SIMD, where this form keeps two). The plain block-scaled kernel keeps
+  // the loop and tail: clamped, its loop has 9-18 more VALU and 6-8 more SALU, and its registers fit either way.
+  constexpr bool kClampedPrefetch =
+      Cfg::kWholeKBlocks && Cfg::kBlockScaled && (kGrouped || OutGroupOf<Epi>::value != 0);
+  if constexpr (Cfg::kWholeKBlocks && !kClampedPrefetch) {
     for (; kb + 2 < num_kblocks; kb += 2) {
       load_a(kb + 1, stage);
       load_b(kb + 1, fb1);
@@ -439,15 +446,17 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
     }
     __syncthreads();  // the A buffers are read: out_group reuses them
   } else {
+    const int last = num_kblocks - 1;
+    auto next = [&](int b) { return kClampedPrefetch && b > last ? last : b; };
     for (; kb < num_kblocks; kb += 2) {
-      load_a(kb + 1, stage);
-      load_b(kb + 1, fb1);
+      load_a(next(kb + 1), stage);
+      load_b(next(kb + 1), fb1);
       mma_block(0, fb0, kb);
       store_a(1, stage);
       __syncthreads();
       if (kb + 1 >= num_kblocks) break;
-      load_a(kb + 2, stage);
-      load_b(kb + 2, fb0);
+      load_a(next(kb + 2), stage);
+      load_b(next(kb + 2), fb0);
       mma_block(1, fb1, kb + 1);
       store_a(0, stage);
       __syncthreads();

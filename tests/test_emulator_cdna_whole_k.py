@@ -85,8 +85,9 @@ def test_block_scaled(arch, seed):
 @pytest.mark.parametrize("arch", ARCHES)
 def test_grouped_block_scaled(arch, seed):
     """grouped_gemm_a8 with block scales, ragged groups, K of 1 and 2 blocks, on the whole-K kernel (its prefetch
-    clamped to the last block: a single block, and an even count; the pairs below take an odd one). The loader once
-    dropped `v_accvgpr_write_b32 ... ;  Reload Reuse` lines of such listings (tests/test_emulator_loader_comments.py)."""
+    clamped to the last block: a single block, and an even count; the pairs below take an odd one). The loader
+    once dropped `v_accvgpr_write_b32 ... ;  Reload Reuse` lines of such listings
+    (tests/test_emulator_loader_comments.py)."""
     for k in (128, 256):
         _grouped_block_scaled(arch, seed, k)
 

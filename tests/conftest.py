@@ -8,7 +8,8 @@ import pytest
 import torch
 
 # The session builds into a temporary code-object cache (removed at exit) unless FUSEDGEMM_CACHE_DIR is set
-# explicitly (e.g. to reuse builds between runs). Set in os.environ so subprocesses that tests start inherit it.
+# explicitly (e.g. to reuse builds between runs). Set in os.environ so subprocesses that tests start inherit it --
+# pytest-xdist's workers (-n 2) too: they start after this runs in the controller, and share its cache.
 if not os.environ.get("FUSEDGEMM_CACHE_DIR"):
     _TEST_CACHE = tempfile.mkdtemp(prefix="fusedgemm-test-cache-")
     os.environ["FUSEDGEMM_CACHE_DIR"] = _TEST_CACHE

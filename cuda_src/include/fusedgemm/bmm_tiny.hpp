@@ -64,8 +64,6 @@ struct alignas(4 * N) U32xN {
   u32 w[N];
 };
 
-FG_DEVICE int imin(int x, int y) { return x < y ? x : y; }
-
 // floor(q / d) for 0 <= q < 2^22, given inv_d = 1.f / d: (q + 0.5) / d lies at least 0.5 / d away from an
 // integer and the two fp32 roundings move it by less than that, so truncation is exact. A few instructions
 // instead of the ~20 of an integer division by a run-time divisor; quad indices here are < 2^13.

@@ -117,8 +117,6 @@ constexpr int kGroupTableMax = 1024;  // groups a table holds (plan/grouped_call
 constexpr int kGroupTableInts = 3 * kGroupTableMax + 1;
 constexpr int kGroupTableBytes = (kGroupTableInts * 4 + 15) / 16 * 16;
 
-FG_DEVICE int min_int(int x, int y) { return x < y ? x : y; }
-FG_DEVICE int max_int(int x, int y) { return x > y ? x : y; }
 FG_DEVICE int* table_row_lo(int* table) { return table + kGroupTableMax + 1; }
 FG_DEVICE int* table_row_hi(int* table) { return table + 2 * kGroupTableMax + 1; }
 
@@ -144,17 +142,17 @@ FG_DEVICE void build_group_table(const GroupArgs& ga, int M, int* table, int lan
     int run = 0;
 #pragma unroll
     for (int i = 0; i < kPer; ++i) {
-      run = max_int(run, hi[i]);
+      run = imax(run, hi[i]);
       hi[i] = run;
     }
     for (int d = 1; d < kGroupLanes; d *= 2) {
       const int other = arch::shfl_up(run, d);
-      if (lane >= d) run = max_int(run, other);
+      if (lane >= d) run = imax(run, other);
     }
     start = arch::shfl_up(run, 1);
-    start = lane == 0 ? 0 : min_int(M, start);
+    start = lane == 0 ? 0 : imin(M, start);
 #pragma unroll
-    for (int i = 0; i < kPer; ++i) hi[i] = min_int(M, max_int(hi[i], start));
+    for (int i = 0; i < kPer; ++i) hi[i] = imin(M, imax(hi[i], start));
   }
   auto row_lo = [&](int i) { return masked ? (g0 + i) * ga.rows : i == 0 ? start : hi[i - 1]; };
   int blocks = 0;

@@ -83,6 +83,9 @@ FG_DEVICE Vec16 zero_vec16() { return Vec16{{0u, 0u, 0u, 0u}}; }
 
 FG_DEVICE Vec16 load_vec16(const u8* p) { return *reinterpret_cast<const Vec16*>(p); }
 
+FG_DEVICE int imin(int x, int y) { return x < y ? x : y; }
+FG_DEVICE int imax(int x, int y) { return x > y ? x : y; }
+
 FG_DEVICE float bits_to_float(u32 u) { return __builtin_bit_cast(float, u); }
 FG_DEVICE u32 float_to_bits(float f) { return __builtin_bit_cast(u32, f); }
 

@@ -375,13 +375,13 @@ FG_DEVICE void sm90_gemm_persistent(const sm90::TmaDesc& a_map, const sm90::TmaD
 #pragma unroll
     for (int j = 0; j < kAcc; ++j) acc[j] = Acc(0);
     if constexpr (Cfg::kBlockScaled) {  // the tile's block scales (recomputed per tile: nothing else stays live)
-      int m_block, n_block;
-      persistent_tile<In, Cfg>(persistent_first<Cfg>() + it * step, num_n, num_m, N, K, m_block, n_block);
+      const UnitTile u = persistent_unit<In, Cfg, kGrouped>(persistent_first<Cfg>() + it * step, num_n, num_m, M, N,
+                                                             K, ga);
       consumer_mainloop<In, Cfg>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty,
                                  sm90::warp_uniform(warp >> 2), lane,
                                  block_scale_rows<2, false, Epi::kPairs>(
-                                     bs, M, m_block * Cfg::kBlockM + 16 * warp, n_block * Cfg::kBlockN, tid & 127,
-                                     warp, 0, sm90::smem_addr(stage_a) + Cfg::kScaleRingOffset));
+                                     bs, M, u.m0 + 16 * warp, u.n0, tid & 127, warp, 0,
+                                     sm90::smem_addr(stage_a) + Cfg::kScaleRingOffset));
     } else {
       consumer_mainloop<In, Cfg>(acc, it * kb_count, kb_count, stage_a, stage_b, full, empty,
                                  sm90::warp_uniform(warp >> 2), lane);

@@ -71,7 +71,7 @@ def sm90_persistent(dev: int, in_kind: str, layout, rows: int, n: int, k: int, b
     and have run on a GPU (pending.py)."""
     if pending.pending("sm90_grouped_persistent"):
         return None
-    cfg = sm90._persistent(rows, n, k * IN_BYTES[in_kind], sm_count(dev), in_kind)
+    cfg = sm90.persistent_choice(rows, n, k * IN_BYTES[in_kind], sm_count(dev), in_kind)
     if cfg is None or persistent_refusal(cfg.name, layout, block_scaled, epi) is not None:
         return None
     return cfg
@@ -99,16 +99,16 @@ class GroupedCallPlan:
         # config: the caller's (a group-quantised output's, out_groups.group_config), else the plan's
         cfg = GEMM_CONFIGS[config] if config else choose_grouped(arch, layout.rows_hint, n, k, in_kind, rows,
                                                                  layout.groups)
-        if not config and forced() is None and cfg.name == "tile_128x128":
-            cfg = sm90_persistent(dev, in_kind, layout, rows, n, k, block_scaled, epi) or cfg
-        if not cfg.serves(in_kind) or (in_kind in MATMUL_IN and arch == "sm_90a" and not cfg.sm90):
-            raise ValueError(f"{op}: config {cfg.name} has no {in_kind} grouped kernel on {arch}")
-        if cfg.persistent:
+        if cfg.persistent:  # pinned (the plan's own persistent choice below is checked by sm90_persistent)
             why = persistent_refusal(cfg.name, layout, block_scaled, epi)
             if why is not None:
                 raise ValueError(f"{op}: the persistent grouped kernels ({cfg.name}) do not take {why}; the "
                                  "CTA-per-tile configs (tile_64x128, tile_128x128) do")
             pending.refuse(op, "sm90_grouped_persistent", f"a grouped GEMM on {cfg.name}")
+        elif not config and forced() is None and cfg.name == "tile_128x128":
+            cfg = sm90_persistent(dev, in_kind, layout, rows, n, k, block_scaled, epi) or cfg
+        if not cfg.serves(in_kind) or (in_kind in MATMUL_IN and arch == "sm_90a" and not cfg.sm90):
+            raise ValueError(f"{op}: config {cfg.name} has no {in_kind} grouped kernel on {arch}")
         self.dev, self.m, self.n, self.k, self.kind, self.groups = dev, layout.m, n, k, in_kind, layout.groups
         blocks = row_blocks(layout, cfg.block_m)
         if blocks > _MAX_GRID_Y:

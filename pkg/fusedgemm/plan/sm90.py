@@ -115,7 +115,7 @@ def tile_loop_fills(m: int, n: int, sms: int) -> bool:
     return loop_waves >= 2 and loop_fill >= persistent_fill - TILE_LOOP_FILL_MARGIN
 
 
-def _persistent(m: int, n: int, k: int, sms: int, in_kind: str) -> kernels.TileConfig | None:
+def persistent_choice(m: int, n: int, k: int, sms: int, in_kind: str) -> kernels.TileConfig | None:
     """The persistent config of an M > 64 problem with K bytes, or None (then the CTA-per-tile model decides; for
     the 16/32-bit kinds above TILE_LOOP_MIN_K_WIDE it takes the tile loop where tile_loop_fills)."""
     tiles = tile_count(kernels.GEMM_CONFIGS["persistent_128x128"], m, n)
@@ -171,7 +171,7 @@ def choose(m: int, n: int, k: int, sms: int, persistent_ok: bool, in_kind: str =
             else:
                 few_blocks = k_blocks < DECODE_MIN_K_BLOCKS_WIDE * splits
             return (configs["persistent_128x128"], 1) if few_blocks else (cfg, splits)
-    elif persistent_ok and (persistent := _persistent(m, n, k, sms, in_kind)) is not None:
+    elif persistent_ok and (persistent := persistent_choice(m, n, k, sms, in_kind)) is not None:
         return persistent, 1
     elif in_kind == "fp8" and FP8_FEW_TILES_W64 * tile_count(configs["tile_128x128"], m, n) <= sms:
         cfg, slots = configs["tile_64x128"], W64_MAX_WAVES * sms

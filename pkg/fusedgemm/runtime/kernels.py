@@ -255,12 +255,19 @@ GEMM_CONFIGS = {name: _config(name, t) for name, t in tile_configs.CONFIGS.items
 SCALE_RING_SLOTS, SCALE_RING_SLOT_FLOATS = 4, 20
 
 
+def _stage_fewer_smem(name: str) -> int:
+    """Dynamic shared memory of sm_90a config `name`'s layout with a stage fewer (what BlockScaled<Config> of a
+    persistent config and GroupedPersistent<Config> give up for the shared memory they add)."""
+    t = tile_configs.CONFIGS[name]
+    return _sm90_config(name, dataclasses.replace(t, stages=t.stages - 1)).smem
+
+
 def block_scaled_smem(name: str) -> int:
     """Dynamic shared memory of config `name`'s block-scaled sm_90a kernels (BlockScaled<Config>): the config's
     layout with a stage fewer on the persistent ones, then the scale ring."""
     t = tile_configs.CONFIGS[name]
-    base = _sm90_config(name, dataclasses.replace(t, stages=t.stages - 1) if t.persistent else t)
-    return base.smem + SCALE_RING_SLOTS * _consumer_warps(t) * SCALE_RING_SLOT_FLOATS * 4
+    base = _stage_fewer_smem(name) if t.persistent else GEMM_CONFIGS[name].smem
+    return base + SCALE_RING_SLOTS * _consumer_warps(t) * SCALE_RING_SLOT_FLOATS * 4
 
 
 # GroupedPersistent<Config>'s group table (gemm_groups.hpp kGroupTableMax, kGroupTableBytes): groups it holds, bytes.
@@ -271,8 +278,7 @@ GROUP_TABLE_BYTES = -(-(3 * GROUP_TABLE_MAX + 1) * 4 // 16) * 16
 def grouped_persistent_smem(name: str) -> int:
     """Dynamic shared memory of persistent config `name`'s grouped kernels (GroupedPersistent<Config>): the config's
     layout with a stage fewer, then the group table."""
-    t = tile_configs.CONFIGS[name]
-    return _sm90_config(name, dataclasses.replace(t, stages=t.stages - 1)).smem + GROUP_TABLE_BYTES
+    return _stage_fewer_smem(name) + GROUP_TABLE_BYTES
 
 
 def has_whole_k_kernels(config: str) -> bool:

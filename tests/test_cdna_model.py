@@ -5,6 +5,7 @@ argmin, and the bench's labels."""
 from __future__ import annotations
 
 import math
+import re
 import shutil
 import types
 
@@ -48,7 +49,10 @@ def test_hot_loop_table_covers_every_arch_config_kind():
     whole = {(a, tile_configs.WHOLE_K_PREFIX + c, k) for a in ARCHES for c, k in SERVED if c in LDS_STAGED}
     block = {(a, c, BLOCK) for a in ARCHES for c in _block_kernels()}
     assert {(a, c, k) for a in ARCHES for c, k in SERVED} | whole | block == set(cm.HOT_LOOPS)
-    assert set(cdna.CONFIGS) <= set(_block_kernels())  # whatever the plan picks for fp8 has a block-scaled row
+    # whatever the block-scaled plan picks (of the configs with block-scaled kernels) has a block-scaled row
+    assert set(cdna.BLOCK_SCALED_CONFIGS) <= set(_block_kernels())
+    # the split-K LDS decode tiles have none (block-scaled decode stays on the register-direct split-K tiles)
+    assert set(cdna.CONFIGS) - set(cdna.BLOCK_SCALED_CONFIGS) == {"cdna_lds_64x32_k4", "cdna_lds_32x32_k8"}
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -123,18 +127,18 @@ def test_hot_loop_counts_are_the_templates(arch, config, kind):
 @pytest.mark.parametrize("config", LDS_STAGED + WHOLE_K)
 @pytest.mark.parametrize("kind", ("fp8", "int8", "bf16", "fp16"))
 def test_hot_loop_counts_of_the_lds_staged_template(arch, config, kind):
-    """cdna_gemm.hpp's loop, unrolled twice: two 128-byte K blocks per iteration, the loads of the next block in
-    flight under this one's MFMAs (prefetch = one block). Per block and wave: the A share of the block's copy
-    (kBlockM x 8 chunks over the block's lanes) and tiles_n B vectors per chunk the lane holds (preshuffled 8-bit or
-    plain 16-bit B alike), by buffer loads; the
-    A tile's fragments from LDS (ds_read_b128) and the copy into it (ds_write_b128); one barrier."""
+    """cdna_gemm.hpp's loop, unrolled twice: two pipeline stages per iteration (a wave's two 128-byte K blocks), the
+    loads of the next stage in flight under this one's MFMAs (prefetch = one block). Per stage and wave: the A share
+    of the stage's copy (kBlockM x 8 chunks x warps_k K slices over the block's lanes) and tiles_n B vectors per
+    chunk the lane holds (preshuffled 8-bit or plain 16-bit B alike), by buffer loads; the A tile's fragments from
+    LDS (ds_read_b128) and the copy into it (ds_write_b128); one barrier."""
     h = cm.HOT_LOOPS[(arch, config, kind)]
     config = cm.config_of(config)
     t = tile_configs.CONFIGS[config]
     per_block = t.block_k_bytes // cm.step_bytes(arch, kind)
     assert (h.steps, h.prefetch) == (2 * per_block, per_block) == cm.loop_shape(arch, config, kind)
     assert h.mfma_count == h.steps * t.tiles_m * t.tiles_n * MFMA_PER_TILE_STEP[(arch, kind)]
-    a_copy = t.block_m * (t.block_k_bytes // 16) // (64 * t.warps)
+    a_copy = t.block_m * (t.stage_k_bytes // 16) // (64 * t.warps)
     lane_chunks = t.block_k_bytes // 16 // 4  # 16-byte chunks of a K block per lane (4 lane groups of 16)
     assert h.vmem_loads == 2 * (a_copy + t.tiles_n * lane_chunks)
     assert h.vmem_load_bytes == 1024 * h.vmem_loads
@@ -241,10 +245,10 @@ def test_plan_on_the_llm_grid():
     for arch in ARCHES:
         for kind in ("fp8", "bf16"):
             for n, k in ((6144, 4096), (4096, 4096), (28672, 4096), (4096, 14336)):
-                assert cdna.choose(1, n, k, arch, kind)[0].name.endswith("_k8")
+                assert re.search(r"_k\d$", cdna.choose(1, n, k, arch, kind)[0].name)
                 # at M = 64 a 128 x 128 tile wins only where it reaches the HBM floor (gfx950, N = 28672)
                 c64 = cdna.choose(64, n, k, arch, kind)[0].name
-                assert c64.endswith("_k8") or cm.predict(arch, kind, c64, 64, n, k).bound == "HBM", c64
+                assert re.search(r"_k\d$", c64) or cm.predict(arch, kind, c64, 64, n, k).bound == "HBM", c64
                 assert cdna.choose(4096, n, k, arch, kind)[0].name == "cdna_lds_128x128"
     assert cdna.choose(16, 4096, 4096)[0].name == "portable_16x16_k8"
     assert cdna.choose(8192, 8192, 8192, "gfx999")[0].name == "cdna_lds_128x128"
@@ -376,7 +380,7 @@ def test_block_scaled_predictions_are_never_below_per_channel():
     block-scaled kernel and every shape, the fp8block prediction is at least the per-channel fp8 one; the MFMA work
     (and so the fraction of peak's meaning) is the fp8 kernel's; the scales' bytes are in the HBM floor."""
     for arch in ARCHES:
-        for config in cdna.CONFIGS:
+        for config in cdna.BLOCK_SCALED_CONFIGS:
             for m, n, k in _shapes():
                 b, f = cm.predict(arch, BLOCK, config, m, n, k), cm.predict(arch, "fp8", config, m, n, k)
                 assert b.seconds >= f.seconds, (arch, config, m, n, k, b.bound, f.bound)
@@ -398,7 +402,8 @@ def test_bench_predict_block_scales_beside_per_channel(capsys):
     rows = predict.rows_for("gfx950", BLOCK)
     assert len(rows) == len(predict.grid())
     for r in rows:
-        assert r["config"] == cdna.choose_name(r["M"], r["N"], r["K"], "gfx950", "fp8")
+        assert r["config"] == cdna.choose_name(r["M"], r["N"], r["K"], "gfx950", "fp8",
+                                                 cdna.BLOCK_SCALED_CONFIGS)
         want = cm.predict("gfx950", "fp8", r["config"], r["M"], r["N"], r["K"]).seconds * 1e6
         assert r["channel_us"] == pytest.approx(want) and r["block_x_channel"] >= 1
     s = predict.summary(rows)

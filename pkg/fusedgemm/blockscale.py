@@ -19,6 +19,8 @@ import dataclasses
 
 import torch
 
+from .plan import cdna as _cdna
+
 BLOCK = 128  # the only block size: K blocks of 128 values (1 x 128 for A, 128 x 128 for B)
 
 
@@ -126,10 +128,10 @@ BLOCK_CONFIGS = ("swap_16x128", "tile_64x128", "tile_128x128", "tile_192x128", "
 _NEAREST = {"pair_persistent_128x128": "persistent_128x128", "tile_128x192": "tile_128x128"}
 
 
-# gfx942 / gfx950: every AMD config (PortableBlockScaled in block_scales.hpp), the one the paper model's plan picks for
-# the per-channel call (plan/cdna.py; the block-scaled hot loops are modelled as kind fp8block, `bench predict
-# --scales block`, but not yet used to choose the config).
-AMD_BLOCK_CONFIGS = ("portable_16x16_k8", "portable_64x16_k8", "portable_128x128", "cdna_lds_128x128")
+# gfx942 / gfx950: the AMD configs with block-scaled kernels (PortableBlockScaled in block_scales.hpp: plan/cdna.py
+# has_block_scaled_kernel); of these, the one the paper model's plan ranks first for the per-channel call (the
+# block-scaled hot loops are modelled as kind fp8block, `bench predict --scales block`, but not yet used to choose).
+AMD_BLOCK_CONFIGS = _cdna.BLOCK_SCALED_CONFIGS
 
 
 def block_plan(m: int, n: int, k: int, dev: int, persistent_ok: bool = True):
@@ -144,7 +146,8 @@ def block_plan(m: int, n: int, k: int, dev: int, persistent_ok: bool = True):
         if pinned is not None and pinned[0] not in AMD_BLOCK_CONFIGS:
             raise ValueError(f"gemm_a8: config {pinned[0]} has no block-scaled kernel on AMD; block scales run on "
                              f"{', '.join(AMD_BLOCK_CONFIGS)}")
-        name = pinned[0] if pinned is not None else cdna.choose_name(m, n, k, plans.device_arch(dev), "fp8")
+        name = (pinned[0] if pinned is not None
+                else cdna.choose_name(m, n, k, plans.device_arch(dev), "fp8", AMD_BLOCK_CONFIGS))
         return kernels.GEMM_CONFIGS[name], 1
     if pinned is not None and pinned[0] not in BLOCK_CONFIGS:
         raise ValueError(f"gemm_a8: config {pinned[0]} has no block-scaled kernel; block scales run on "

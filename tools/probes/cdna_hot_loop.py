@@ -31,10 +31,16 @@ import sys
 
 from fusedgemm.plan import cdna_model as cm
 
-CONFIGS = ("portable_16x16_k8", "portable_64x16_k8", "portable_128x128", "cdna_lds_128x128")
-# every config's kernel, and the whole-K-block kernel of the LDS-staged ones
-KERNELS = (*CONFIGS, *(cm.tile_configs.WHOLE_K_PREFIX + c for c in CONFIGS
-                       if isinstance(cm.tile_configs.CONFIGS[c], cm.tile_configs.CdnaTile)))
+from fusedgemm.plan.cdna import CONFIGS  # the configs the plan ranks
+
+
+def kernels_of(configs) -> tuple[str, ...]:
+    """Every config's kernel, and the whole-K-block kernel of the LDS-staged ones."""
+    return (*configs, *(cm.tile_configs.WHOLE_K_PREFIX + c for c in configs
+                        if isinstance(cm.tile_configs.CONFIGS[c], cm.tile_configs.CdnaTile)))
+
+
+KERNELS = kernels_of(CONFIGS)
 ARCHES = ("gfx942", "gfx950")
 OUT = {"fp8": "bf16", "int8": "bf16", "bf16": "bf16", "fp16": "fp16", "tf32": "fp32"}
 ALL_KINDS = (*cm.KINDS, *cm.BLOCK_KINDS)
@@ -125,6 +131,8 @@ def main(argv=None) -> int:
     ap.add_argument("--mca", nargs=3, metavar=("ARCH", "CONFIG", "KIND"))
     ap.add_argument("--mca-summary", action="store_true")
     ap.add_argument("--kinds", default=",".join(ALL_KINDS))
+    ap.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated (default: the plan's)")
+    ap.add_argument("--no-header", action="store_true", help="--table rows only (to append a config's)")
     args = ap.parse_args(argv)
     if args.listing:
         print("\n".join(loop_text(*args.listing)))
@@ -134,18 +142,18 @@ def main(argv=None) -> int:
         return 0
     kinds = args.kinds.split(",")
     if args.mca_summary:
-        for config in KERNELS:
+        for config in kernels_of(args.configs.split(",")):
             for kind in (k for k in kinds if serves(config, k)):
                 print(f"gfx942 {config:26} {kind:8} {mca_summary(mca('gfx942', config, kind))}")
         return 0
     if args.table:
-        print(TABLE_HEADER, end="")
+        print("" if args.no_header else TABLE_HEADER, end="")
     else:
         print(f"{'arch':7} {'kernel':26} {'kind':8} {'MFMA':>22} {'cyc':>5} {'vmem':>4} {'KB':>5} {'lds':>3} "
               f"{'salu':>4} {'valu':>4} {'wait':>4} {'br':>3} {'steps':>5} {'vgpr':>4} {'agpr':>4} {'LDS':>5} "
               f"{'B/MFMA':>6}")
     for arch in ARCHES:
-        for config in KERNELS:
+        for config in kernels_of(args.configs.split(",")):
             for kind in (k for k in kinds if serves(config, k)):
                 h = hot_loop(arch, config, kind)
                 if args.table:

@@ -10,6 +10,11 @@
 // of A and of B leaves global memory once per block). K advances in blocks of kBlockKBytes = 128 bytes (8 chunks of
 // 16 bytes: 128 8-bit or 64 16-bit elements; 2 MFMA K steps of the gfx942 atoms and of gfx950's int8 / bf16 /
 // fp16, 1 of gfx950's fp8 16x16x128).
+// kWarpsK > 1 (the decode tiles, cdna_lds_<M>x<N>_k<S>): S slices of the block's waves split K inside the block. A
+// stage of the pipeline is then S consecutive K blocks, slice s computing block s of every stage (its own B, A from
+// the stage's LDS copy, which the whole block loads as one contiguous run of S x 128 bytes per row), and the partial
+// tiles are summed through LDS before the epilogue. A decode call's few rows of A are then copied once per block
+// rather than once per wave, and a stage keeps S K blocks of the weight in flight per wave group.
 //
 //   A  [kBlockM rows x 128 B] per K block, double-buffered in LDS (2 x 16 KB for 128 rows). The block's 256 lanes
 //      load it with coalesced 16-byte buffer loads (8 lanes cover a 128-byte row segment), hold it in registers
@@ -68,8 +73,8 @@ template <class Tile>
 struct CdnaLdsGemmConfig {
   static constexpr int kWarpsM = Tile::kWarpsM;
   static constexpr int kWarpsN = Tile::kWarpsN;
-  static constexpr int kWarpsK = 1;
-  static constexpr int kWarps = kWarpsM * kWarpsN;
+  static constexpr int kWarpsK = Tile::kWarpsK;  // > 1: K split inside the block (decode tiles)
+  static constexpr int kWarps = kWarpsM * kWarpsN * kWarpsK;
   static constexpr int kTilesM = Tile::kTilesM;
   static constexpr int kTilesN = Tile::kTilesN;
   static constexpr int kWarpTileM = 16 * kTilesM;
@@ -78,11 +83,13 @@ struct CdnaLdsGemmConfig {
   static constexpr int kBlockN = kWarpsN * kWarpTileN;
   static constexpr int kBlockKBytes = Tile::kBlockKBytes;
   static constexpr int kChunksPerBlockK = kBlockKBytes / 16;
+  static constexpr int kChunksPerStage = kWarpsK * kChunksPerBlockK;  // a stage: one K block per K slice of waves
   static constexpr int kThreads = kWarps * 64;
-  static constexpr int kAVecsPerThread = kBlockM * kChunksPerBlockK / kThreads;  // A's 16-byte loads per K block
-  static constexpr int kLdsBytes = 2 * kBlockM * kBlockKBytes;                    // two A buffers
+  static constexpr int kAVecsPerThread = kBlockM * kChunksPerStage / kThreads;  // A's 16-byte loads per stage
+  static constexpr int kLdsBytes = 2 * kBlockM * kBlockKBytes * kWarpsK;        // two A buffers
   static_assert(kChunksPerBlockK == 8, "the LDS swizzle XORs the chunk with row % 8: K blocks of 128 bytes");
-  static_assert(kBlockM * kChunksPerBlockK % kThreads == 0, "A's K block splits evenly over the block's lanes");
+  static_assert(kBlockM * kChunksPerStage % kThreads == 0, "A's stage splits evenly over the block's lanes");
+  static_assert(kThreads <= 1024, "at most 16 waves a workgroup");
   static_assert(kLdsBytes <= 64 * 1024, "LDS: gfx942 has 64 KB per workgroup");
   static constexpr bool kBlockScaled = false;
   static constexpr bool kWholeKBlocks = false;  // CdnaWholeKBlocks<Config>
@@ -211,20 +218,26 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   constexpr int kSteps = kChunks / Atom::kChunksPerStep;            // MFMA K steps per K block
   static_assert(kSteps * Atom::kChunksPerStep == kChunks, "a K block holds whole MFMA steps");
 
-  // LDS: two A buffers of kBlockM rows x 8 swizzled chunks.
-  __shared__ Vec16 lds_a[2][Cfg::kBlockM * kChunks];
+  // LDS: two A buffers (stages), each kWarpsK K blocks of kBlockM rows x 8 swizzled chunks.
+  constexpr int kSliceSlots = Cfg::kBlockM * kChunks;  // one K block of A in a stage
+  __shared__ Vec16 lds_a[2][Cfg::kWarpsK * kSliceSlots];
 
   const int tid = static_cast<int>(threadIdx.x);
   const int lane = tid % 64;
   const int warp = __builtin_amdgcn_readfirstlane(tid / 64);  // uniform: keeps wave offsets in SGPRs
-  const int warp_m = warp / Cfg::kWarpsN;
-  const int warp_n = warp % Cfg::kWarpsN;
+  // the K slice: K block warp_k of every stage (a constant 0 without split-K, so that the offsets fold as before)
+  constexpr int kSliceWaves = Cfg::kWarpsM * Cfg::kWarpsN;
+  const int warp_k = Cfg::kWarpsK == 1 ? 0 : warp / kSliceWaves;
+  const int wave_mn = Cfg::kWarpsK == 1 ? warp : warp % kSliceWaves;  // the wave's place in its slice
+  const int warp_m = wave_mn / Cfg::kWarpsN;
+  const int warp_n = wave_mn % Cfg::kWarpsN;
   const int n_block = static_cast<int>(blockIdx.x) * Cfg::kBlockN;
   const int m_warp = m_block + warp_m * Cfg::kWarpTileM;
   const int n_warp = n_block + warp_n * Cfg::kWarpTileN;
   const int row_bytes = K * InTraits<In>::kBytes;  // one row of A or of plain B; a multiple of 16
   const int num_chunks = row_bytes / 16;
-  const int num_kblocks = (num_chunks + kChunks - 1) / kChunks;
+  constexpr int kStageChunks = Cfg::kChunksPerStage;
+  const int num_stages = (num_chunks + kStageChunks - 1) / kStageChunks;
 
   // The block's windows of A (its rows) and of B (its 16-row blocks: n_block is a multiple of 16, and a 16-row
   // block of the preshuffled B is 16 * K contiguous bytes; plain B: its rows, row_bytes each). Loads past them
@@ -236,17 +249,18 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   const arch::BufferRsrc rsrc_b =
       arch::make_buffer(b + static_cast<i64>(n_block) * row_bytes, static_cast<u32>(rows_b * row_bytes));
 
-  // A's global -> LDS copy: this lane's vectors v = tid + i * kThreads of the K block (row v / 8, chunk v % 8).
-  u32 a_off[Cfg::kAVecsPerThread];   // byte offset in the window at K block 0
+  // A's global -> LDS copy: this lane's vectors v = tid + i * kThreads of the stage (row v / kStageChunks, chunk
+  // c = v % kStageChunks: chunk c % 8 of the stage's K block c / 8, so a row's kWarpsK blocks are one contiguous run).
+  u32 a_off[Cfg::kAVecsPerThread];   // byte offset in the window at stage 0
   int a_chunk[Cfg::kAVecsPerThread];
   int a_slot[Cfg::kAVecsPerThread];  // swizzled LDS slot
 #pragma unroll
   for (int i = 0; i < Cfg::kAVecsPerThread; ++i) {
     const int v = tid + i * Cfg::kThreads;
-    const int row = v / kChunks, chunk = v % kChunks;
+    const int row = v / kStageChunks, chunk = v % kStageChunks;
     a_off[i] = static_cast<u32>(row * row_bytes + 16 * chunk);
     a_chunk[i] = chunk;
-    a_slot[i] = row * kChunks + (chunk ^ (row % 8));
+    a_slot[i] = (chunk / kChunks) * kSliceSlots + row * kChunks + ((chunk % kChunks) ^ (row % 8));
   }
   // A fragments from LDS: tile tm, step s, lane chunk j -> slot (swizzled); the same for every K block.
   int frag_slot[Cfg::kTilesM][kSteps][Atom::kChunksPerLane];
@@ -258,7 +272,7 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
       for (int j = 0; j < Atom::kChunksPerLane; ++j) {
         const int row = warp_m * Cfg::kWarpTileM + 16 * tm + Atom::lane_row(lane, 0);
         const int chunk = s * Atom::kChunksPerStep + Atom::lane_chunk(lane, j);
-        frag_slot[tm][s][j] = row * kChunks + (chunk ^ (row % 8));
+        frag_slot[tm][s][j] = warp_k * kSliceSlots + row * kChunks + (chunk ^ (row % 8));
       }
   // B: preshuffled, the lane's vector of 16-row block tn, chunk c sits at b_base + tn * 16 * K + 256 * c; plain,
   // row (tile tn, lane_row) at b_base + tn * 16 * row_bytes, its chunk c 16 * c further.
@@ -267,13 +281,13 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   constexpr int kBChunkBytes = kPreshuffledB ? 256 : 16;  // between consecutive K chunks of a lane's B vector
   const int b_tile_bytes = 16 * row_bytes;                 // between consecutive 16-row tiles (both layouts)
 
-  // The K block's offset is the loads' wave offset (soffset; readfirstlane: without it the compiler may keep kb in
-  // a VGPR and wrap every load in a waterfall loop): the per-lane offsets stay loop-invariant. In range
-  // (chunk < num_chunks, row < rows) the access stays inside the window; a chunk past K gets kBufferOob, unless
-  // every K block is whole (Cfg::kWholeKBlocks: no chunk is past K, the offsets go unmasked).
-  auto load_a = [&](int kb, Vec16 (&stage)[Cfg::kAVecsPerThread]) {
-    const u32 k_off = __builtin_amdgcn_readfirstlane(16u * kChunks * kb);  // uniform: stays an SGPR
-    const int rem = __builtin_amdgcn_readfirstlane(num_chunks - kb * kChunks);  // chunks of the block inside K
+  // The stage's (A) or K block's (B) offset is the loads' wave offset (soffset; readfirstlane: without it the
+  // compiler may keep it in a VGPR and wrap every load in a waterfall loop): the per-lane offsets stay
+  // loop-invariant. In range (chunk < num_chunks, row < rows) the access stays inside the window; a chunk past K
+  // gets kBufferOob, unless every stage is whole (Cfg::kWholeKBlocks: no chunk is past K, the offsets go unmasked).
+  auto load_a = [&](int st, Vec16 (&stage)[Cfg::kAVecsPerThread]) {
+    const u32 k_off = __builtin_amdgcn_readfirstlane(16u * kStageChunks * st);  // uniform: stays an SGPR
+    const int rem = __builtin_amdgcn_readfirstlane(num_chunks - st * kStageChunks);  // chunks of it inside K
 #pragma unroll
     for (int i = 0; i < Cfg::kAVecsPerThread; ++i) {
       const bool ok = Cfg::kWholeKBlocks || a_chunk[i] < rem;
@@ -284,7 +298,9 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
 #pragma unroll
     for (int i = 0; i < Cfg::kAVecsPerThread; ++i) lds_a[buf][a_slot[i]] = stage[i];
   };
-  auto load_b = [&](int kb, Frag (&fb)[kSteps][Cfg::kTilesN]) {
+  // B of stage st: this wave's K block of it, kb = st * kWarpsK + warp_k.
+  auto load_b = [&](int st, Frag (&fb)[kSteps][Cfg::kTilesN]) {
+    const int kb = st * Cfg::kWarpsK + warp_k;
     const u32 k_off = __builtin_amdgcn_readfirstlane(static_cast<u32>(kBChunkBytes * kChunks * kb));
     const int rem = __builtin_amdgcn_readfirstlane(num_chunks - kb * kChunks);
 #pragma unroll
@@ -319,8 +335,9 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   constexpr bool kScaled = Cfg::kBlockScaled;
   constexpr int kScaleLoads = kScaled ? Cfg::kTilesM / 4 : 1;
   static_assert(!kScaled || (kPreshuffledB && Atom::kAccPerLane == 4 && Cfg::kTilesM % 4 == 0 &&
-                              128 % Cfg::kWarpTileN == 0),
-                "block scales: 8-bit preshuffled B, whole row groups of tiles, a wave inside one scale block");
+                              128 % Cfg::kWarpTileN == 0 && Cfg::kWarpsK == 1),
+                "block scales: 8-bit preshuffled B, whole row groups of tiles, a wave inside one scale block, no "
+                "split-K (plan/cdna.py has_block_scaled_kernel)");
   const u32 sa_row_bytes = 4u * static_cast<u32>(bs.k_blocks);
   // (made unconditionally: a descriptor assigned under a branch is kept in scratch memory)
   const arch::BufferRsrc rsrc_sa = arch::make_buffer(
@@ -359,13 +376,13 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
     return Epi::kPairs ? sb : 1.f;
   };
 
-  // K block kb's MFMAs from LDS buffer buf. Block-scaled: one row tile at a time into a partial tile, added to the
-  // accumulators times its scales: kTilesN partial accumulators, not kTilesM x kTilesN (the same MFMAs and LDS reads,
-  // in another order).
-  auto mma_block = [&](int buf, const Frag (&fb)[kSteps][Cfg::kTilesN], int kb) {
+  // Stage st's MFMAs (this wave's K block of it) from LDS buffer buf. Block-scaled: one row tile at a time into a
+  // partial tile, added to the accumulators times its scales: kTilesN partial accumulators, not kTilesM x kTilesN
+  // (the same MFMAs and LDS reads, in another order).
+  auto mma_block = [&](int buf, const Frag (&fb)[kSteps][Cfg::kTilesN], int st) {
     if constexpr (kScaled) {
       float v[kScaleLoads];
-      const float sb = block_scales(kb, v);  // 1 unless a pair's
+      const float sb = block_scales(st * Cfg::kWarpsK + warp_k, v);  // 1 unless a pair's
       Acc p[Cfg::kTilesN];  // (two sets, alternating row tiles, compile to the same code: the compiler renames)
 #pragma unroll
       for (int tm = 0; tm < Cfg::kTilesM; ++tm) {
@@ -411,60 +428,61 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   load_b(0, fb0);
   store_a(0, stage);
   __syncthreads();
-  // K block kb: the loads of kb + 1, then block kb's MFMAs, then A(kb + 1) into the other buffer and one barrier.
-  // Past the last block the loads are never used: with the K-edge test they load zeros (nothing is read from
+  // Stage st: the loads of st + 1, then stage st's MFMAs, then A(st + 1) into the other buffer and one barrier.
+  // Past the last stage the loads are never used: with the K-edge test they load zeros (nothing is read from
   // memory). Without it (kWholeKBlocks) they would read past the windows (soffset is not range-checked), so that
-  // kernel's loop stops before the blocks whose next block is past K, and a tail without those loads runs them.
-  int kb = 0;
-  // The grouped and group-quantised block-scaled whole-K kernels keep the loop for any K, their prefetch's block
-  // index clamped to the last block (a redundant load in place of one past K): with the loop and tail above they
+  // kernel's loop stops before the stages whose next stage is past K, and a tail without those loads runs them.
+  int st = 0;
+  // The grouped and group-quantised block-scaled whole-K kernels keep the loop for any K, their prefetch's stage
+  // index clamped to the last stage (a redundant load in place of one past K): with the loop and tail above they
   // took 256 VGPRs + 9-13 AGPRs (one wave per SIMD, where this form keeps two). The plain block-scaled kernel keeps
   // the loop and tail: clamped, its loop has 9-18 more VALU and 6-8 more SALU, and its registers fit either way.
   constexpr bool kClampedPrefetch =
       Cfg::kWholeKBlocks && Cfg::kBlockScaled && (kGrouped || OutGroupOf<Epi>::value != 0);
   if constexpr (Cfg::kWholeKBlocks && !kClampedPrefetch) {
-    for (; kb + 2 < num_kblocks; kb += 2) {
-      load_a(kb + 1, stage);
-      load_b(kb + 1, fb1);
-      mma_block(0, fb0, kb);
+    for (; st + 2 < num_stages; st += 2) {
+      load_a(st + 1, stage);
+      load_b(st + 1, fb1);
+      mma_block(0, fb0, st);
       store_a(1, stage);
       __syncthreads();
-      load_a(kb + 2, stage);
-      load_b(kb + 2, fb0);
-      mma_block(1, fb1, kb + 1);
+      load_a(st + 2, stage);
+      load_b(st + 2, fb0);
+      mma_block(1, fb1, st + 1);
       store_a(0, stage);
       __syncthreads();
     }
-    if (kb + 1 < num_kblocks) {  // two blocks left
-      load_a(kb + 1, stage);
-      load_b(kb + 1, fb1);
-      mma_block(0, fb0, kb);
+    if (st + 1 < num_stages) {  // two stages left
+      load_a(st + 1, stage);
+      load_b(st + 1, fb1);
+      mma_block(0, fb0, st);
       store_a(1, stage);
       __syncthreads();
-      mma_block(1, fb1, kb + 1);
+      mma_block(1, fb1, st + 1);
     } else {
-      mma_block(0, fb0, kb);
+      mma_block(0, fb0, st);
     }
     __syncthreads();  // the A buffers are read: out_group reuses them
   } else {
-    const int last = num_kblocks - 1;
+    const int last = num_stages - 1;
     auto next = [&](int b) { return kClampedPrefetch && b > last ? last : b; };
-    for (; kb < num_kblocks; kb += 2) {
-      load_a(next(kb + 1), stage);
-      load_b(next(kb + 1), fb1);
-      mma_block(0, fb0, kb);
+    for (; st < num_stages; st += 2) {
+      load_a(next(st + 1), stage);
+      load_b(next(st + 1), fb1);
+      mma_block(0, fb0, st);
       store_a(1, stage);
       __syncthreads();
-      if (kb + 1 >= num_kblocks) break;
-      load_a(next(kb + 2), stage);
-      load_b(next(kb + 2), fb0);
-      mma_block(1, fb1, kb + 1);
+      if (st + 1 >= num_stages) break;
+      load_a(next(st + 2), stage);
+      load_b(next(st + 2), fb0);
+      mma_block(1, fb1, st + 1);
       store_a(0, stage);
       __syncthreads();
     }
   }
 
   if constexpr (OutGroupOf<Epi>::value != 0) {
+    static_assert(Cfg::kWarpsK == 1, "out_group: one K slice (the group's reduction is across the N waves)");
     static_assert(Cfg::kWarpsN * Cfg::kBlockM * sizeof(u32) <= sizeof(lds_a), "out_group: LDS");
     cdna_store_groups<Atom, Epi, Cfg>(acc, ep, M, N, m_block, n_block, m_warp, n_warp, warp_n, lane, col_base,
                                       reinterpret_cast<u32*>(&lds_a[0][0]));
@@ -521,11 +539,38 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
       }
     }
   };
+  if constexpr (Cfg::kWarpsK == 1) {
 #pragma unroll
-  for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+    for (int tm = 0; tm < Cfg::kTilesM; ++tm)
 #pragma unroll
-    for (int tn = 0; tn < Cfg::kTilesN; ++tn)
-      if (n_warp + 16 * tn < N) store_tile(acc[tm][tn], tm, tn);
+      for (int tn = 0; tn < Cfg::kTilesN; ++tn)
+        if (n_warp + 16 * tn < N) store_tile(acc[tm][tn], tm, tn);
+  } else {
+    // Split-K: every wave parks its partial tiles in the A buffers (read: the loop ended on a barrier); tile t of
+    // a wave's tiles is summed over the K slices and stored by the slice t % kWarpsK (the same lane layout in every
+    // wave: lane l sums slot l of each), so the epilogue is spread over the slices.
+    constexpr int kWaveTiles = Cfg::kTilesM * Cfg::kTilesN;
+    static_assert(Cfg::kWarpsK * kSliceWaves * kWaveTiles * 64 * sizeof(Acc) <= sizeof(lds_a), "split-K: LDS");
+    Acc* partial = reinterpret_cast<Acc*>(&lds_a[0][0]);  // [slice][wave of the slice][tile][lane]
+#pragma unroll
+    for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+      for (int tn = 0; tn < Cfg::kTilesN; ++tn)
+        partial[((warp_k * kSliceWaves + wave_mn) * kWaveTiles + tm * Cfg::kTilesN + tn) * 64 + lane] = acc[tm][tn];
+    __syncthreads();
+#pragma unroll
+    for (int tm = 0; tm < Cfg::kTilesM; ++tm)
+#pragma unroll
+      for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
+        const int t = tm * Cfg::kTilesN + tn;
+        if (t % Cfg::kWarpsK != warp_k || n_warp + 16 * tn >= N) continue;
+        Acc sum = partial[(wave_mn * kWaveTiles + t) * 64 + lane];
+#pragma unroll
+        for (int w = 1; w < Cfg::kWarpsK; ++w)
+          Atom::add(sum, partial[((w * kSliceWaves + wave_mn) * kWaveTiles + t) * 64 + lane]);
+        store_tile(sum, tm, tn);
+      }
+  }
 }
 
 #endif  // gfx942 || gfx950

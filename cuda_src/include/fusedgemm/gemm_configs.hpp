@@ -51,6 +51,7 @@ using ConfigPortable128x128 = PortableGemmConfig<Portable128x128Shape>;
 struct CdnaLds128x128Shape {  // cdna_lds_128x128
   static constexpr int kWarpsM = 1;
   static constexpr int kWarpsN = 4;
+  static constexpr int kWarpsK = 1;
   static constexpr int kTilesM = 8;
   static constexpr int kTilesN = 2;
   static constexpr int kBlockKBytes = 128;
@@ -60,6 +61,7 @@ using ConfigCdnaLds128x128 = CdnaLdsGemmConfig<CdnaLds128x128Shape>;
 struct CdnaLds128x256Shape {  // cdna_lds_128x256
   static constexpr int kWarpsM = 2;
   static constexpr int kWarpsN = 4;
+  static constexpr int kWarpsK = 1;
   static constexpr int kTilesM = 4;
   static constexpr int kTilesN = 4;
   static constexpr int kBlockKBytes = 128;
@@ -69,11 +71,32 @@ using ConfigCdnaLds128x256 = CdnaLdsGemmConfig<CdnaLds128x256Shape>;
 struct CdnaLds64x256Shape {  // cdna_lds_64x256
   static constexpr int kWarpsM = 1;
   static constexpr int kWarpsN = 4;
+  static constexpr int kWarpsK = 1;
   static constexpr int kTilesM = 4;
   static constexpr int kTilesN = 4;
   static constexpr int kBlockKBytes = 128;
 };
 using ConfigCdnaLds64x256 = CdnaLdsGemmConfig<CdnaLds64x256Shape>;
+
+struct CdnaLds64x32K4Shape {  // cdna_lds_64x32_k4
+  static constexpr int kWarpsM = 1;
+  static constexpr int kWarpsN = 2;
+  static constexpr int kWarpsK = 4;
+  static constexpr int kTilesM = 4;
+  static constexpr int kTilesN = 1;
+  static constexpr int kBlockKBytes = 128;
+};
+using ConfigCdnaLds64x32K4 = CdnaLdsGemmConfig<CdnaLds64x32K4Shape>;
+
+struct CdnaLds32x32K8Shape {  // cdna_lds_32x32_k8
+  static constexpr int kWarpsM = 1;
+  static constexpr int kWarpsN = 2;
+  static constexpr int kWarpsK = 8;
+  static constexpr int kTilesM = 2;
+  static constexpr int kTilesN = 1;
+  static constexpr int kBlockKBytes = 128;
+};
+using ConfigCdnaLds32x32K8 = CdnaLdsGemmConfig<CdnaLds32x32K8Shape>;
 
 struct Tile64x128Shape {  // tile_64x128
   static constexpr int kBlockM = 64;
@@ -279,7 +302,9 @@ using ConfigF32x3_128x128 = SplitTf32<WgmmaConfig<F32x3_128x128Shape>>;
   X(portable_128x128, fg::ConfigPortable128x128)
 
 #define FG_CDNA_GEMM_A8_CONFIGS(X) \
-  X(cdna_lds_128x128, fg::ConfigCdnaLds128x128)
+  X(cdna_lds_128x128, fg::ConfigCdnaLds128x128) \
+  X(cdna_lds_64x32_k4, fg::ConfigCdnaLds64x32K4) \
+  X(cdna_lds_32x32_k8, fg::ConfigCdnaLds32x32K8)
 
 #define FG_SM90_GEMM_A8_CONFIGS(X) \
   X(tile_64x128, fg::ConfigTile64x128) \

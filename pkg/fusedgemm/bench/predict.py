@@ -54,8 +54,9 @@ def rows_for(arch: str, kind: str, with_redesign: bool = False, l1=None) -> list
     plan_kind = cdna_model.base_kind(kind)
     out = []
     for shape, m, n, k in grid():
-        name = cdna.choose_name(m, n, k, arch, plan_kind) if l1 is None else min(
-            cdna.candidates(arch, plan_kind),
+        configs = cdna.CONFIGS if plan_kind == kind else cdna.BLOCK_SCALED_CONFIGS  # blockscale.block_plan's
+        name = cdna.choose_name(m, n, k, arch, plan_kind, configs) if l1 is None else min(
+            cdna.candidates(arch, plan_kind, configs),
             key=lambda c: cdna_model.predict(arch, plan_kind, c, m, n, k, l1_bytes_clk=l1).seconds)
         p = cdna_model.predict(arch, kind, name, m, n, k, l1_bytes_clk=l1)
         r = {"arch": arch, "kind": kind, "shape": shape, "M": m, "N": n, "K": k, "config": name,

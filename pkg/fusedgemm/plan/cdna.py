@@ -18,11 +18,27 @@ from __future__ import annotations
 
 import functools
 
-from ..runtime import kernels
+from ..runtime import kernels, tile_configs
 from . import cdna_model
 
-CONFIGS = ("portable_16x16_k8", "portable_64x16_k8", "portable_128x128", "cdna_lds_128x128")
+CONFIGS = ("portable_16x16_k8", "portable_64x16_k8", "portable_128x128", "cdna_lds_128x128", "cdna_lds_64x32_k4",
+           "cdna_lds_32x32_k8")
 DEFAULT_ARCH = "gfx942"
+
+
+def has_block_scaled_kernel(config: str) -> bool:
+    """Whether `config` has block-scaled kernels (PortableBlockScaled, block_scales.hpp): every register-direct
+    config; an LDS-staged one without split-K (the decode tiles' block scales stay on the register-direct split-K
+    tiles) whose waves hold whole row groups of four 16-row tiles, their columns in one 128-column scale block
+    (cdna_gemm.hpp's scale hand-out)."""
+    t = tile_configs.CONFIGS[config]
+    if not isinstance(t, tile_configs.CdnaTile):
+        return True
+    return t.warps_k == 1 and t.tiles_m % 4 == 0 and 128 % (16 * t.tiles_n) == 0
+
+
+# The plan's configs with block-scaled kernels (blockscale.py's AMD plan chooses among these).
+BLOCK_SCALED_CONFIGS = tuple(c for c in CONFIGS if has_block_scaled_kernel(c))
 
 
 def by_m(m: int) -> str:
@@ -30,19 +46,22 @@ def by_m(m: int) -> str:
     return "portable_16x16_k8" if m <= 16 else "portable_64x16_k8" if m <= 64 else "portable_128x128"
 
 
-def candidates(arch: str, in_kind: str) -> list[str]:
-    """The configs the model can rank for this arch and kind: they serve the kind and have a hot loop."""
-    return [c for c in CONFIGS if kernels.GEMM_CONFIGS[c].serves(in_kind)
+def candidates(arch: str, in_kind: str, configs: tuple[str, ...] = CONFIGS) -> list[str]:
+    """The configs (of `configs`) the model can rank for this arch and kind: they serve the kind and have a hot
+    loop."""
+    return [c for c in configs if kernels.GEMM_CONFIGS[c].serves(in_kind)
             and (arch, c, in_kind) in cdna_model.HOT_LOOPS]
 
 
 @functools.lru_cache(maxsize=8192)
-def choose_name(m: int, n: int, k: int, arch: str = DEFAULT_ARCH, in_kind: str = "fp8") -> str:
+def choose_name(m: int, n: int, k: int, arch: str = DEFAULT_ARCH, in_kind: str = "fp8",
+                configs: tuple[str, ...] = CONFIGS) -> str:
+    """The config of `configs` (default: every config of the plan) with the least predicted time."""
     arch = arch if arch in cdna_model.HARDWARE else DEFAULT_ARCH
-    names = candidates(arch, in_kind)
+    names = candidates(arch, in_kind, configs)
     if not names or min(m, n, k) <= 0:
         return by_m(m)
-    return min(names, key=lambda c: (cdna_model.predict(arch, in_kind, c, m, n, k).seconds, CONFIGS.index(c)))
+    return min(names, key=lambda c: (cdna_model.predict(arch, in_kind, c, m, n, k).seconds, configs.index(c)))
 
 
 def choose(m: int, n: int, k: int, arch: str = DEFAULT_ARCH, in_kind: str = "fp8") -> tuple[kernels.TileConfig, int]:
@@ -51,15 +70,16 @@ def choose(m: int, n: int, k: int, arch: str = DEFAULT_ARCH, in_kind: str = "fp8
 
 
 @functools.lru_cache(maxsize=4096)
-def choose_grouped_name(rows: int, groups: int, n: int, k: int, arch: str = DEFAULT_ARCH, in_kind: str = "fp8") -> str:
-    """A grouped GEMM's config (gemm_groups.hpp): the least predicted time (cdna_model.predict_grouped) for `rows`
-    rows spread evenly over min(groups, rows) experts -- what the call knows before its sizes are read."""
+def choose_grouped_name(rows: int, groups: int, n: int, k: int, arch: str = DEFAULT_ARCH, in_kind: str = "fp8",
+                        configs: tuple[str, ...] = CONFIGS) -> str:
+    """A grouped GEMM's config (gemm_groups.hpp) of `configs`: the least predicted time (cdna_model.predict_grouped)
+    for `rows` rows spread evenly over min(groups, rows) experts -- what the call knows before its sizes are read."""
     arch = arch if arch in cdna_model.HARDWARE else DEFAULT_ARCH
-    names = candidates(arch, in_kind)
+    names = candidates(arch, in_kind, configs)
     active = min(groups, rows)
     if not names or min(active, n, k) <= 0:
         return by_m(-(-max(rows, 1) // max(groups, 1)))
     sizes = tuple(rows // active + (1 if i < rows % active else 0) for i in range(active))
     return min(names, key=lambda c: (cdna_model.predict_grouped(arch, in_kind, c, sizes, n, k).seconds,
-                                     CONFIGS.index(c)))
+                                     configs.index(c)))
 

@@ -324,7 +324,7 @@ class Geometry:
 def geometry(config: str) -> Geometry:
     t = tile_configs.CONFIGS[config]
     if isinstance(t, tile_configs.CdnaTile):
-        return Geometry(config, t.warps_m, t.warps_n, 1, t.tiles_m, t.tiles_n)
+        return Geometry(config, t.warps_m, t.warps_n, t.warps_k, t.tiles_m, t.tiles_n)
     if not isinstance(t, tile_configs.PortableTile):
         raise ValueError(f"{config} is not a CDNA (portable or cdna_lds) config")
     return Geometry(config, t.warps_m, t.warps_n, t.warps_k, t.tiles_m, t.tiles_n)
@@ -445,13 +445,17 @@ def predict(arch: str, kind: str, config: str, m: int, n: int, k: int, *, hot: H
     # One iteration of the K loop on one CU, cycles, each limit alone.
     mfma_wave = h.mfma_cycles(arch)
     other = h.instructions - h.mfma_count
+    # The loads a wave waits on in one iteration: the register-direct loop's once (its own, prefetch 0); the
+    # LDS-staged loop's once per K block (its A stage is stored to LDS at the end of the block that loaded it), each
+    # covered by one block's MFMAs of the SIMD's waves.
+    waits = h.steps // h.prefetch if h.prefetch else 1
+    covered = h.prefetch * max(w, 1.0) * mfma_wave / max(h.steps, 1)
     per_iter = {
         "MFMA pipe": max(w, 1.0) * mfma_wave,
         "VALU issue": max(w, 1.0) * (h.valu + h.mfma_count) * hw.valu_cycles,
         # one wave's chain: its MFMAs at the pipe's rate, every other instruction one issue slot (4 cycles), and
-        # the load latency it waits out (less what the prefetched steps cover)
-        "latency": mfma_wave + hw.valu_cycles * other
-                   + max(0.0, lat - h.prefetch * max(w, 1.0) * mfma_wave / max(h.steps, 1)),
+        # the load latency it waits out at each wait (less what the prefetched steps cover)
+        "latency": mfma_wave + hw.valu_cycles * other + waits * max(0.0, lat - covered),
         "L1 (VMEM)": conc * waves * (h.vmem_load_bytes + h.lds_load_bytes) / hw.l1_bytes_clk,
         "LDS": conc * waves * (h.lds_bytes + h.lds_load_bytes) / hw.lds_bytes_clk,
         # unique bytes per workgroup per iteration: its rows of A and columns of B over the iteration's K

@@ -49,9 +49,11 @@ def persistent_refusal(config: str, layout, block_scaled: bool, epi) -> str | No
 
 
 
-def choose_grouped(arch: str, rows_per_group: int, n: int, k: int, in_kind: str, rows: int = 0, groups: int = 1):
+def choose_grouped(arch: str, rows_per_group: int, n: int, k: int, in_kind: str, rows: int = 0, groups: int = 1,
+                   block_scaled: bool = False):
     """-> the tile config of a grouped call whose groups have about `rows_per_group` rows each (`rows` in all over
-    `groups` groups: the CDNA plan predicts the grouped kernel on them)."""
+    `groups` groups: the CDNA plan predicts the grouped kernel on them; block-scaled: of the configs with such
+    kernels)."""
     pinned = forced()
     if pinned is not None:
         name, splits = pinned
@@ -62,7 +64,8 @@ def choose_grouped(arch: str, rows_per_group: int, n: int, k: int, in_kind: str,
         return GEMM_CONFIGS[name]
     if arch == "sm_90a":
         return GEMM_CONFIGS["tile_64x128" if rows_per_group <= 64 else "tile_128x128"]
-    return GEMM_CONFIGS[cdna.choose_grouped_name(rows, groups, n, k, arch, in_kind)]
+    configs = cdna.BLOCK_SCALED_CONFIGS if block_scaled else cdna.CONFIGS
+    return GEMM_CONFIGS[cdna.choose_grouped_name(rows, groups, n, k, arch, in_kind, configs)]
 
 
 def sm90_persistent(dev: int, in_kind: str, layout, rows: int, n: int, k: int, block_scaled: bool, epi):
@@ -98,7 +101,10 @@ class GroupedCallPlan:
         rows = layout.rows_hint * layout.groups if layout.rows > 0 else layout.m  # masked: the hint's, not Mmax's
         # config: the caller's (a group-quantised output's, out_groups.group_config), else the plan's
         cfg = GEMM_CONFIGS[config] if config else choose_grouped(arch, layout.rows_hint, n, k, in_kind, rows,
-                                                                 layout.groups)
+                                                                 layout.groups, block_scaled)
+        if block_scaled and not cfg.sm90 and not cdna.has_block_scaled_kernel(cfg.name):
+            raise ValueError(f"{op}: config {cfg.name} has no block-scaled kernel; on AMD block scales run on "
+                             f"{', '.join(cdna.BLOCK_SCALED_CONFIGS)}")
         if cfg.persistent:  # pinned (the plan's own persistent choice below is checked by sm90_persistent)
             why = persistent_refusal(cfg.name, layout, block_scaled, epi)
             if why is not None:

@@ -8,8 +8,9 @@ from this table (a traits struct with every field named, and the config type the
 Names (<M>x<N>: the output tile a CTA computes):
     portable_<M>x<N>[_k8]   the portable template (portable_gemm.hpp: MFMA on gfx942 / gfx950, mma.sync on sm_90a);
                             _k8: K split 8 ways over the block's warps
-    cdna_lds_<M>x<N>        gfx942 / gfx950: A staged through LDS (double-buffered), B to registers, K loop pipelined
-                            (cdna_gemm.hpp; the 8-bit kinds and bf16 / fp16)
+    cdna_lds_<M>x<N>[_k<S>] gfx942 / gfx950: A staged through LDS (double-buffered), B to registers, K loop pipelined
+                            (cdna_gemm.hpp; the 8-bit kinds and bf16 / fp16); _k<S>: K split S ways over the
+                            block's waves (decode)
     tile_<M>x<N>            sm_90a, one CTA per output tile (sm90_gemm.hpp)
     swap_<M>x<N>            ... computing C^T = B . A^T (decode: M <= 16 activation rows are the wgmma's N)
     pair_<M>x<N>            ... in clusters of two CTAs that share B's tile by TMA multicast
@@ -68,24 +69,32 @@ class CdnaTile(_Mfma16Grid):
     """CdnaLdsGemmConfig (cdna_gemm.hpp, gfx942 / gfx950 only): warps_m x warps_n waves, each owning tiles_m x
     tiles_n 16 x 16 MFMA tiles; A staged through two LDS buffers of block_k_bytes per row, the preshuffled B
     straight to registers (plain 16-bit B too: its loads are as coalesced, and no other wave reads its columns),
-    the K loop pipelined one K block deep. The 8-bit kinds (gemm_a8) and bf16 / fp16 (matmul_fused, B [N, K])."""
+    the K loop pipelined one K block deep. The 8-bit kinds (gemm_a8) and bf16 / fp16 (matmul_fused, B [N, K]).
+    warps_k > 1: K split inside the block, slice s of the waves taking K block s of every pipeline stage of warps_k
+    blocks, partial tiles summed through LDS (decode)."""
     warps_m: int
     warps_n: int
     tiles_m: int
     tiles_n: int
     block_k_bytes: int = 128  # K per LDS stage, in bytes (8 chunks of 16: the swizzle's width)
     in_kinds: tuple[str, ...] = (*EIGHT_BIT, "bf16", "fp16")
-    presets: bool = True  # gemm_a8's preset kernels ahead of time (False: generated kernels only, never planned)
+    presets: bool = True  # gemm_a8's preset kernels ahead of time (False: generated kernels only)
+    warps_k: int = 1
 
     unit = "cdna_gemm"
 
     @property
     def warps(self) -> int:
-        return self.warps_m * self.warps_n
+        return self.warps_m * self.warps_n * self.warps_k
+
+    @property
+    def stage_k_bytes(self) -> int:
+        """K per pipeline stage, in bytes: one K block per K slice of the waves."""
+        return self.block_k_bytes * self.warps_k
 
     @property
     def lds_bytes(self) -> int:
-        return 2 * self.block_m * self.block_k_bytes
+        return 2 * self.block_m * self.stage_k_bytes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,6 +132,13 @@ CONFIGS: dict[str, PortableTile | CdnaTile | Sm90Tile] = {
     # ... with block scales: the 8-wave block's 256 VGPRs per lane cannot hold a partial tile per K block beside 64 x 64
     # accumulators (it spills); 4 waves of 64 x 64 in one row (B's columns read once) may use the AGPRs too
     "cdna_lds_64x256": CdnaTile(1, 4, 4, 4, in_kinds=EIGHT_BIT, presets=False),
+    # decode (M <= 64): A's few rows copied to LDS once per block (the register-direct _k8 tiles load them once per
+    # wave: 4x B's bytes at 64 x 16, what binds them on paper), 2 waves along N x 4 K slices, 32 columns a block so
+    # that N / 32 blocks fill the CUs; 64 KB of LDS
+    "cdna_lds_64x32_k4": CdnaTile(1, 2, 4, 1, warps_k=4),
+    # ... 8 K slices (16 waves) of 32 rows: half the K blocks per wave, so half the load waits in a wave's chain,
+    # what binds the 4-slice tile where its blocks are fewer than the CUs (N = 4096, gfx950); 64 KB of LDS
+    "cdna_lds_32x32_k8": CdnaTile(1, 2, 2, 1, warps_k=8),
     # M <= 64: two CTAs per SM, 4 x 24 KB stages in flight each
     "tile_64x128": Sm90Tile(64, 4, min_blocks_per_sm=2),
     # 6 x 32 KB stages; two accumulator chains, so a K block's MMAs never wait in the tensor core for the previous
@@ -167,9 +183,10 @@ WHOLE_K_PREFIX = "whole_k_"
 
 def fills_k_blocks(name: str, k_bytes: int) -> bool:
     """Whether a call whose rows hold `k_bytes` bytes of K runs config `name`'s whole-K-block kernel: a CDNA LDS
-    config and K a positive multiple of its K block (128 bytes: fp8 / int8 K % 128 == 0, bf16 / fp16 K % 64 == 0)."""
+    config and K a positive multiple of its pipeline stage (one K block of 128 bytes: fp8 / int8 K % 128 == 0, bf16 /
+    fp16 K % 64 == 0; a split-K config's warps_k blocks)."""
     t = CONFIGS[name]
-    return isinstance(t, CdnaTile) and k_bytes > 0 and k_bytes % t.block_k_bytes == 0
+    return isinstance(t, CdnaTile) and k_bytes > 0 and k_bytes % t.stage_k_bytes == 0
 
 
 def holds_groups(name: str, arch: str, width: int) -> bool:
@@ -236,8 +253,9 @@ def render_header() -> str:
                       ("int", "kStepsInFlight", t.steps_in_flight)]
             config = f"PortableGemmConfig<{traits}>"
         elif isinstance(t, CdnaTile):
-            fields = [("int", "kWarpsM", t.warps_m), ("int", "kWarpsN", t.warps_n), ("int", "kTilesM", t.tiles_m),
-                      ("int", "kTilesN", t.tiles_n), ("int", "kBlockKBytes", t.block_k_bytes)]
+            fields = [("int", "kWarpsM", t.warps_m), ("int", "kWarpsN", t.warps_n), ("int", "kWarpsK", t.warps_k),
+                      ("int", "kTilesM", t.tiles_m), ("int", "kTilesN", t.tiles_n),
+                      ("int", "kBlockKBytes", t.block_k_bytes)]
             config = f"CdnaLdsGemmConfig<{traits}>"
         else:
             fields = [("int", "kBlockM", t.block_m), ("int", "kBlockN", t.block_n), ("int", "kStages", t.stages),

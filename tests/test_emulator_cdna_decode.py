@@ -1,0 +1,137 @@
+"""The CDNA LDS decode tiles, K split inside the block (cdna_gemm.hpp kWarpsK > 1: cdna_lds_64x32_k4, 4 K slices of
+2 waves; cdna_lds_32x32_k8, 8 slices of 2 waves, 16 waves a block). A pipeline stage is one K block per slice (512 or
+1024 bytes of K); the slices' partial tiles are summed through LDS and each tile's epilogue runs on one slice. In the
+emulator on gfx942 and gfx950 with the configs forced, outputs poisoned, float64 oracles: gemm_a8's presets (fp8,
+int8) on ragged M / N and K from one 16-byte chunk to three whole stages (the kernel for any K on partial stages, where
+whole slices see no K at all; the whole-K kernel exactly where K fills whole stages); matmul_fused bf16 / fp16;
+a gate / up pair; and a planted bug: the barrier before the slices' partial sums are read deleted must be reported
+as an LDS race. Block scales and grouped calls on these configs: tests/test_emulator_blockscale.py,
+tests/test_emulator_grouped.py (both parametrised over the plan's configs)."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+pytest.importorskip("msgpack")
+import fusedgemm as fg  # noqa: E402
+import fusedgemm.epilogue as E  # noqa: E402
+from fusedgemm.plan import forced_config  # noqa: E402
+from fusedgemm.reference import gemm_a8_reference  # noqa: E402
+from fusedgemm.runtime import tile_configs  # noqa: E402
+from fusedgemm.testing import emulate  # noqa: E402
+from fusedgemm.testing.emulator import codeobjects, loader  # noqa: E402
+from fusedgemm.testing.emulator.errors import HazardError  # noqa: E402
+from fusedgemm.testing.emulator.runner import CodeObject, run_gemm_a8  # noqa: E402
+from poisoned_outputs import poisoned_outputs  # noqa: E402
+
+pytestmark = pytest.mark.slow  # builds code objects (cached between runs)
+
+ARCHES = ("gfx942", "gfx950")
+CONFIGS = ("cdna_lds_64x32_k4", "cdna_lds_32x32_k8")
+FP8 = {"gfx942": torch.float8_e4m3fnuz, "gfx950": torch.float8_e4m3fn}
+
+
+def _stage_bytes(config: str) -> int:
+    return tile_configs.CONFIGS[config].stage_k_bytes
+
+
+def _shapes(config: str):
+    """(M, N, K) for 8-bit K: one row; rows past the block (two row blocks, the second ragged); N of one 16-column
+    tile (the block's second wave has no columns) and ragged 48 / 144; K of one chunk, of a partial stage (whole slices
+    past K), and of 1, 2 and 3 whole stages (the whole-K kernel: a tail of one stage, of two, the loop then one)."""
+    s = _stage_bytes(config)
+    block_m = tile_configs.CONFIGS[config].block_m
+    return ((1, 48, 16), (block_m + 5, 144, s // 2 + 48), (3, 16, s), (block_m, 48, 2 * s), (1, 144, 3 * s),
+            (block_m - 3, 48, s + 128))
+
+
+def _launched(dev, config, whole, what):
+    names = [name for name, _grid, _block in dev.launches]
+    assert len(names) == 1 and names[0].endswith(config), f"{what}: {names}"
+    assert names[0].endswith("_whole_k_" + config) == whole, f"{what}: {names[0]}"
+
+
+def _rel(y, ref):
+    assert not y.isnan().any(), "outputs never written"
+    return ((y.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def _operands(kind, arch, m, n, k, g):
+    if kind == "fp8":
+        return ((torch.randn(m, k, generator=g) * 2).to(FP8[arch]), (torch.randn(n, k, generator=g) * 2).to(FP8[arch]))
+    return (torch.randint(-128, 128, (m, k), dtype=torch.int8, generator=g),
+            torch.randint(-128, 128, (n, k), dtype=torch.int8, generator=g))
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("config", CONFIGS)
+@pytest.mark.parametrize("kind", ["fp8", "int8"])
+def test_presets_ragged(arch, config, kind, seed):
+    """The ahead-of-time bias + SiLU and plain presets through gemm_a8, the kernel K asks for."""
+    g = torch.Generator().manual_seed(seed)
+    for i, (m, n, k) in enumerate(_shapes(config)):
+        a, w = _operands(kind, arch, m, n, k, g)
+        silu = i % 2 == 0
+        bias = torch.randn(n, generator=g).to(torch.bfloat16) if silu else None
+        sa = torch.rand(m, generator=g) + 0.5
+        sb = torch.rand(n, generator=g) * (0.01 if kind == "int8" else 0.5) + 0.001
+        with poisoned_outputs(), forced_config(config), emulate(arch) as dev:
+            y = fg.gemm_a8(a, fg.preshuffle(w), bias, scale_a=sa, scale_b=sb, activation="silu" if silu else None,
+                           out_dtype=torch.bfloat16)
+        what = f"{arch} {config} {kind} {m}x{n}x{k}"
+        _launched(dev, config, k % _stage_bytes(config) == 0, what)
+        ref = gemm_a8_reference(a, w, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu" if silu else "none",
+                                out_dtype=torch.float64, unrounded=True)
+        assert _rel(y, ref) < 8e-3, what
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+@pytest.mark.parametrize("config", CONFIGS)
+def test_matmul_fused_16_bit(arch, config, seed):
+    """bf16 and fp16 with plain B (K in elements: a stage is half as many), ragged N (N % 16 == 8), bias + SiLU."""
+    g = torch.Generator().manual_seed(seed)
+    s = _stage_bytes(config) // 2
+    for dtype, (m, n, k) in ((torch.bfloat16, (5, 40, s + 24)), (torch.float16, (33, 72, 2 * s)),
+                             (torch.bfloat16, (1, 48, 3 * s))):
+        a, b = (torch.randn(r, k, generator=g).to(dtype) for r in (m, n))
+        bias = torch.randn(n, generator=g).to(dtype)
+        with poisoned_outputs(), forced_config(config), emulate(arch) as dev:
+            y = fg.matmul_fused(a, b, bias, activation="silu")
+        what = f"{arch} {config} {dtype} {m}x{n}x{k}"
+        _launched(dev, config, k % s == 0, what)
+        ref = torch.nn.functional.silu(a.double() @ b.double().T + bias.double())
+        assert _rel(y, ref) < 1e-2, what
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_gate_up_pair(config, seed):
+    """A paired epilogue (gate 2j, up 2j + 1 -> column j): the lane exchange inside a slice's epilogue (gfx942)."""
+    g = torch.Generator().manual_seed(seed)
+    m, n, k = 7, 80, _stage_bytes(config) + 64
+    a, w = _operands("fp8", "gfx942", m, n, k, g)
+    with poisoned_outputs(), forced_config(config), emulate("gfx942") as dev:
+        y = fg.gemm_a8(a, fg.preshuffle(w), epilogue=E.parse("silu(gate) * up"), out_dtype=torch.float32)
+    _launched(dev, config, False, "pair")
+    acc = a.double() @ w.double().T
+    assert y.shape == (m, n // 2)
+    assert _rel(y, torch.nn.functional.silu(acc[:, 0::2]) * acc[:, 1::2]) < 1e-6
+
+
+def test_deleted_reduction_barrier_is_an_lds_race(seed):
+    """Planted bug: the kernel's last s_barrier (between the slices' partial tiles written to LDS and their sums
+    read) deleted: the emulator must report an LDS race."""
+    arch, config = "gfx942", "cdna_lds_64x32_k4"
+    unit, name, _sig, source = codeobjects.gemm_a8_kernel(arch, config, "fp8", "bf16", "none")
+    obj = CodeObject.build(unit, arch, source)
+    body = loader.function_text(obj.listing, name)
+    assert len(re.findall(r"\ts_barrier\n", body)) == 4, "prologue, two in the twice-unrolled loop, the reduction"
+    head, _sep, tail = body.rpartition("\ts_barrier\n")
+    code = CodeObject.from_listing(obj.listing.replace(body, head + tail), arch)
+    g = torch.Generator().manual_seed(seed)
+    m, n, k = 37, 48, 320
+    a, w = _operands("fp8", arch, m, n, k, g)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    with pytest.raises(HazardError, match="LDS race"):
+        run_gemm_a8(arch, config, a, fg.preshuffle(w).data, out, code=code)

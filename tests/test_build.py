@@ -82,8 +82,9 @@ def test_the_tile_config_header_is_generated_from_the_one_table(tmp_path):
                               "kPairB": str(t.pair_b).lower(), "kEpilogueWarps": str(t.epilogue_warps),
                               "kTileLoop": str(t.tile_loop).lower()}, name
         elif isinstance(t, tile_configs.CdnaTile):
-            assert fields == {"kWarpsM": str(t.warps_m), "kWarpsN": str(t.warps_n), "kTilesM": str(t.tiles_m),
-                              "kTilesN": str(t.tiles_n), "kBlockKBytes": str(t.block_k_bytes)}, name
+            assert fields == {"kWarpsM": str(t.warps_m), "kWarpsN": str(t.warps_n), "kWarpsK": str(t.warps_k),
+                              "kTilesM": str(t.tiles_m), "kTilesN": str(t.tiles_n),
+                              "kBlockKBytes": str(t.block_k_bytes)}, name
         else:
             assert fields == {"kWarpsM": str(t.warps_m), "kWarpsN": str(t.warps_n), "kWarpsK": str(t.warps_k),
                               "kTilesM": str(t.tiles_m), "kTilesN": str(t.tiles_n),

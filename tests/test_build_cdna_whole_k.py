@@ -72,7 +72,8 @@ def _registers(meta) -> int:
 
 def test_whole_k_specs_are_their_own_kernels():
     """The spec of the whole-K kernel: its own unit and kernel name (whole_k_ before the config), the wrapped config
-    in its source; only the CDNA LDS configs have one, and the launch rule is K a positive multiple of 128 bytes."""
+    in its source; only the CDNA LDS configs have one, and the launch rule is K a positive multiple of the config's
+    pipeline stage (128 bytes; a split-K decode tile's K slices times 128)."""
     config, kind, out, epi, _kw = FAMILIES["matmul_bf16_bias_silu"]
     any_k = GemmKernel("gfx942", config, kind, out, epi)
     whole = GemmKernel("gfx942", config, kind, out, epi, whole_k_blocks=True)
@@ -84,8 +85,8 @@ def test_whole_k_specs_are_their_own_kernels():
         GemmKernel("gfx942", "portable_128x128", kind, out, epi, whole_k_blocks=True).source()
     for name, t in tile_configs.CONFIGS.items():
         for kind, nbytes in (("fp8", 1), ("int8", 1), ("bf16", 2), ("fp16", 2), ("tf32", 4)):
-            for k in (0, 8, 16, 56, 64, 72, 112, 128, 136, 192, 256, 4096, 4104):
-                want = isinstance(t, tile_configs.CdnaTile) and k > 0 and k * nbytes % 128 == 0
+            for k in (0, 8, 16, 56, 64, 72, 112, 128, 136, 192, 256, 512, 1024, 1536, 4096, 4104):
+                want = isinstance(t, tile_configs.CdnaTile) and k > 0 and k * nbytes % (128 * t.warps_k) == 0
                 assert whole_k_blocks(name, kind, k) == want, (name, kind, k)
 
 

@@ -135,3 +135,31 @@ def test_deleted_reduction_barrier_is_an_lds_race(seed):
     out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
     with pytest.raises(HazardError, match="LDS race"):
         run_gemm_a8(arch, config, a, fg.preshuffle(w).data, out, code=code)
+
+
+@pytest.mark.parametrize("config", CONFIGS)
+def test_block_scales_refused_by_name(config, seed):
+    """The split-K LDS tiles have no block-scaled kernels: pinned, gemm_a8 and grouped_gemm_a8 with block scales are
+    refused naming the configs that have them, before any launch; unpinned, a decode call's block-scaled plan takes
+    one of those (plan/cdna.py BLOCK_SCALED_CONFIGS) and matches the block oracle."""
+    from fusedgemm.plan import cdna
+    from fusedgemm.reference import gemm_a8_block_reference
+
+    m, n, k = 3, 256, 256
+    x, w = torch.randn(m, k), torch.randn(2, n, k)
+    offs = torch.tensor([1, 3], dtype=torch.int32)
+    with poisoned_outputs(), emulate("gfx942") as dev:
+        xq, sx = fg.quantize_rows(x, "fp8", group=128)
+        per = [fg.quantize_weight(w[e], "fp8", block=128) for e in range(2)]
+        w8, sw = torch.stack([q for q, _s in per]), torch.stack([s for _q, s in per])
+        launched = len(dev.launches)
+        with forced_config(config):
+            with pytest.raises(ValueError, match="block-scaled kernel"):
+                fg.gemm_a8(xq, fg.preshuffle(w8[0]), scale_a=sx, scale_b=sw[0], out_dtype=torch.float32)
+            with pytest.raises(ValueError, match="block-scaled kernel"):
+                fg.grouped_gemm_a8(xq, fg.preshuffle(w8), scale_a=sx, scale_b=sw, offs=offs, out_dtype=torch.float32)
+        assert len(dev.launches) == launched
+        y = fg.gemm_a8(xq, fg.preshuffle(w8[0]), scale_a=sx, scale_b=sw[0], out_dtype=torch.float32)
+    name = dev.launches[-1][0]
+    assert "_bs_" in name and any(name.endswith(c) for c in cdna.BLOCK_SCALED_CONFIGS), name
+    assert _rel(y, gemm_a8_block_reference(xq, w8[0], scale_a=sx, scale_b=sw[0], unrounded=True)) < 1e-6

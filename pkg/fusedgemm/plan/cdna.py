@@ -2,17 +2,18 @@
 kernel template's tile configs, chosen per shape by the paper model of plan/cdna_model.py -- PREDICTED times from
 the datasheets and each kernel's compiled hot loop, not yet measured on any AMD GPU.
 
-The configs: portable_16x16_k8 and portable_64x16_k8 (decode: K split 8 ways over the block's waves, partial sums
-reduced through LDS), portable_128x128 (8 waves of 64 x 32, register-direct) and, for the 8-bit kinds and bf16 / fp16,
-cdna_lds_128x128 (cdna_gemm.hpp: 4 waves of 128 x 32, A through double-buffered LDS, B -- preshuffled 8-bit or plain
-16-bit [N, K] -- to registers, the K loop pipelined one 128-byte K block deep). Their split-K is inside the block; no CDNA template has cluster split-K, so the
-split factor is always 1. The choice is the config with the least predicted time (ties: the order of CONFIGS),
-cached per (arch, kind, M, N, K).
+The configs: portable_16x16_k8 and portable_64x16_k8 (register-direct decode tiles: K split 8 ways over the block's
+waves, partial sums reduced through LDS), portable_128x128 (8 waves of 64 x 32, register-direct) and, for the 8-bit
+kinds and bf16 / fp16, the LDS-staged template (cdna_gemm.hpp: A through double-buffered LDS, B -- preshuffled 8-bit or
+plain 16-bit [N, K] -- to registers, the K loop pipelined one 128-byte K block deep): cdna_lds_128x128 (4 waves of
+128 x 32) and its decode tiles with K split inside the block, cdna_lds_64x32_k4 (4 K slices of 2 waves) and
+cdna_lds_32x32_k8 (8 slices). No CDNA template has cluster split-K, so the split factor is always 1. The choice is
+the config with the least predicted time (ties: the order of CONFIGS), cached per (arch, kind, M, N, K).
 
-What the model chooses on the LLM grid (python -m fusedgemm.bench predict): the 8-way split-K 16 x 16 tiles up to
-M = 16, the 64 x 16 ones at M = 64 and mostly at M = 256 (128 x 128 tiles there are fewer than the CUs and wait out
-their load latency), from M = 1024 cdna_lds_128x128 for fp8 / int8 / bf16 / fp16 and portable_128x128 for tf32
-(1024^3: 64 x 16).
+What the model chooses on the LLM grid (python -m fusedgemm.bench predict): the register-direct 16 x 16 split-K tiles
+up to M = 16 (gfx950 fp8 moe_dn: cdna_lds_32x32_k8), the LDS split-K tiles at M = 64 (portable_64x16_k8 for gate_up /
+down on gfx942) and on most M = 256 rows, from M = 1024 cdna_lds_128x128 for fp8 / int8 / bf16 / fp16
+(1024^3: cdna_lds_64x32_k4) and portable_128x128 for tf32.
 """
 from __future__ import annotations
 

@@ -98,9 +98,8 @@ def test_the_tile_config_header_is_generated_from_the_one_table(tmp_path):
                           if cfg.unit == unit and cfg.serves("fp8") and cfg.presets]
     # every config named before the rename keeps its former name (configs added since have none)
     assert set(tile_configs.FORMER_NAMES.values()) <= set(tile_configs.CONFIGS)
-    assert set(tile_configs.CONFIGS) - set(tile_configs.FORMER_NAMES.values()) == {"cdna_lds_128x128",
-                                                                                    "cdna_lds_128x256",
-                                                                                    "cdna_lds_64x256"}
+    assert set(tile_configs.CONFIGS) - set(tile_configs.FORMER_NAMES.values()) == {
+        "cdna_lds_128x128", "cdna_lds_128x256", "cdna_lds_64x256", "cdna_lds_64x32_k4", "cdna_lds_32x32_k8"}
 
 
 def test_config_names_say_what_the_config_is():
@@ -113,6 +112,9 @@ def test_config_names_say_what_the_config_is():
             assert (kind == "persistent" or name.startswith("pair_persistent")) == cfg.persistent, name
             assert name.startswith("pair") == cfg.pair_b and (kind == "swap") == cfg.swap_ab, name
             assert ("loop" in name.split("_")) == cfg.tile_loop, name
+        t = tile_configs.CONFIGS[name]
+        if isinstance(t, (tile_configs.CdnaTile, tile_configs.PortableTile)):  # _k<S>: K split S ways in the block
+            assert (re.search(r"_k(\d+)$", name) or [None, "1"])[1] == str(t.warps_k), name
 
 
 def test_the_probe_patch_applies_to_the_kernel_sources(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from fusedgemm.epilogue.presets import ACTIVATIONS, spec_for_activation
-from fusedgemm.runtime import kernels
+from fusedgemm.runtime import kernels, tile_configs
 from fusedgemm.runtime.arch import SUPPORTED_ARCHES
 from fusedgemm.runtime.build import BuildSpec, code_object_dir, find_nvidia_tool
 from fusedgemm.runtime.codeobject import cubin_params, hsaco_kernels, hsaco_params
@@ -68,7 +68,6 @@ def test_hipify_is_a_mechanical_rename():
 def test_the_tile_config_header_is_generated_from_the_one_table(tmp_path):
     """gemm_configs.hpp holds every config of runtime/tile_configs.py with all its fields named, and a stale header
     fails `ci/hipify.py --check` (the header and cuda_src are generated together)."""
-    from fusedgemm.runtime import tile_configs
 
     header = (ROOT / "hip_src" / tile_configs.HEADER_PATH).read_text()
     assert header == tile_configs.render_header()

@@ -68,7 +68,6 @@ def test_hipify_is_a_mechanical_rename():
 def test_the_tile_config_header_is_generated_from_the_one_table(tmp_path):
     """gemm_configs.hpp holds every config of runtime/tile_configs.py with all its fields named, and a stale header
     fails `ci/hipify.py --check` (the header and cuda_src are generated together)."""
-
     header = (ROOT / "hip_src" / tile_configs.HEADER_PATH).read_text()
     assert header == tile_configs.render_header()
     for name, t in tile_configs.CONFIGS.items():

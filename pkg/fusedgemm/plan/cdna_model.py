@@ -408,9 +408,11 @@ def _fabric_bytes(hw: Hardware, g: Geometry, m: int, n: int, k_bytes: int, conc:
 @functools.lru_cache(maxsize=4096)
 def predict(arch: str, kind: str, config: str, m: int, n: int, k: int, *, hot: HotLoop | None = None,
             geom: Geometry | None = None, l1_bytes_clk: float | None = None,
-            from_hbm: bool | None = None) -> Prediction:
+            from_hbm: bool | None = None, rows_per_block: int | None = None) -> Prediction:
     """PREDICTED time of C[M, N] = A[M, K] . B[N, K]^T on `config` (or a hypothetical kernel: `hot` + `geom`).
-    from_hbm: whether the loads wait out HBM latency (default: decode, M <= 64; a grouped call says so itself)."""
+    from_hbm: whether the loads wait out HBM latency (default: decode, M <= 64; a grouped call says so itself).
+    rows_per_block: the rows of A a workgroup really reads (a grouped call's blocks hold one group's rows, the rest
+    range-checked to zeros without a memory access); default min(M, block rows)."""
     hw = HARDWARE[arch]
     if l1_bytes_clk is not None:
         hw = dataclasses.replace(hw, l1_bytes_clk=l1_bytes_clk)
@@ -459,7 +461,7 @@ def predict(arch: str, kind: str, config: str, m: int, n: int, k: int, *, hot: H
         "L1 (VMEM)": conc * waves * (h.vmem_load_bytes + h.lds_load_bytes) / hw.l1_bytes_clk,
         "LDS": conc * waves * (h.lds_bytes + h.lds_load_bytes) / hw.lds_bytes_clk,
         # unique bytes per workgroup per iteration: its rows of A and columns of B over the iteration's K
-        "L2": conc * (min(m, g.block_m) + min(n, g.block_n)) * h.steps * step * g.warps_k
+        "L2": conc * (min(m, g.block_m, rows_per_block or g.block_m) + min(n, g.block_n)) * h.steps * step * g.warps_k
               / (hw.l2_bytes_clk_xcd / hw.cus_per_xcd),
     }
     fixed = 2 * lat  # per workgroup: the first loads and the epilogue's stores
@@ -482,7 +484,7 @@ def predict_grouped(arch: str, kind: str, config: str, sizes: tuple, n: int, k: 
     if blocks == 0:
         raise ValueError("predict_grouped: every group is empty")
     small = max(sizes) <= 64
-    base = predict(arch, kind, config, blocks * g.block_m, n, k, from_hbm=small)
+    base = predict(arch, kind, config, blocks * g.block_m, n, k, from_hbm=small, rows_per_block=-(-m // blocks))
     hw = HARDWARE[arch]
     kb = IN_BYTES[base_kind(kind)]
     tiles = blocks * -(-n // g.block_n)

@@ -129,8 +129,8 @@ _NEAREST = {"pair_persistent_128x128": "persistent_128x128", "tile_128x192": "ti
 
 
 # gfx942 / gfx950: the AMD configs with block-scaled kernels (PortableBlockScaled in block_scales.hpp: plan/cdna.py
-# has_block_scaled_kernel); of these, the one the paper model's plan ranks first for the per-channel call (the
-# block-scaled hot loops are modelled as kind fp8block, `bench predict --scales block`, but not yet used to choose).
+# has_block_scaled_kernel); of these, the one the paper model predicts fastest with the block-scaled kernels' own
+# hot loops (kind fp8block, `bench predict --scales block`).
 AMD_BLOCK_CONFIGS = _cdna.BLOCK_SCALED_CONFIGS
 
 
@@ -147,7 +147,7 @@ def block_plan(m: int, n: int, k: int, dev: int, persistent_ok: bool = True):
             raise ValueError(f"gemm_a8: config {pinned[0]} has no block-scaled kernel on AMD; block scales run on "
                              f"{', '.join(AMD_BLOCK_CONFIGS)}")
         name = (pinned[0] if pinned is not None
-                else cdna.choose_name(m, n, k, plans.device_arch(dev), "fp8", AMD_BLOCK_CONFIGS))
+                else cdna.choose_name(m, n, k, plans.device_arch(dev), "fp8block", AMD_BLOCK_CONFIGS))
         return kernels.GEMM_CONFIGS[name], 1
     if pinned is not None and pinned[0] not in BLOCK_CONFIGS:
         raise ValueError(f"gemm_a8: config {pinned[0]} has no block-scaled kernel; block scales run on "

@@ -6,8 +6,9 @@ TFLOP/s, fraction of the dense MFMA peak, what bounds it (plan/cdna_model.py's t
 issue 41 (cdna_model.redesign: counts written by hand, no such kernel exists). --moe predicts the grouped GEMMs of
 the MoE bench's models instead (cdna_model.predict_grouped; uniform routing, the rows spread evenly over the
 experts). --scales block predicts gemm_a8's block-scaled fp8 (1 x 128 / 128 x 128 scales; the kind fp8block: the
-block-scaled kernels' own hot loops) on the config its plan takes (blockscale.block_plan: the per-channel fp8 plan),
-beside the per-channel fp8 prediction of the same shape and config and their ratio. Runs on any machine; with no
+block-scaled kernels' own hot loops) on the config its plan takes (blockscale.block_plan: of the configs with
+block-scaled kernels, the fastest predicted), beside the per-channel fp8 prediction of the same shape and config and
+their ratio. Runs on any machine; with no
 --arch it takes the GPU's arch when torch sees an AMD one, else both gfx942 and gfx950.
 """
 from __future__ import annotations
@@ -55,9 +56,9 @@ def rows_for(arch: str, kind: str, with_redesign: bool = False, l1=None) -> list
     out = []
     for shape, m, n, k in grid():
         configs = cdna.CONFIGS if plan_kind == kind else cdna.BLOCK_SCALED_CONFIGS  # blockscale.block_plan's
-        name = cdna.choose_name(m, n, k, arch, plan_kind, configs) if l1 is None else min(
-            cdna.candidates(arch, plan_kind, configs),
-            key=lambda c: cdna_model.predict(arch, plan_kind, c, m, n, k, l1_bytes_clk=l1).seconds)
+        name = cdna.choose_name(m, n, k, arch, kind, configs) if l1 is None else min(
+            cdna.candidates(arch, kind, configs),
+            key=lambda c: cdna_model.predict(arch, kind, c, m, n, k, l1_bytes_clk=l1).seconds)
         p = cdna_model.predict(arch, kind, name, m, n, k, l1_bytes_clk=l1)
         r = {"arch": arch, "kind": kind, "shape": shape, "M": m, "N": n, "K": k, "config": name,
              "predicted_us": p.seconds * 1e6, "predicted_tflops": p.tflops, "predicted_frac_peak": p.fraction_of_peak,

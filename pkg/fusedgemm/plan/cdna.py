@@ -10,10 +10,10 @@ plain 16-bit [N, K] -- to registers, the K loop pipelined one 128-byte K block d
 cdna_lds_32x32_k8 (8 slices). No CDNA template has cluster split-K, so the split factor is always 1. The choice is
 the config with the least predicted time (ties: the order of CONFIGS), cached per (arch, kind, M, N, K).
 
-What the model chooses on the LLM grid (python -m fusedgemm.bench predict): the register-direct 16 x 16 split-K tiles
-up to M = 16 (gfx950 fp8 moe_dn: cdna_lds_32x32_k8), the LDS split-K tiles at M = 64 (portable_64x16_k8 for gate_up /
-down on gfx942) and on most M = 256 rows, from M = 1024 cdna_lds_128x128 for fp8 / int8 / bf16 / fp16
-(1024^3: cdna_lds_64x32_k4) and portable_128x128 for tf32.
+What the model chooses on the LLM grid (python -m fusedgemm.bench predict): for fp8 / int8 / bf16 / fp16 the LDS
+split-K tiles up to M = 64 and on most M = 256 rows (the register-direct 16 x 16 tile on two gfx950 fp8 rows, where
+it is predicted faster), cdna_lds_128x128 from M = 1024 (1024^3: cdna_lds_64x32_k4); tf32 stays on the
+register-direct template (the split-K tiles up to M = 256, portable_128x128 above).
 """
 from __future__ import annotations
 
@@ -22,8 +22,12 @@ import functools
 from ..runtime import kernels, tile_configs
 from . import cdna_model
 
-CONFIGS = ("portable_16x16_k8", "portable_64x16_k8", "portable_128x128", "cdna_lds_128x128", "cdna_lds_64x32_k4",
-           "cdna_lds_32x32_k8")
+# Ties (rows where several configs reach the same bound, e.g. the HBM floor) go to the first: the LDS-staged template
+# before the register-direct one, whose redundant per-wave loads make it the more sensitive to the least certain
+# input of the model (the L1 rate); smaller row blocks first (a decode row that 128 x 128 tiles would also stream at
+# the HBM floor takes a split-K tile, with more K blocks in flight).
+CONFIGS = ("cdna_lds_32x32_k8", "cdna_lds_64x32_k4", "cdna_lds_128x128", "portable_16x16_k8", "portable_64x16_k8",
+           "portable_128x128")
 DEFAULT_ARCH = "gfx942"
 
 
@@ -48,9 +52,9 @@ def by_m(m: int) -> str:
 
 
 def candidates(arch: str, in_kind: str, configs: tuple[str, ...] = CONFIGS) -> list[str]:
-    """The configs (of `configs`) the model can rank for this arch and kind: they serve the kind and have a hot
-    loop."""
-    return [c for c in configs if kernels.GEMM_CONFIGS[c].serves(in_kind)
+    """The configs (of `configs`) the model can rank for this arch and kind: they serve the kind (a block-scaled
+    kind: its base kind) and have a hot loop."""
+    return [c for c in configs if kernels.GEMM_CONFIGS[c].serves(cdna_model.base_kind(in_kind))
             and (arch, c, in_kind) in cdna_model.HOT_LOOPS]
 
 

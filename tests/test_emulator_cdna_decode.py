@@ -137,11 +137,12 @@ def test_deleted_reduction_barrier_is_an_lds_race(seed):
         run_gemm_a8(arch, config, a, fg.preshuffle(w).data, out, code=code)
 
 
-@pytest.mark.parametrize("config", CONFIGS)
-def test_block_scales_refused_by_name(config, seed):
-    """The split-K LDS tiles have no block-scaled kernels: pinned, gemm_a8 and grouped_gemm_a8 with block scales are
-    refused naming the configs that have them, before any launch; unpinned, a decode call's block-scaled plan takes
-    one of those (plan/cdna.py BLOCK_SCALED_CONFIGS) and matches the block oracle."""
+def test_block_scales_refused_by_name(seed):
+    """cdna_lds_32x32_k8 has no block-scaled kernels (two row tiles a wave; the scale hand-out needs row groups of
+    four): pinned, gemm_a8 and grouped_gemm_a8 with block scales are refused naming the configs that have them,
+    before any launch; unpinned, a decode call's block-scaled plan takes one of those (plan/cdna.py
+    BLOCK_SCALED_CONFIGS) and matches the block oracle. (cdna_lds_64x32_k4's block-scaled kernels:
+    tests/test_emulator_blockscale.py and below.)"""
     from fusedgemm.plan import cdna
     from fusedgemm.reference import gemm_a8_block_reference
 
@@ -153,7 +154,7 @@ def test_block_scales_refused_by_name(config, seed):
         per = [fg.quantize_weight(w[e], "fp8", block=128) for e in range(2)]
         w8, sw = torch.stack([q for q, _s in per]), torch.stack([s for _q, s in per])
         launched = len(dev.launches)
-        with forced_config(config):
+        with forced_config("cdna_lds_32x32_k8"):
             with pytest.raises(ValueError, match="block-scaled kernel"):
                 fg.gemm_a8(xq, fg.preshuffle(w8[0]), scale_a=sx, scale_b=sw[0], out_dtype=torch.float32)
             with pytest.raises(ValueError, match="block-scaled kernel"):
@@ -163,3 +164,29 @@ def test_block_scales_refused_by_name(config, seed):
     name = dev.launches[-1][0]
     assert "_bs_" in name and any(name.endswith(c) for c in cdna.BLOCK_SCALED_CONFIGS), name
     assert _rel(y, gemm_a8_block_reference(xq, w8[0], scale_a=sx, scale_b=sw[0], unrounded=True)) < 1e-6
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_block_scaled_split_k(arch, seed):
+    """cdna_lds_64x32_k4 with DeepSeek block scales: a slice's K block past K (K of 1 and 5 blocks: the last stage's
+    other slices) takes the last block's scales (its products are zero); K of 4 and 8 blocks fills whole stages (the
+    whole-K kernel, prefetch clamped). Both scale sides, bias + SiLU; one side only (scale_b a block, scale_a none)."""
+    from fusedgemm.reference import gemm_a8_block_reference
+
+    config = "cdna_lds_64x32_k4"
+    for m, n, k in ((3, 272, 128), (37, 144, 640), (64, 128, 512), (1, 48, 1024)):
+        x, w, bias = torch.randn(m, k), torch.randn(n, k), torch.randn(n)
+        with poisoned_outputs(), emulate(arch) as dev:
+            xq, sx = fg.quantize_rows(x, "fp8", group=128)
+            wq, sw = fg.quantize_weight(w, "fp8", block=128)
+            with forced_config(config):
+                y = fg.gemm_a8(xq, fg.preshuffle(wq), bias, scale_a=sx, scale_b=sw, epilogue="bias_silu",
+                               out_dtype=torch.float32)
+                y1 = fg.gemm_a8(xq, fg.preshuffle(wq), scale_b=sw, out_dtype=torch.float32)
+        what = f"{arch} {m}x{n}x{k}"
+        names = [name for name, _g, _b in dev.launches if "_bs_" in name]
+        assert len(names) == 2 and all(nm.endswith(config) for nm in names), what
+        assert all(nm.endswith("_whole_k_" + config) == (k % 512 == 0) for nm in names), (what, names)
+        ref = gemm_a8_block_reference(xq, wq, bias, scale_a=sx, scale_b=sw, epilogue="bias_silu", unrounded=True)
+        assert _rel(y, ref) < 1e-6, what
+        assert _rel(y1, gemm_a8_block_reference(xq, wq, scale_b=sw, unrounded=True)) < 1e-6, what

@@ -334,9 +334,9 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   constexpr bool kScaled = Cfg::kBlockScaled;
   constexpr int kScaleLoads = kScaled ? Cfg::kTilesM / 4 : 1;
   static_assert(!kScaled || (kPreshuffledB && Atom::kAccPerLane == 4 && Cfg::kTilesM % 4 == 0 &&
-                              128 % Cfg::kWarpTileN == 0 && Cfg::kWarpsK == 1),
-                "block scales: 8-bit preshuffled B, whole row groups of tiles, a wave inside one scale block, no "
-                "split-K (plan/cdna.py has_block_scaled_kernel)");
+                              128 % Cfg::kWarpTileN == 0),
+                "block scales: 8-bit preshuffled B, whole row groups of tiles, a wave inside one scale block "
+                "(plan/cdna.py has_block_scaled_kernel)");
   const u32 sa_row_bytes = 4u * static_cast<u32>(bs.k_blocks);
   // (made unconditionally: a descriptor assigned under a branch is kept in scratch memory)
   const arch::BufferRsrc rsrc_sa = arch::make_buffer(
@@ -364,6 +364,9 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   auto block_scales = [&](int kb, float (&v)[kScaleLoads]) -> float {
     float sb = 1.f;
     if constexpr (kScaled) {
+      // A K slice's block past K (in the last stage of a split-K tile) has zero products: any scale serves, so take
+      // the last block's rather than read past the scale rows.
+      if constexpr (Cfg::kWarpsK > 1) kb = imin(kb, bs.k_blocks - 1);
       if (sb_even != nullptr) sb = (Epi::kPairs && (lane & 1)) ? sb_odd[kb] : sb_even[kb];
       const u32 k_off = __builtin_amdgcn_readfirstlane(4u * static_cast<u32>(kb));
 #pragma unroll
@@ -434,10 +437,11 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   int st = 0;
   // The grouped and group-quantised block-scaled whole-K kernels keep the loop for any K, their prefetch's stage
   // index clamped to the last stage (a redundant load in place of one past K): with the loop and tail above they
-  // took 256 VGPRs + 9-13 AGPRs (one wave per SIMD, where this form keeps two). The plain block-scaled kernel keeps
+  // took 256 VGPRs + 9-13 AGPRs (one wave per SIMD, where this form keeps two). So does the split-K decode tiles'
+  // (with the loop and tail the compiler merged a tail stage into its loop). The plain block-scaled kernel keeps
   // the loop and tail: clamped, its loop has 9-18 more VALU and 6-8 more SALU, and its registers fit either way.
-  constexpr bool kClampedPrefetch =
-      Cfg::kWholeKBlocks && Cfg::kBlockScaled && (kGrouped || OutGroupOf<Epi>::value != 0);
+  constexpr bool kClampedPrefetch = Cfg::kWholeKBlocks && Cfg::kBlockScaled &&
+                                    (kGrouped || OutGroupOf<Epi>::value != 0 || Cfg::kWarpsK > 1);
   if constexpr (Cfg::kWholeKBlocks && !kClampedPrefetch) {
     for (; st + 2 < num_stages; st += 2) {
       load_a(st + 1, stage);

@@ -33,13 +33,12 @@ DEFAULT_ARCH = "gfx942"
 
 def has_block_scaled_kernel(config: str) -> bool:
     """Whether `config` has block-scaled kernels (PortableBlockScaled, block_scales.hpp): every register-direct
-    config; an LDS-staged one without split-K (the decode tiles' block scales stay on the register-direct split-K
-    tiles) whose waves hold whole row groups of four 16-row tiles, their columns in one 128-column scale block
-    (cdna_gemm.hpp's scale hand-out)."""
+    config; an LDS-staged one whose waves hold whole row groups of four 16-row tiles, their columns in one
+    128-column scale block (cdna_gemm.hpp's scale hand-out): not cdna_lds_32x32_k8 (two row tiles a wave)."""
     t = tile_configs.CONFIGS[config]
     if not isinstance(t, tile_configs.CdnaTile):
         return True
-    return t.warps_k == 1 and t.tiles_m % 4 == 0 and 128 % (16 * t.tiles_n) == 0
+    return t.tiles_m % 4 == 0 and 128 % (16 * t.tiles_n) == 0
 
 
 # The plan's configs with block-scaled kernels (blockscale.py's AMD plan chooses among these).

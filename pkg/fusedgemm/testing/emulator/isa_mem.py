@@ -13,6 +13,7 @@ import struct
 import numpy as np
 
 from .errors import EmulatorError, MemoryFault, UnknownInstruction
+from .isa_lds_dma import compile_lds_dma, is_lds_dma
 from .isa_regs import parse_mods, scalar_reader, vreg
 from .operands import Reg, const_bits, need, parse_reg
 from .wave import POISON, SPOISON, Pending
@@ -442,6 +443,8 @@ def compile_buffer(ins, ctx):
 
 def compile_memory_or_mfma(ins, ctx):
     mn = ins.mnemonic
+    if is_lds_dma(ins):
+        return compile_lds_dma(ins, ctx)
     if mn.startswith("buffer_") and mn not in ("buffer_wbl2", "buffer_inv"):
         return compile_buffer(ins, ctx)
     if mn.startswith("s_load") or mn.startswith("s_buffer_load"):

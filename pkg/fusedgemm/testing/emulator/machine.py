@@ -158,6 +158,7 @@ class Machine:
         has retired is an error (an s_barrier alone does not complete LDS writes)."""
         self.memory = memory
         self.lds_fence_check = lds_fence_check
+        self.lds_dma_tok, self.lds_dma_what = None, {}  # loads to LDS in flight (sized per workgroup)
         self.strict_hazards = strict_hazards
         self._mfma = mfma
         self.race_check = race_check
@@ -219,10 +220,45 @@ class Machine:
             whats.pop(tok, None)
         return retire
 
+    def _lds_dma_check(self, wave, idx, what, verb):
+        """HazardError if a load to LDS (isa_lds_dma) that writes these bytes has not been retired by an s_waitcnt
+        vmcnt: its data lands only then."""
+        tok = self.lds_dma_tok
+        if not self.lds_dma_what or tok is None or tok.size != self.lds.size:  # (none outstanding: no cost)
+            return
+        t = tok[idx]
+        if t.any():
+            i = tuple(np.argwhere(t != 0)[0])
+            raise HazardError(f"{what}: wave {wave.id} {verb} LDS byte 0x{int(idx[i]):x} that "
+                              f"`{self.lds_dma_what.get(int(t[i]), 'a load to LDS')}` has not written yet: no "
+                              "s_waitcnt vmcnt retired it")
+
+    def lds_dma_pending(self, wave, addrs, nbytes, data, what):
+        """A load to LDS issued by `wave`: lane row i of `data` goes to LDS at addrs[i] once retired; until then its
+        bytes are pending. -> the retirement (writes them, as the issuing wave, and clears them)."""
+        addrs = np.asarray(addrs, np.int64)
+        self._lds_check(addrs, nbytes, what, wave)
+        if self.lds_dma_tok is None or self.lds_dma_tok.size != self.lds.size:
+            self.lds_dma_tok, self.lds_dma_what = np.zeros(self.lds.size, np.int64), {}
+        idx = addrs[:, None] + np.arange(nbytes)
+        self._lds_dma_check(wave, idx, what, "loads into")
+        self._tok = getattr(self, "_tok", 0) + 1
+        tok = self._tok
+        self.lds_dma_tok[idx] = tok
+        self.lds_dma_what[tok] = what.split(": ", 1)[-1]
+
+        def retire():
+            self.lds_dma_tok[idx] = 0
+            self.lds_dma_what.pop(tok, None)
+            if len(addrs):
+                self.lds_write(wave, addrs, data, what)
+        return retire
+
     def lds_read(self, wave, addrs, nbytes, what):
         addrs = np.asarray(addrs, np.int64)
         self._lds_check(addrs, nbytes, what, wave)
         idx = addrs[:, None] + np.arange(nbytes)
+        self._lds_dma_check(wave, idx, what, "reads")
         if self.race_check:
             ww, we = self.lds_w_wave[idx], self.lds_w_epoch[idx]
             bad = (we == self.epoch) & (ww != wave.id) & (ww >= 0)
@@ -241,6 +277,7 @@ class Machine:
         nbytes = data.shape[1]
         self._lds_check(addrs, nbytes, what, wave)
         idx = addrs[:, None] + np.arange(nbytes)
+        self._lds_dma_check(wave, idx, what, "writes")
         if self.race_check:
             ww, we = self.lds_w_wave[idx], self.lds_w_epoch[idx]
             bad = (we == self.epoch) & (ww != wave.id) & (ww >= 0)
@@ -353,6 +390,8 @@ class Machine:
         self.lds_pend_tok = np.zeros(self.lds.size, np.int64)
         self.lds_pend_what = {}
         self._tok = 0
+        self.lds_dma_tok = np.zeros(self.lds.size, np.int64)  # a load to LDS (isa_lds_dma) not yet retired
+        self.lds_dma_what = {}  # token -> its instruction, while outstanding
         bx, by, bz = block
         threads = bx * by * bz
         waves = []

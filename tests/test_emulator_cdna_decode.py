@@ -190,3 +190,26 @@ def test_block_scaled_split_k(arch, seed):
         ref = gemm_a8_block_reference(xq, wq, bias, scale_a=sx, scale_b=sw, epilogue="bias_silu", unrounded=True)
         assert _rel(y, ref) < 1e-6, what
         assert _rel(y1, gemm_a8_block_reference(xq, wq, scale_b=sw, unrounded=True)) < 1e-6, what
+
+
+@pytest.mark.parametrize("arch", ARCHES)
+def test_block_scaled_gate_up_pair_split_k(arch, seed):
+    """A gate / up pair with block scales on cdna_lds_64x32_k4 (pair-ordered scale_b: the wave's even and odd columns
+    read the gate's and the up's rows), K of a partial stage and of one whole stage."""
+    from fusedgemm.reference import block_scaled_acc
+
+    g = torch.Generator().manual_seed(seed)
+    config = "cdna_lds_64x32_k4"
+    for m, n, k in ((5, 512, 640), (64, 256, 512)):
+        a = (torch.randn(m, k, generator=g) * 2).to(FP8[arch])
+        w = (torch.randn(n, k, generator=g) * 0.5).to(FP8[arch])
+        sa = torch.rand(m, k // 128, generator=g) + 0.5
+        sb = torch.rand(n // 128, k // 128, generator=g) + 0.5
+        with poisoned_outputs(), forced_config(config), emulate(arch) as dev:
+            y = fg.gemm_a8(a, fg.preshuffle(w), scale_a=sa, scale_b=sb, epilogue="silu(gate) * up",
+                           out_dtype=torch.float32)
+        what = f"{arch} {m}x{n}x{k}"
+        names = [name for name, _g, _b in dev.launches if "_bs_" in name]
+        assert len(names) == 1 and names[0].endswith(config), (what, dev.launches)
+        acc = block_scaled_acc(a, w, sa, sb, pairs=True)
+        assert _rel(y, torch.nn.functional.silu(acc[:, 0::2]) * acc[:, 1::2]) < 1e-6, what

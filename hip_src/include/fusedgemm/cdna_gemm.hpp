@@ -437,8 +437,9 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   int st = 0;
   // The grouped and group-quantised block-scaled whole-K kernels keep the loop for any K, their prefetch's stage
   // index clamped to the last stage (a redundant load in place of one past K): with the loop and tail above they
-  // took 256 VGPRs + 9-13 AGPRs (one wave per SIMD, where this form keeps two). So does the split-K decode tiles'
-  // (with the loop and tail the compiler merged a tail stage into its loop). The plain block-scaled kernel keeps
+  // took 256 VGPRs + 9-13 AGPRs (one wave per SIMD, where this form keeps two). So do the split-K decode tiles'
+  // block-scaled whole-K kernels: with the loop and tail the compiler folded a tail stage into the loop (three
+  // stages an iteration, branches inside). The plain block-scaled kernel keeps
   // the loop and tail: clamped, its loop has 9-18 more VALU and 6-8 more SALU, and its registers fit either way.
   constexpr bool kClampedPrefetch = Cfg::kWholeKBlocks && Cfg::kBlockScaled &&
                                     (kGrouped || OutGroupOf<Epi>::value != 0 || Cfg::kWarpsK > 1);

@@ -97,7 +97,8 @@ def test_the_tile_config_header_is_generated_from_the_one_table(tmp_path):
     # every config named before the rename keeps its former name (configs added since have none)
     assert set(tile_configs.FORMER_NAMES.values()) <= set(tile_configs.CONFIGS)
     assert set(tile_configs.CONFIGS) - set(tile_configs.FORMER_NAMES.values()) == {
-        "cdna_lds_128x128", "cdna_lds_128x256", "cdna_lds_64x256", "cdna_lds_64x32_k4", "cdna_lds_32x32_k8"}
+        "cdna_lds_128x128", "cdna_lds_128x256", "cdna_lds_64x256", "cdna_lds_64x32_k4", "cdna_lds_32x32_k8",
+        "cdna_lds_64x64_k2"}
 
 
 def test_config_names_say_what_the_config_is():

@@ -2,7 +2,7 @@
 kernels for any K, built for gfx942 and gfx950 on the CPU in every family that instantiates the template: gemm_a8's
 generated epilogues, matmul_fused's bf16 / fp16, grouped, block-scaled, grouped block-scaled, paired (gate / up)
 and group-quantised outputs (cdna_lds_128x128, cdna_lds_128x256, cdna_lds_64x256), and the split-K decode tiles
-(cdna_lds_64x32_k4, cdna_lds_32x32_k8). Each: the argument packing the
+(cdna_lds_64x32_k4, cdna_lds_32x32_k8, cdna_lds_64x64_k2). Each: the argument packing the
 host uses, no scratch, no VGPR spills, no SGPR spills where the kernel for any K has none, registers (VGPR + AGPR)
 within the block's budget and the other kernel's occupancy; the whole-K kernel has no K-edge test and names
 itself. The ahead-of-time unit's preset kernels of both kinds: tests/test_build.py."""
@@ -59,6 +59,10 @@ FAMILIES = {
                              {"block_scaled": True}),
     "split_k_grouped_block_scaled": ("cdna_lds_64x32_k4", "fp8", "bf16", EpilogueSpec.of(parse("silu(acc)"), {}),
                                      {"block_scaled": True, "grouped": True}),
+    "split_k_matmul_fp16_alpha_beta_c": ("cdna_lds_64x64_k2", "fp16", "fp16", EpilogueSpec.of(
+        parse("silu(scalar(alpha) * acc + scalar(beta) * aux(c))"), {"c": "f16"}), {}),
+    "split_k_block_scaled_64x64": ("cdna_lds_64x64_k2", "fp8", "bf16", EpilogueSpec.of(parse("silu(acc)"), {}),
+                                   {"block_scaled": True}),
 }
 CASES = [(arch, family) for arch in ARCHES for family in FAMILIES]
 # VGPR + AGPR per lane: two 4-wave workgroups per CU (cdna_lds_128x128, what the plan's model assumes); the 8-wave
@@ -66,7 +70,7 @@ CASES = [(arch, family) for arch in ARCHES for family in FAMILIES]
 # workgroup per CU)
 # block; the split-K decode tiles' 8 / 16 waves (one workgroup of 64 KB LDS per CU): 2 / 4 waves per SIMD
 BUDGET = {"cdna_lds_128x128": 256, "cdna_lds_128x256": 256, "cdna_lds_64x256": 512, "cdna_lds_64x32_k4": 256,
-          "cdna_lds_32x32_k8": 128}
+          "cdna_lds_32x32_k8": 128, "cdna_lds_64x64_k2": 256}
 BLOCK_SCALED_BUDGET = 512
 # (arch, family) whose whole-K kernel holds fewer workgroups per CU than the kernel for any K: the 16-wave grouped bf16
 # decode tile on gfx950 takes 65 VGPRs against 63, so one workgroup per CU where LDS (160 KB) would allow two

@@ -1,6 +1,6 @@
-"""The CDNA LDS decode tiles, K split inside the block (cdna_gemm.hpp kWarpsK > 1: cdna_lds_64x32_k4, 4 K slices of
-2 waves; cdna_lds_32x32_k8, 8 slices of 2 waves, 16 waves a block). A pipeline stage is one K block per slice (512 or
-1024 bytes of K); the slices' partial tiles are summed through LDS and each tile's epilogue runs on one slice. In the
+"""The CDNA LDS tiles with K split inside the block (cdna_gemm.hpp kWarpsK > 1: cdna_lds_64x32_k4, 4 K slices of
+2 waves; cdna_lds_32x32_k8, 8 slices of 2 waves, 16 waves a block; cdna_lds_64x64_k2, 2 slices of 4 waves). A
+pipeline stage is one K block per slice (512, 1024 or 256 bytes of K); the slices' partial tiles are summed through LDS and each tile's epilogue runs on one slice. In the
 emulator on gfx942 and gfx950 with the configs forced, outputs poisoned, float64 oracles: gemm_a8's presets (fp8,
 int8) on ragged M / N and K from one 16-byte chunk to three whole stages (the kernel for any K on partial stages, where
 whole slices see no K at all; the whole-K kernel exactly where K fills whole stages); matmul_fused bf16 / fp16;
@@ -29,7 +29,7 @@ from poisoned_outputs import poisoned_outputs  # noqa: E402
 pytestmark = pytest.mark.slow  # builds code objects (cached between runs)
 
 ARCHES = ("gfx942", "gfx950")
-CONFIGS = ("cdna_lds_64x32_k4", "cdna_lds_32x32_k8")
+CONFIGS = ("cdna_lds_64x32_k4", "cdna_lds_32x32_k8", "cdna_lds_64x64_k2")
 FP8 = {"gfx942": torch.float8_e4m3fnuz, "gfx950": torch.float8_e4m3fn}
 
 

@@ -6,13 +6,15 @@ The configs: portable_16x16_k8 and portable_64x16_k8 (register-direct decode til
 waves, partial sums reduced through LDS), portable_128x128 (8 waves of 64 x 32, register-direct) and, for the 8-bit
 kinds and bf16 / fp16, the LDS-staged template (cdna_gemm.hpp: A through double-buffered LDS, B -- preshuffled 8-bit or
 plain 16-bit [N, K] -- to registers, the K loop pipelined one 128-byte K block deep): cdna_lds_128x128 (4 waves of
-128 x 32) and its decode tiles with K split inside the block, cdna_lds_64x32_k4 (4 K slices of 2 waves) and
-cdna_lds_32x32_k8 (8 slices). No CDNA template has cluster split-K, so the split factor is always 1. The choice is
-the config with the least predicted time (ties: the order of CONFIGS), cached per (arch, kind, M, N, K).
+128 x 32) and its tiles with K split inside the block, cdna_lds_64x32_k4 (4 K slices of 2 waves),
+cdna_lds_32x32_k8 (8 slices) and cdna_lds_64x64_k2 (2 slices of 4 waves). No CDNA template has cluster split-K, so
+the split factor is always 1. The choice is the config with the least predicted time (ties: the order of CONFIGS),
+cached per (arch, kind, M, N, K).
 
 What the model chooses on the LLM grid (python -m fusedgemm.bench predict): for fp8 / int8 / bf16 / fp16 the LDS
-split-K tiles up to M = 64 and on most M = 256 rows (the register-direct 16 x 16 tile on two gfx950 fp8 rows, where
-it is predicted faster), cdna_lds_128x128 from M = 1024 (1024^3: cdna_lds_64x32_k4); tf32 stays on the
+split-K tiles up to M = 64 (the register-direct 16 x 16 tile on two gfx950 fp8 rows, where it is predicted faster),
+mostly cdna_lds_64x64_k2 at M = 256, cdna_lds_128x128 from M = 1024 (1024^3 and gfx942's qkv / moe_dn at M = 1024:
+cdna_lds_64x64_k2); tf32 stays on the
 register-direct template (the split-K tiles up to M = 256, portable_128x128 above).
 """
 from __future__ import annotations
@@ -26,8 +28,8 @@ from . import cdna_model
 # before the register-direct one, whose redundant per-wave loads make it the more sensitive to the least certain
 # input of the model (the L1 rate); smaller row blocks first (a decode row that 128 x 128 tiles would also stream at
 # the HBM floor takes a split-K tile, with more K blocks in flight).
-CONFIGS = ("cdna_lds_32x32_k8", "cdna_lds_64x32_k4", "cdna_lds_128x128", "portable_16x16_k8", "portable_64x16_k8",
-           "portable_128x128")
+CONFIGS = ("cdna_lds_32x32_k8", "cdna_lds_64x32_k4", "cdna_lds_64x64_k2", "cdna_lds_128x128", "portable_16x16_k8",
+           "portable_64x16_k8", "portable_128x128")
 DEFAULT_ARCH = "gfx942"
 
 

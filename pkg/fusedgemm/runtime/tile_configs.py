@@ -139,6 +139,9 @@ CONFIGS: dict[str, PortableTile | CdnaTile | Sm90Tile] = {
     # ... 8 K slices (16 waves) of 32 rows: half the K blocks per wave, so half the load waits in a wave's chain,
     # what binds the 4-slice tile where its blocks are fewer than the CUs (N = 4096, gfx950); 64 KB of LDS
     "cdna_lds_32x32_k8": CdnaTile(1, 2, 2, 1, warps_k=8),
+    # M around 256: 4 waves of 64 x 16 along N x 2 K slices; a quarter of the 64 x 32 tiles' L2 bytes per output,
+    # twice as many blocks as 128 x 128 tiles would have (which wait out their load latency at M = 256); 32 KB of LDS
+    "cdna_lds_64x64_k2": CdnaTile(1, 4, 4, 1, warps_k=2),
     # M <= 64: two CTAs per SM, 4 x 24 KB stages in flight each
     "tile_64x128": Sm90Tile(64, 4, min_blocks_per_sm=2),
     # 6 x 32 KB stages; two accumulator chains, so a K block's MMAs never wait in the tensor core for the previous

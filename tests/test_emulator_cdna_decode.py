@@ -1,12 +1,12 @@
-"""The CDNA LDS tiles with K split inside the block (cdna_gemm.hpp kWarpsK > 1: cdna_lds_64x32_k4, 4 K slices of
-2 waves; cdna_lds_32x32_k8, 8 slices of 2 waves, 16 waves a block; cdna_lds_64x64_k2, 2 slices of 4 waves). A
-pipeline stage is one K block per slice (512, 1024 or 256 bytes of K); the slices' partial tiles are summed through
-LDS and each tile's epilogue runs on one slice. In the emulator on gfx942 and gfx950 with the configs forced, outputs poisoned, float64 oracles: gemm_a8's presets (fp8,
-int8) on ragged M / N and K from one 16-byte chunk to three whole stages (the kernel for any K on partial stages, where
-whole slices see no K at all; the whole-K kernel exactly where K fills whole stages); matmul_fused bf16 / fp16;
-a gate / up pair; and a planted bug: the barrier before the slices' partial sums are read deleted must be reported
-as an LDS race. Block scales and grouped calls on these configs: tests/test_emulator_blockscale.py,
-tests/test_emulator_grouped.py (both parametrised over the plan's configs)."""
+"""The CDNA LDS tiles with K split inside the block (cdna_gemm.hpp kWarpsK > 1: cdna_lds_64x32_k4, 4 K slices of 2
+waves; cdna_lds_32x32_k8, 8 slices of 2 waves, 16 waves a block; cdna_lds_64x64_k2, 2 slices of 4 waves). A pipeline
+stage is one K block per slice (512, 1024 or 256 bytes of K); the slices' partial tiles are summed through LDS and
+each tile's epilogue runs on one slice. In the emulator on gfx942 and gfx950 with the configs forced, outputs
+poisoned, float64 oracles: gemm_a8's presets (fp8, int8) on ragged M / N and K from one 16-byte chunk to three whole
+stages (the kernel for any K on partial stages, where whole slices see no K at all; the whole-K kernel exactly where
+K fills whole stages); matmul_fused bf16 / fp16; a gate / up pair; and a planted bug: the barrier before the slices'
+partial sums are read deleted must be reported as an LDS race. Block scales and grouped calls on these configs:
+tests/test_emulator_blockscale.py, tests/test_emulator_grouped.py (both parametrised over the plan's configs)."""
 from __future__ import annotations
 
 import re

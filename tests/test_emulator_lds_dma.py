@@ -1,7 +1,8 @@
-"""Loads straight into LDS in the emulator (testing/emulator/isa_lds_dma.py): `buffer_load_dword ... lds` (gfx942 and
-gfx950), gfx950's `buffer_load_dwordx4 ... lds` and `global_load_lds_dwordx4`, through the real assembler. Lane l's
-bytes land at M0 + the instruction offset + l * (4 or 16); the buffer's range check gives zeros; lanes outside EXEC
-write nothing; and an LDS access to the bytes before an s_waitcnt vmcnt retires the load is a hazard."""
+"""Loads straight into LDS in the emulator (testing/emulator/isa_mem.py compile_lds_dma): `buffer_load_dword ... lds`
+(gfx942 and gfx950), gfx950's `buffer_load_dwordx4 ... lds` and `global_load_lds_dwordx4`, through the real
+assembler. Lane l's bytes land at M0 + the instruction offset + l * (4 or 16); the buffer's range check gives zeros;
+lanes outside EXEC write nothing; and an LDS access to the bytes before an s_waitcnt vmcnt retires the load is a
+hazard."""
 from __future__ import annotations
 
 import numpy as np

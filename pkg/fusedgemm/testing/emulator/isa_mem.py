@@ -13,7 +13,6 @@ import struct
 import numpy as np
 
 from .errors import EmulatorError, MemoryFault, UnknownInstruction
-from .isa_lds_dma import compile_lds_dma, is_lds_dma
 from .isa_regs import parse_mods, scalar_reader, vreg
 from .operands import Reg, const_bits, need, parse_reg
 from .wave import POISON, SPOISON, Pending
@@ -110,6 +109,27 @@ def _retire_rows(w, di, rows, lanes, d16=None, sign=False, nbytes=4):
     return retire
 
 
+def _global_address(ins, vaddr, saddr, offset):
+    """-> addr(w, lanes): a global_* instruction's per-lane addresses (64-bit vaddr with saddr `off`, else the SGPR
+    pair's base plus the 32-bit vaddr), plus the instruction offset."""
+    if saddr == "off":
+        ai = vreg(vaddr, ins, 2)
+
+        def addr(w, lanes):
+            return (w.v[ai, lanes].astype(np.uint64) | (w.v[ai + 1, lanes].astype(np.uint64) << np.uint64(32))) \
+                + np.uint64(offset & 0xFFFFFFFFFFFFFFFF)
+        return addr
+    ai = vreg(vaddr, ins, 1)
+    sr = parse_reg(saddr)
+    need(sr is not None and sr.kind == "s" and sr.count == 2, ins, saddr)
+    si = sr.index
+
+    def addr(w, lanes):
+        base = np.uint64(w.s[si] | w.s[si + 1] << 32)
+        return base + w.v[ai, lanes].astype(np.uint64) + np.uint64(offset & 0xFFFFFFFFFFFFFFFF)
+    return addr
+
+
 def compile_global(ins, ctx):
     m = _GLOBAL.match(ins.mnemonic)
     atomic = _GATOMIC.match(ins.mnemonic)
@@ -134,21 +154,7 @@ def compile_global(ins, ctx):
         d, vaddr, saddr = ops
     else:
         vaddr, d, saddr = ops
-    if saddr == "off":
-        ai = vreg(vaddr, ins, 2)
-
-        def addr(w, lanes):
-            return (w.v[ai, lanes].astype(np.uint64) | (w.v[ai + 1, lanes].astype(np.uint64) << np.uint64(32))) \
-                + np.uint64(offset & 0xFFFFFFFFFFFFFFFF)
-    else:
-        ai = vreg(vaddr, ins, 1)
-        sr = parse_reg(saddr)
-        need(sr is not None and sr.kind == "s" and sr.count == 2, ins, saddr)
-        si = sr.index
-
-        def addr(w, lanes):
-            base = np.uint64(w.s[si] | w.s[si + 1] << 32)
-            return base + w.v[ai, lanes].astype(np.uint64) + np.uint64(offset & 0xFFFFFFFFFFFFFFFF)
+    addr = _global_address(ins, vaddr, saddr, offset)
     di = vreg(d, ins, n if nbytes >= 4 else 1)
     if kind == "load":
         def gload(w):
@@ -356,6 +362,54 @@ def compile_mfma(ins, ctx):
 _BUFFER = re.compile(r"^buffer_(load|store)_(dword(?:x(\d))?|ubyte|sbyte|ushort|sshort|short|byte)$")
 
 
+def _buffer_locator(ins, vaddr, srsrc, soff, mods, nbytes, what, raw_only=False):
+    """-> locate(w, lanes) = (addresses, in-range [lanes, pieces], piece offsets) of a buffer access through the V#
+    in `srsrc`; raw_only: a V# with a stride is an error."""
+    offen, idxen = "offen" in mods, "idxen" in mods
+    inst_off = int(mods["offset"], 0) if "offset" in mods else 0
+    rr = parse_reg(srsrc)
+    need(rr is not None and rr.kind == "s" and rr.count == 4, ins, srsrc)
+    ri = rr.index
+    if offen or idxen:
+        vr = parse_reg(vaddr)
+        need(vr is not None and vr.kind == "v" and vr.count == (2 if offen and idxen else 1), ins, vaddr)
+        vi = vr.index
+    rsoff = scalar_reader(soff, ins)
+    step = 4 if nbytes >= 4 else nbytes
+
+    def locate(w, lanes):
+        desc = w.s[ri:ri + 4]
+        base = desc[0] | (desc[1] & 0xFFFF) << 32
+        stride = (desc[1] >> 16) & 0x3FFF
+        num = desc[2]
+        if desc[3] >> 23 & 1:
+            raise UnknownInstruction(f"{what}: ADD_TID_ENABLE buffers are not modelled")
+        need(not raw_only or stride == 0, ins, "a raw buffer (stride 0)")
+        idx = w.v[vi, lanes].astype(np.int64) if idxen else np.zeros(len(lanes), np.int64)
+        voff = (w.v[vi + (1 if idxen else 0), lanes].astype(np.int64) if offen else np.zeros(len(lanes), np.int64))
+        off = voff + inst_off
+        addr = np.int64(base) + np.int64(rsoff(w)) + off + idx * stride
+        pieces = np.arange(0, nbytes, step)
+        if idxen:
+            ok = np.broadcast_to((idx < num)[:, None], (len(lanes), len(pieces)))
+        else:
+            ok = (off[:, None] + pieces[None, :] + step) <= num
+        return addr.astype(np.uint64), ok, pieces
+    return locate
+
+
+def _buffer_read(ctx, locate, w, lanes, nbytes, what) -> np.ndarray:
+    """A buffer load's bytes, uint8 [lanes, nbytes]: out-of-range pieces are zeros."""
+    addr, ok, pieces = locate(w, lanes)
+    step = 4 if nbytes >= 4 else nbytes
+    raw = np.zeros((len(lanes), nbytes), np.uint8)
+    for j, pc in enumerate(pieces):
+        sel = ok[:, j]
+        if sel.any():
+            raw[sel, pc:pc + step] = ctx.m.memory.read(addr[sel] + np.uint64(pc), step, what)
+    return raw
+
+
 def compile_buffer(ins, ctx):
     """buffer_load / buffer_store of a raw (stride 0, offen) or structured (idxen) buffer. Range checking
     (CDNA3 ISA, "buffer addressing"): stride 0: a dword whose offset (VGPR offset + instruction offset, not
@@ -374,47 +428,15 @@ def compile_buffer(ins, ctx):
         nbytes, sign = _LOAD_KIND[size]
         n = 1
     d, vaddr, srsrc, soff = ins.operands
-    offen, idxen = "offen" in mods, "idxen" in mods
-    inst_off = int(mods["offset"], 0) if "offset" in mods else 0
-    rr = parse_reg(srsrc)
-    need(rr is not None and rr.kind == "s" and rr.count == 4, ins, srsrc)
-    ri = rr.index
-    if offen or idxen:
-        vr = parse_reg(vaddr)
-        need(vr is not None and vr.kind == "v" and vr.count == (2 if offen and idxen else 1), ins, vaddr)
-        vi = vr.index
-    rsoff = scalar_reader(soff, ins)
     di = vreg(d, ins, n if nbytes >= 4 else 1)
     what = f"{ctx.kernel}: {ins.text}"
+    locate = _buffer_locator(ins, vaddr, srsrc, soff, mods, nbytes, what)
     step = 4 if nbytes >= 4 else nbytes
-
-    def locate(w, lanes):
-        desc = w.s[ri:ri + 4]
-        base = desc[0] | (desc[1] & 0xFFFF) << 32
-        stride = (desc[1] >> 16) & 0x3FFF
-        num = desc[2]
-        if desc[3] >> 23 & 1:
-            raise UnknownInstruction(f"{what}: ADD_TID_ENABLE buffers are not modelled")
-        idx = w.v[vi, lanes].astype(np.int64) if idxen else np.zeros(len(lanes), np.int64)
-        voff = (w.v[vi + (1 if idxen else 0), lanes].astype(np.int64) if offen else np.zeros(len(lanes), np.int64))
-        off = voff + inst_off
-        addr = np.int64(base) + np.int64(rsoff(w)) + off + idx * stride
-        pieces = np.arange(0, nbytes, step)
-        if idxen:
-            ok = np.broadcast_to((idx < num)[:, None], (len(lanes), len(pieces)))
-        else:
-            ok = (off[:, None] + pieces[None, :] + step) <= num
-        return addr.astype(np.uint64), ok, pieces
 
     if kind == "load":
         def bload(w):
             lanes = np.flatnonzero(w.exec_mask)
-            addr, ok, pieces = locate(w, lanes)
-            raw = np.zeros((len(lanes), nbytes), np.uint8)
-            for j, pc in enumerate(pieces):
-                sel = ok[:, j]
-                if sel.any():
-                    raw[sel, pc:pc + step] = ctx.m.memory.read(addr[sel] + np.uint64(pc), step, what)
+            raw = _buffer_read(ctx, locate, w, lanes, nbytes, what)
             if nbytes >= 4:
                 rows = _lanes_bytes_to_rows(raw, n)
             else:
@@ -441,9 +463,59 @@ def compile_buffer(ins, ctx):
     return bstore
 
 
+# ---- loads straight into LDS ------------------------------------------------------------------------------------
+_M0 = 124  # the SGPR index of M0 (operands.SPECIAL)
+_BUFFER_LDS = re.compile(r"^buffer_load_dword(?:x(\d))?$")
+_GLOBAL_LDS = re.compile(r"^global_load_lds_dword(?:x(\d))?$")
+
+
+def _is_lds_dma(ins) -> bool:
+    """Whether `ins` loads into LDS: a buffer load with the lds modifier, or global_load_lds_*."""
+    mn = ins.mnemonic
+    return mn.startswith("global_load_lds_") or (mn.startswith("buffer_load_") and "lds" in parse_mods(ins))
+
+
+def compile_lds_dma(ins, ctx):
+    """`buffer_load_dword[x3|x4] ... lds` (gfx942: the dword form; gfx950 also 12 / 16 bytes) and gfx950's
+    `global_load_lds_dword[x3|x4]`. Semantics (LLVM AMDGPUUsage, "GFX9 LDS DMA"; the compiler's own assumptions): the
+    memory address is the ordinary load's (a buffer's range check included: out-of-range bytes are zeros); lane l's
+    bytes land in LDS at M0 + the instruction offset + 4 l for sizes up to 4 bytes, 16 l for 12 and 16 (M0: the
+    wave-uniform LDS base; the immediate offset applies to both addresses); lanes outside EXEC write nothing. Counted
+    in vmcnt: memory is read at issue, the LDS bytes written at retirement and pending until then (any LDS access to
+    them, the issuing wave's included, is a HazardError: Machine.lds_dma_pending)."""
+    mods = parse_mods(ins)
+    what = f"{ctx.kernel}: {ins.text}"
+    is_global = ins.mnemonic.startswith("global_")
+    m = (_GLOBAL_LDS if is_global else _BUFFER_LDS).match(ins.mnemonic)
+    if not m:
+        raise UnknownInstruction(f"{ctx.kernel}: instruction {ins.mnemonic} ({ins.text!r}) is not modelled")
+    nbytes = 4 * int(m.group(1) or 1)
+    inst_off = int(mods["offset"], 0) if "offset" in mods else 0
+    if is_global:
+        need(set(mods) <= {"offset", "sc0", "sc1", "nt"}, ins, f"modifiers {sorted(mods)}")
+        addr = _global_address(ins, *ins.operands, inst_off)
+
+        def read(w, lanes):
+            return ctx.m.memory.read(addr(w, lanes), nbytes, what)
+    else:
+        need(set(mods) <= {"lds", "offen", "offset", "sc0", "sc1", "nt", "glc", "slc"}, ins,
+             f"modifiers {sorted(mods)}")
+        locate = _buffer_locator(ins, *ins.operands, mods, nbytes, what, raw_only=True)
+
+        def read(w, lanes):
+            return _buffer_read(ctx, locate, w, lanes, nbytes, what)
+    lane_stride = 4 if nbytes <= 4 else 16
+
+    def load_lds(w):
+        lanes = np.flatnonzero(w.exec_mask)
+        addrs = int(w.s[_M0]) + inst_off + lanes.astype(np.int64) * lane_stride
+        w.issue("vm", Pending("vm", ctx.m.lds_dma_pending(w, addrs, nbytes, read(w, lanes), what), ins.text))
+    return load_lds
+
+
 def compile_memory_or_mfma(ins, ctx):
     mn = ins.mnemonic
-    if is_lds_dma(ins):
+    if _is_lds_dma(ins):
         return compile_lds_dma(ins, ctx)
     if mn.startswith("buffer_") and mn not in ("buffer_wbl2", "buffer_inv"):
         return compile_buffer(ins, ctx)

@@ -158,7 +158,6 @@ class Machine:
         has retired is an error (an s_barrier alone does not complete LDS writes)."""
         self.memory = memory
         self.lds_fence_check = lds_fence_check
-        self.lds_dma_tok, self.lds_dma_what = None, {}  # loads to LDS in flight (sized per workgroup)
         self.strict_hazards = strict_hazards
         self._mfma = mfma
         self.race_check = race_check
@@ -220,13 +219,29 @@ class Machine:
             whats.pop(tok, None)
         return retire
 
+    def reset_lds(self, lds_bytes: int, fill: int) -> None:
+        """A workgroup's LDS (`lds_bytes`, filled with `fill`) and its hazard bookkeeping, empty."""
+        self.lds = np.full(max(lds_bytes, 4), fill, np.uint8)
+        n = self.lds.size
+        if self.race_check:
+            self.lds_w_wave = np.full(n, -1, np.int16)
+            self.lds_w_epoch = np.full(n, -1, np.int32)
+            self.lds_r_mask = np.zeros(n, np.uint64)
+            self.lds_r_epoch = np.full(n, -1, np.int32)
+        self.epoch = 0
+        self.lds_pend_wave = np.full(n, -1, np.int16)
+        self.lds_pend_tok = np.zeros(n, np.int64)
+        self.lds_pend_what = {}
+        self._tok = 0
+        self.lds_dma_tok = np.zeros(n, np.int64)  # a load to LDS (isa_mem's compile_lds_dma) not yet retired
+        self.lds_dma_what = {}  # token -> its instruction, while outstanding
+
     def _lds_dma_check(self, wave, idx, what, verb):
-        """HazardError if a load to LDS (isa_lds_dma) that writes these bytes has not been retired by an s_waitcnt
-        vmcnt: its data lands only then."""
-        tok = self.lds_dma_tok
-        if not self.lds_dma_what or tok is None or tok.size != self.lds.size:  # (none outstanding: no cost)
+        """HazardError if a load to LDS (isa_mem's compile_lds_dma) that writes these bytes has not been retired by an
+        s_waitcnt vmcnt: its data lands only then."""
+        if not self.lds_dma_what:  # none outstanding: no cost
             return
-        t = tok[idx]
+        t = self.lds_dma_tok[idx]
         if t.any():
             i = tuple(np.argwhere(t != 0)[0])
             raise HazardError(f"{what}: wave {wave.id} {verb} LDS byte 0x{int(idx[i]):x} that "
@@ -238,11 +253,9 @@ class Machine:
         bytes are pending. -> the retirement (writes them, as the issuing wave, and clears them)."""
         addrs = np.asarray(addrs, np.int64)
         self._lds_check(addrs, nbytes, what, wave)
-        if self.lds_dma_tok is None or self.lds_dma_tok.size != self.lds.size:
-            self.lds_dma_tok, self.lds_dma_what = np.zeros(self.lds.size, np.int64), {}
         idx = addrs[:, None] + np.arange(nbytes)
         self._lds_dma_check(wave, idx, what, "loads into")
-        self._tok = getattr(self, "_tok", 0) + 1
+        self._tok += 1
         tok = self._tok
         self.lds_dma_tok[idx] = tok
         self.lds_dma_what[tok] = what.split(": ", 1)[-1]
@@ -378,20 +391,7 @@ class Machine:
     def _run_workgroup(self, kernel, prog, wg, block, nwaves, lds_bytes, kernarg_addr, stats, max_instructions,
                        hits):
         kd = kernel.descriptor
-        self.lds = np.full(max(lds_bytes, 4), 0xAD, np.uint8)
-        if self.race_check:
-            n = self.lds.size
-            self.lds_w_wave = np.full(n, -1, np.int16)
-            self.lds_w_epoch = np.full(n, -1, np.int32)
-            self.lds_r_mask = np.zeros(n, np.uint64)
-            self.lds_r_epoch = np.full(n, -1, np.int32)
-        self.epoch = 0
-        self.lds_pend_wave = np.full(self.lds.size, -1, np.int16)
-        self.lds_pend_tok = np.zeros(self.lds.size, np.int64)
-        self.lds_pend_what = {}
-        self._tok = 0
-        self.lds_dma_tok = np.zeros(self.lds.size, np.int64)  # a load to LDS (isa_lds_dma) not yet retired
-        self.lds_dma_what = {}  # token -> its instruction, while outstanding
+        self.reset_lds(lds_bytes, 0xAD)
         bx, by, bz = block
         threads = bx * by * bz
         waves = []

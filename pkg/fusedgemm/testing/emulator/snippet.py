@@ -42,10 +42,9 @@ def run_snippet(lines: list[str], arch: str = "gfx942", *, s: dict | None = None
     instrs = assemble_snippet(lines, arch)
     mach = Machine(memory or Memory(), mfma=mfma)
     prog = Program(_SnippetKernel("snippet", arch, instrs), mach)
-    mach.lds = np.zeros(max(lds_bytes, 4), np.uint8)
     mach.race_check = False
     mach.lds_fence_check = False
-    mach.epoch = 0
+    mach.reset_lds(lds_bytes, 0)
     w = Wave(0)
     for i, x in (s or {}).items():
         w.s[i] = int(x) & 0xFFFFFFFF

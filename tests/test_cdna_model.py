@@ -408,7 +408,7 @@ def test_bench_predict_block_scales_beside_per_channel(capsys):
     rows = predict.rows_for("gfx950", BLOCK)
     assert len(rows) == len(predict.grid())
     for r in rows:
-        assert r["config"] == cdna.choose_name(r["M"], r["N"], r["K"], "gfx950", BLOCK, cdna.BLOCK_SCALED_CONFIGS)
+        assert r["config"] == cdna.choose_name(r["M"], r["N"], r["K"], "gfx950", BLOCK)
         want = cm.predict("gfx950", "fp8", r["config"], r["M"], r["N"], r["K"]).seconds * 1e6
         assert r["channel_us"] == pytest.approx(want) and r["block_x_channel"] >= 1
     s = predict.summary(rows)

@@ -147,7 +147,7 @@ def block_plan(m: int, n: int, k: int, dev: int, persistent_ok: bool = True):
             raise ValueError(f"gemm_a8: config {pinned[0]} has no block-scaled kernel on AMD; block scales run on "
                              f"{', '.join(AMD_BLOCK_CONFIGS)}")
         name = (pinned[0] if pinned is not None
-                else cdna.choose_name(m, n, k, plans.device_arch(dev), "fp8block", AMD_BLOCK_CONFIGS))
+                else cdna.choose_name(m, n, k, plans.device_arch(dev), "fp8block"))
         return kernels.GEMM_CONFIGS[name], 1
     if pinned is not None and pinned[0] not in BLOCK_CONFIGS:
         raise ValueError(f"gemm_a8: config {pinned[0]} has no block-scaled kernel; block scales run on "

@@ -55,9 +55,8 @@ def rows_for(arch: str, kind: str, with_redesign: bool = False, l1=None) -> list
     plan_kind = cdna_model.base_kind(kind)
     out = []
     for shape, m, n, k in grid():
-        configs = cdna.CONFIGS if plan_kind == kind else cdna.BLOCK_SCALED_CONFIGS  # blockscale.block_plan's
-        name = cdna.choose_name(m, n, k, arch, kind, configs) if l1 is None else min(
-            cdna.candidates(arch, kind, configs),
+        name = cdna.choose_name(m, n, k, arch, kind) if l1 is None else min(  # as blockscale.block_plan for fp8block
+            cdna.candidates(arch, kind),
             key=lambda c: cdna_model.predict(arch, kind, c, m, n, k, l1_bytes_clk=l1).seconds)
         p = cdna_model.predict(arch, kind, name, m, n, k, l1_bytes_clk=l1)
         r = {"arch": arch, "kind": kind, "shape": shape, "M": m, "N": n, "K": k, "config": name,

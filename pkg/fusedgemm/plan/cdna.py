@@ -54,20 +54,20 @@ def by_m(m: int) -> str:
 
 def candidates(arch: str, in_kind: str, configs: tuple[str, ...] = CONFIGS) -> list[str]:
     """The configs (of `configs`) the model can rank for this arch and kind: they serve the kind (a block-scaled
-    kind: its base kind) and have a hot loop."""
+    kind: its base kind, on a config with block-scaled kernels) and have a hot loop."""
+    block = in_kind in cdna_model.BLOCK_KINDS
     return [c for c in configs if kernels.GEMM_CONFIGS[c].serves(cdna_model.base_kind(in_kind))
-            and (arch, c, in_kind) in cdna_model.HOT_LOOPS]
+            and (not block or has_block_scaled_kernel(c)) and (arch, c, in_kind) in cdna_model.HOT_LOOPS]
 
 
 @functools.lru_cache(maxsize=8192)
-def choose_name(m: int, n: int, k: int, arch: str = DEFAULT_ARCH, in_kind: str = "fp8",
-                configs: tuple[str, ...] = CONFIGS) -> str:
-    """The config of `configs` (default: every config of the plan) with the least predicted time."""
+def choose_name(m: int, n: int, k: int, arch: str = DEFAULT_ARCH, in_kind: str = "fp8") -> str:
+    """The config with the least predicted time (a block-scaled kind: of the configs with block-scaled kernels)."""
     arch = arch if arch in cdna_model.HARDWARE else DEFAULT_ARCH
-    names = candidates(arch, in_kind, configs)
+    names = candidates(arch, in_kind)
     if not names or min(m, n, k) <= 0:
         return by_m(m)
-    return min(names, key=lambda c: (cdna_model.predict(arch, in_kind, c, m, n, k).seconds, configs.index(c)))
+    return min(names, key=lambda c: (cdna_model.predict(arch, in_kind, c, m, n, k).seconds, CONFIGS.index(c)))
 
 
 def choose(m: int, n: int, k: int, arch: str = DEFAULT_ARCH, in_kind: str = "fp8") -> tuple[kernels.TileConfig, int]:

@@ -1,6 +1,8 @@
 """poisoned_outputs(): while open, torch.empty returns poisoned memory (the ops allocate their outputs with it), on the
 CPU (the emulator's outputs) and on a GPU, so an output element a kernel never writes stays NaN / an impossible code
-and fails the check. check_group_codes: a group-quantised output (out_group=128) against quantize_rows' rule."""
+and fails the check. check_group_codes: a group-quantised output (out_group=128) against quantize_rows' rule.
+rel_error: a poisoned output's relative error (none left unwritten). launched_cdna_kernel: an emulated call's one
+kernel, a CDNA LDS config's for any K or for whole K blocks."""
 from __future__ import annotations
 
 import contextlib
@@ -50,3 +52,16 @@ def check_group_codes(codes, scales, y64, what, rtol=1e-5, max_differ=0.01):
     step = (codes.float() - want_c.float()).abs() / (want_c.float().abs().clamp(min=2.0 ** -6))
     assert differ.float().mean() < max_differ and (step[differ] <= 0.13).all(), \
         f"{what}: {int(differ.sum())} codes differ"
+
+
+def rel_error(y, ref) -> float:
+    """||y - ref|| / ||ref|| in float64, once no output is left poisoned (NaN)."""
+    assert not y.isnan().any(), "outputs never written"
+    return ((y.double() - ref.double()).norm() / ref.double().norm()).item()
+
+
+def launched_cdna_kernel(dev, config, whole, what):
+    """The emulated call launched one kernel: `config`'s, its whole-K-block one iff `whole`."""
+    names = [name for name, _grid, _block in dev.launches]
+    assert len(names) == 1 and names[0].endswith(config), f"{what}: {names}"
+    assert names[0].endswith("_whole_k_" + config) == whole, f"{what}: {names[0]}"

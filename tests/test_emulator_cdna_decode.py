@@ -24,7 +24,7 @@ from fusedgemm.testing import emulate  # noqa: E402
 from fusedgemm.testing.emulator import codeobjects, loader  # noqa: E402
 from fusedgemm.testing.emulator.errors import HazardError  # noqa: E402
 from fusedgemm.testing.emulator.runner import CodeObject, run_gemm_a8  # noqa: E402
-from poisoned_outputs import poisoned_outputs  # noqa: E402
+from poisoned_outputs import launched_cdna_kernel, poisoned_outputs, rel_error  # noqa: E402
 
 pytestmark = pytest.mark.slow  # builds code objects (cached between runs)
 
@@ -45,17 +45,6 @@ def _shapes(config: str):
     block_m = tile_configs.CONFIGS[config].block_m
     return ((1, 48, 16), (block_m + 5, 144, s // 2 + 48), (3, 16, s), (block_m, 48, 2 * s), (1, 144, 3 * s),
             (block_m - 3, 48, s + 128))
-
-
-def _launched(dev, config, whole, what):
-    names = [name for name, _grid, _block in dev.launches]
-    assert len(names) == 1 and names[0].endswith(config), f"{what}: {names}"
-    assert names[0].endswith("_whole_k_" + config) == whole, f"{what}: {names[0]}"
-
-
-def _rel(y, ref):
-    assert not y.isnan().any(), "outputs never written"
-    return ((y.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
 def _operands(kind, arch, m, n, k, g):
@@ -81,10 +70,10 @@ def test_presets_ragged(arch, config, kind, seed):
             y = fg.gemm_a8(a, fg.preshuffle(w), bias, scale_a=sa, scale_b=sb, activation="silu" if silu else None,
                            out_dtype=torch.bfloat16)
         what = f"{arch} {config} {kind} {m}x{n}x{k}"
-        _launched(dev, config, k % _stage_bytes(config) == 0, what)
+        launched_cdna_kernel(dev, config, k % _stage_bytes(config) == 0, what)
         ref = gemm_a8_reference(a, w, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu" if silu else "none",
                                 out_dtype=torch.float64, unrounded=True)
-        assert _rel(y, ref) < 8e-3, what
+        assert rel_error(y, ref) < 8e-3, what
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -100,9 +89,9 @@ def test_matmul_fused_16_bit(arch, config, seed):
         with poisoned_outputs(), forced_config(config), emulate(arch) as dev:
             y = fg.matmul_fused(a, b, bias, activation="silu")
         what = f"{arch} {config} {dtype} {m}x{n}x{k}"
-        _launched(dev, config, k % s == 0, what)
+        launched_cdna_kernel(dev, config, k % s == 0, what)
         ref = torch.nn.functional.silu(a.double() @ b.double().T + bias.double())
-        assert _rel(y, ref) < 1e-2, what
+        assert rel_error(y, ref) < 1e-2, what
 
 
 @pytest.mark.parametrize("config", CONFIGS)
@@ -113,10 +102,10 @@ def test_gate_up_pair(config, seed):
     a, w = _operands("fp8", "gfx942", m, n, k, g)
     with poisoned_outputs(), forced_config(config), emulate("gfx942") as dev:
         y = fg.gemm_a8(a, fg.preshuffle(w), epilogue=E.parse("silu(gate) * up"), out_dtype=torch.float32)
-    _launched(dev, config, False, "pair")
+    launched_cdna_kernel(dev, config, False, "pair")
     acc = a.double() @ w.double().T
     assert y.shape == (m, n // 2)
-    assert _rel(y, torch.nn.functional.silu(acc[:, 0::2]) * acc[:, 1::2]) < 1e-6
+    assert rel_error(y, torch.nn.functional.silu(acc[:, 0::2]) * acc[:, 1::2]) < 1e-6
 
 
 def test_deleted_reduction_barrier_is_an_lds_race(seed):
@@ -163,7 +152,7 @@ def test_block_scales_refused_by_name(seed):
         y = fg.gemm_a8(xq, fg.preshuffle(w8[0]), scale_a=sx, scale_b=sw[0], out_dtype=torch.float32)
     name = dev.launches[-1][0]
     assert "_bs_" in name and any(name.endswith(c) for c in cdna.BLOCK_SCALED_CONFIGS), name
-    assert _rel(y, gemm_a8_block_reference(xq, w8[0], scale_a=sx, scale_b=sw[0], unrounded=True)) < 1e-6
+    assert rel_error(y, gemm_a8_block_reference(xq, w8[0], scale_a=sx, scale_b=sw[0], unrounded=True)) < 1e-6
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -188,8 +177,8 @@ def test_block_scaled_split_k(arch, seed):
         assert len(names) == 2 and all(nm.endswith(config) for nm in names), what
         assert all(nm.endswith("_whole_k_" + config) == (k % 512 == 0) for nm in names), (what, names)
         ref = gemm_a8_block_reference(xq, wq, bias, scale_a=sx, scale_b=sw, epilogue="bias_silu", unrounded=True)
-        assert _rel(y, ref) < 1e-6, what
-        assert _rel(y1, gemm_a8_block_reference(xq, wq, scale_b=sw, unrounded=True)) < 1e-6, what
+        assert rel_error(y, ref) < 1e-6, what
+        assert rel_error(y1, gemm_a8_block_reference(xq, wq, scale_b=sw, unrounded=True)) < 1e-6, what
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -212,4 +201,4 @@ def test_block_scaled_gate_up_pair_split_k(arch, seed):
         names = [name for name, _g, _b in dev.launches if "_bs_" in name]
         assert len(names) == 1 and names[0].endswith(config), (what, dev.launches)
         acc = block_scaled_acc(a, w, sa, sb, pairs=True)
-        assert _rel(y, torch.nn.functional.silu(acc[:, 0::2]) * acc[:, 1::2]) < 1e-6, what
+        assert rel_error(y, torch.nn.functional.silu(acc[:, 0::2]) * acc[:, 1::2]) < 1e-6, what

@@ -17,25 +17,13 @@ import fusedgemm as fg  # noqa: E402
 from fusedgemm.plan import forced_config  # noqa: E402
 from fusedgemm.reference import block_scaled_acc, gemm_a8_block_reference, gemm_a8_reference  # noqa: E402
 from fusedgemm.testing import emulate  # noqa: E402
-from poisoned_outputs import check_group_codes, poisoned_outputs  # noqa: E402
+from poisoned_outputs import check_group_codes, launched_cdna_kernel, poisoned_outputs, rel_error  # noqa: E402
 
 pytestmark = pytest.mark.slow  # builds code objects (cached between runs)
 
 ARCHES = ("gfx942", "gfx950")
 FP8 = {"gfx942": torch.float8_e4m3fnuz, "gfx950": torch.float8_e4m3fn}
 CONFIG = "cdna_lds_128x128"
-
-
-def _launched(dev, config, whole, what):
-    """The call's one kernel: config's, the whole-K-block one iff `whole`."""
-    names = [name for name, _grid, _block in dev.launches]
-    assert len(names) == 1 and names[0].endswith(config), f"{what}: {names}"
-    assert names[0].endswith("_whole_k_" + config) == whole, f"{what}: {names[0]}"
-
-
-def _rel(y, ref):
-    assert not y.isnan().any(), "outputs never written"
-    return ((y.double() - ref.double()).norm() / ref.double().norm()).item()
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -57,10 +45,10 @@ def test_presets_take_the_kernel_their_k_asks_for(arch, kind, seed):
             y = fg.gemm_a8(a, fg.preshuffle(w), bias, scale_a=sa, scale_b=sb, activation="silu",
                            out_dtype=torch.bfloat16)
         what = f"{arch} {kind} K={k}"
-        _launched(dev, CONFIG, k % 128 == 0, what)
+        launched_cdna_kernel(dev, CONFIG, k % 128 == 0, what)
         ref = gemm_a8_reference(a, w, bias, scale_a=sa, scale_b=sb, epilogue="bias_silu", out_dtype=torch.float64,
                                 unrounded=True)
-        assert _rel(y, ref) < 8e-3, what
+        assert rel_error(y, ref) < 8e-3, what
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -77,9 +65,9 @@ def test_block_scaled(arch, seed):
         with forced_config(CONFIG):
             y = fg.gemm_a8(xq, fg.preshuffle(wq), bias, scale_a=sx, scale_b=sw, epilogue="bias_gelu",
                            out_dtype=torch.float32)
-    _launched(dev, CONFIG, True, f"{arch} block-scaled")
+    launched_cdna_kernel(dev, CONFIG, True, f"{arch} block-scaled")
     ref = gemm_a8_block_reference(xq, wq, bias, scale_a=sx, scale_b=sw, epilogue="bias_gelu", unrounded=True)
-    assert _rel(y, ref) < 1e-6
+    assert rel_error(y, ref) < 1e-6
 
 
 @pytest.mark.parametrize("arch", ARCHES)
@@ -106,13 +94,13 @@ def _grouped_block_scaled(arch, seed, k):
         with forced_config(CONFIG):
             y = fg.grouped_gemm_a8(xq, w8_shuffled, scale_a=sx, scale_b=sw, offs=offs, epilogue="silu",
                                    out_dtype=torch.float32)
-    _launched(dev, CONFIG, True, f"{arch} grouped block-scaled")
+    launched_cdna_kernel(dev, CONFIG, True, f"{arch} grouped block-scaled")
     r0 = 0
     for e, s in enumerate(sizes):
         if s:
             ref = gemm_a8_block_reference(xq[r0:r0 + s], w8[e], scale_a=sx[r0:r0 + s],
                                           scale_b=sw[e], epilogue="silu", unrounded=True)
-            assert _rel(y[r0:r0 + s], ref) < 1e-6, e
+            assert rel_error(y[r0:r0 + s], ref) < 1e-6, e
         r0 += s
 
 
@@ -130,18 +118,18 @@ def test_grouped_on_both_kernels(arch, seed):
         bias = torch.randn(len(sizes), n)
         with poisoned_outputs(), forced_config(CONFIG), emulate(arch) as dev:
             y = fg.grouped_matmul(x, w, offs=offs, bias=bias, activation="silu")
-        _launched(dev, CONFIG, k % 64 == 0, f"{arch} grouped bf16 K={k}")
+        launched_cdna_kernel(dev, CONFIG, k % 64 == 0, f"{arch} grouped bf16 K={k}")
         ref, r0 = [], 0
         for e, s in enumerate(sizes):
             ref.append(torch.nn.functional.silu(x[r0:r0 + s].double() @ w[e].double().T + bias[e].double()))
             r0 += s
-        assert _rel(y, torch.cat(ref)) < 1e-2, k
+        assert rel_error(y, torch.cat(ref)) < 1e-2, k
     k = 128
     xi = torch.randint(-20, 20, (sum(sizes), k), dtype=torch.int8)
     wi = torch.randint(-20, 20, (len(sizes), n, k), dtype=torch.int8)
     with poisoned_outputs(), forced_config(CONFIG), emulate(arch) as dev:
         y = fg.grouped_gemm_a8(xi, fg.preshuffle(wi), offs=offs, out_dtype=torch.float32)
-    _launched(dev, CONFIG, True, f"{arch} grouped int8")
+    launched_cdna_kernel(dev, CONFIG, True, f"{arch} grouped int8")
     starts = [0, *offs.tolist()[:-1]]
     ref = torch.cat([xi[r0:r0 + s].double() @ wi[e].double().T for e, (r0, s) in enumerate(zip(starts, sizes))])
     assert torch.equal(y.double(), ref)
@@ -159,7 +147,7 @@ def test_group_quantised_pairs(arch, seed):
         wq = fg.preshuffle(w)
         dev.launches.clear()
         codes, scales = fg.gemm_a8(a, wq, epilogue="silu(gate) * up", out_group=128)
-    _launched(dev, "cdna_lds_128x256", True, f"{arch} pairs")
+    launched_cdna_kernel(dev, "cdna_lds_128x256", True, f"{arch} pairs")
     acc = a.double() @ w.double().T
     check_group_codes(codes, scales, torch.nn.functional.silu(acc[:, 0::2]) * acc[:, 1::2], f"{arch} pairs")
 
@@ -172,7 +160,7 @@ def test_group_quantised_pairs(arch, seed):
         wq = fg.preshuffle(w)
         dev.launches.clear()
         codes, scales = fg.gemm_a8(a, wq, scale_a=sa, scale_b=sb, epilogue="silu(gate) * up", out_group=128)
-    _launched(dev, "cdna_lds_64x256", True, f"{arch} block-scaled pairs")
+    launched_cdna_kernel(dev, "cdna_lds_64x256", True, f"{arch} block-scaled pairs")
     acc = block_scaled_acc(a, w, sa, sb, pairs=True)
     check_group_codes(codes, scales, torch.nn.functional.silu(acc[:, 0::2]) * acc[:, 1::2],
                       f"{arch} block-scaled pairs")

@@ -12,6 +12,7 @@ import pytest
 
 from fusedgemm.epilogue import parse
 from fusedgemm.epilogue.codegen import EpilogueSpec
+from fusedgemm.plan import cdna_model
 from fusedgemm.runtime import tile_configs
 from fusedgemm.runtime.build import BuildSpec, code_object_dir
 from fusedgemm.runtime.codeobject import hsaco_kernels, hsaco_params
@@ -75,14 +76,6 @@ BLOCK_SCALED_BUDGET = 512
 # (arch, family) whose whole-K kernel holds fewer workgroups per CU than the kernel for any K: the 16-wave grouped bf16
 # decode tile on gfx950 takes 65 VGPRs against 63, so one workgroup per CU where LDS (160 KB) would allow two
 KNOWN_OCCUPANCY_LOSS = {("gfx950", "split_k_grouped_bf16")}
-LDS_PER_CU = {"gfx942": 64 * 1024, "gfx950": 160 * 1024}
-
-
-def _workgroups_per_cu(arch, t, regs) -> int:
-    """Workgroups of config t one CU holds: waves per SIMD by registers (granule 8, at most 8) over the workgroup's
-    waves per SIMD (4 SIMDs), and by LDS."""
-    waves_per_simd = min(8, 512 // (-(-regs // 8) * 8))
-    return min(waves_per_simd // -(-t.warps // 4), LDS_PER_CU[arch] // t.lds_bytes)
 
 
 def _kernel(arch, family, whole):
@@ -144,7 +137,8 @@ def test_both_kernels_build_without_spills_within_the_register_budget(arch, fami
     # the whole-K kernel keeps the other's occupancy (workgroups per CU by the 512 registers per SIMD lane over its
     # waves and by LDS); the grouped and group-quantised block-scaled ones by their clamped prefetch (cdna_gemm.hpp
     # kClampedPrefetch)
-    occupancy = {w: _workgroups_per_cu(arch, t, r) for w, r in regs.items()}
+    occupancy = {w: cdna_model.workgroups_per_cu(cdna_model.HARDWARE[arch], t.warps, r, t.lds_bytes)
+                 for w, r in regs.items()}
     if (arch, family) in KNOWN_OCCUPANCY_LOSS:
         assert occupancy[True] < occupancy[False], f"{arch} {family} keeps its occupancy now: {regs}"
     else:

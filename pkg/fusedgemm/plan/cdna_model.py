@@ -200,8 +200,7 @@ class HotLoop:
 
     def vgpr_alloc(self) -> int:
         """VGPRs + AGPRs one wave allocates in the unified file (granule 8)."""
-        total = self.vgprs + self.agprs
-        return max(8, -(-total // 8) * 8)
+        return register_alloc(self.vgprs + self.agprs)
 
 
 def loop_range(instrs) -> tuple[int, int]:
@@ -378,12 +377,23 @@ class Prediction:
         return self.flops / self.seconds / HARDWARE[self.arch].peak[base_kind(self.kind)]
 
 
-def occupancy(hw: Hardware, g: Geometry, h: HotLoop) -> int:
-    """Workgroups of `g` resident on one CU: VGPR + AGPR file, waves per SIMD, LDS."""
-    waves_per_simd = min(hw.max_waves_per_simd, hw.vgprs_per_simd_lane // h.vgpr_alloc())
-    by_vgpr = waves_per_simd // -(-g.warps // hw.simds)
-    by_lds = hw.lds_bytes // h.lds_kernel_bytes if h.lds_kernel_bytes else by_vgpr
+def register_alloc(regs: int) -> int:
+    """VGPRs + AGPRs a wave using `regs` of them per lane allocates in the unified file (granule 8)."""
+    return max(8, -(-regs // 8) * 8)
+
+
+def workgroups_per_cu(hw: Hardware, warps: int, regs: int, lds_bytes: int) -> int:
+    """Workgroups of `warps` waves, each lane `regs` VGPRs + AGPRs, `lds_bytes` of LDS, resident on one CU: the
+    register file, waves per SIMD, LDS."""
+    waves_per_simd = min(hw.max_waves_per_simd, hw.vgprs_per_simd_lane // register_alloc(regs))
+    by_vgpr = waves_per_simd // -(-warps // hw.simds)
+    by_lds = hw.lds_bytes // lds_bytes if lds_bytes else by_vgpr
     return max(0, min(by_vgpr, by_lds))
+
+
+def occupancy(hw: Hardware, g: Geometry, h: HotLoop) -> int:
+    """Workgroups of `g` resident on one CU (workgroups_per_cu with the hot loop's kernel's registers and LDS)."""
+    return workgroups_per_cu(hw, g.warps, h.vgprs + h.agprs, h.lds_kernel_bytes)
 
 
 def _fabric_bytes(hw: Hardware, g: Geometry, m: int, n: int, k_bytes: int, conc: int) -> float:

@@ -60,22 +60,27 @@ def test_block_scaled_loops_are_the_fp8_loops_plus_the_scale_work(arch):
     """A block-scaled loop (portable_gemm.hpp / cdna_gemm.hpp with PortableBlockScaled) has the fp8 loop's MFMAs,
     data loads, LDS ops and barriers, plus the scale loads: the register-direct loop per step one 4-byte load per
     accumulator row of each 16 x 16 tile (4 per tile of M) and per tile of N; the LDS-staged loop per K block
-    tiles_m / 4 loads a lane (its row group's rows, handed out by DPP row_newbcast) and scale_b as a scalar load
-    (SMEM, not a vector load); and the partial tiles' scaled adds (more VALU). It is never lighter: registers and
-    instructions at least the fp8's."""
+    tiles_m / 4 loads a lane (its row group's rows, handed out by DPP row_newbcast) and scale_b, one value a wave:
+    a scalar load (SMEM) on gfx942; on gfx950, whose loads into LDS the compiler takes as possible writes to global
+    memory, it is no longer sure the scale is unchanged and loads it by a vector load instead (one more a K block);
+    and the partial tiles' scaled adds (more VALU). Its instructions are never fewer than the fp8's (registers may
+    be: the allocator's choice, e.g. gfx950's cdna_lds_64x64_k2 loop for any K, 76 VGPRs against 82)."""
     for kernel in _block_kernels():
         h, f = cm.HOT_LOOPS[(arch, kernel, BLOCK)], cm.HOT_LOOPS[(arch, kernel, "fp8")]
         t = tile_configs.CONFIGS[cm.config_of(kernel)]
         if kernel.removeprefix(tile_configs.WHOLE_K_PREFIX) in LDS_STAGED:
             scale_loads = 2 * (t.tiles_m // 4)  # two K blocks an iteration
-            assert h.smem >= f.smem + 2, kernel
+            if arch == "gfx950":
+                scale_loads += 2
+            else:
+                assert h.smem >= f.smem + 2, kernel
         else:
             scale_loads = t.steps_in_flight * (4 * t.tiles_m + t.tiles_n)
         assert (h.mfma, h.steps, h.prefetch, h.lds_ops, h.lds_bytes, h.barrier, h.lds_kernel_bytes) == (
             f.mfma, f.steps, f.prefetch, f.lds_ops, f.lds_bytes, f.barrier, f.lds_kernel_bytes), kernel
         assert h.vmem_loads == f.vmem_loads + scale_loads, kernel
         assert h.vmem_load_bytes == f.vmem_load_bytes + 64 * 4 * scale_loads, kernel
-        assert h.valu > f.valu and h.instructions > f.instructions and h.vgpr_alloc() >= f.vgpr_alloc(), kernel
+        assert h.valu > f.valu and h.instructions > f.instructions, kernel
         assert cm.kernel_of(arch, cm.config_of(kernel), BLOCK, 4096) == cm.kernel_of(arch, cm.config_of(kernel),
                                                                                      "fp8", 4096)
 
@@ -131,7 +136,8 @@ def test_hot_loop_counts_of_the_lds_staged_template(arch, config, kind):
     loads of the next stage in flight under this one's MFMAs (prefetch = one block). Per stage and wave: the A share
     of the stage's copy (kBlockM x 8 chunks x warps_k K slices over the block's lanes) and tiles_n B vectors per
     chunk the lane holds (preshuffled 8-bit or plain 16-bit B alike), by buffer loads; the A tile's fragments from
-    LDS (ds_read_b128) and the copy into it (ds_write_b128); one barrier."""
+    LDS (ds_read_b128); the copy into LDS: gfx942 by registers (ds_write_b128), gfx950 by loads straight into LDS
+    (buffer_load_dwordx4 ... lds, no ds_write); one barrier."""
     h = cm.HOT_LOOPS[(arch, config, kind)]
     config = cm.config_of(config)
     t = tile_configs.CONFIGS[config]
@@ -140,10 +146,12 @@ def test_hot_loop_counts_of_the_lds_staged_template(arch, config, kind):
     assert h.mfma_count == h.steps * t.tiles_m * t.tiles_n * MFMA_PER_TILE_STEP[(arch, kind)]
     a_copy = t.block_m * (t.stage_k_bytes // 16) // (64 * t.warps)
     lane_chunks = t.block_k_bytes // 16 // 4  # 16-byte chunks of a K block per lane (4 lane groups of 16)
-    assert h.vmem_loads == 2 * (a_copy + t.tiles_n * lane_chunks)
+    direct = arch == "gfx950"  # A straight into LDS (arch/cdna_buffer.hpp kLoadsToLdsVec16)
+    assert h.vmem_loads == 2 * ((0 if direct else a_copy) + t.tiles_n * lane_chunks)
     assert h.vmem_load_bytes == 1024 * h.vmem_loads
-    assert h.lds_ops == 2 * (t.tiles_m * lane_chunks + a_copy) and h.lds_bytes == 1024 * h.lds_ops
-    assert (h.barrier, h.lds_loads, h.lds_kernel_bytes) == (2, 0, t.lds_bytes)
+    assert (h.lds_loads, h.lds_load_bytes) == ((2 * a_copy, 2048 * a_copy) if direct else (0, 0))
+    assert h.lds_ops == 2 * (t.tiles_m * lane_chunks + (0 if direct else a_copy)) and h.lds_bytes == 1024 * h.lds_ops
+    assert (h.barrier, h.lds_kernel_bytes) == (2, t.lds_bytes)
     assert h.mfma_flops() == 2 * 16 * 16 * t.tiles_m * t.tiles_n * 2 * t.block_k_bytes // cm.IN_BYTES[kind]
 
 
@@ -418,3 +426,27 @@ def test_bench_predict_block_scales_beside_per_channel(capsys):
     for bad in (["--scales", "block", "--moe"], ["--scales", "block", "--kind", "bf16"]):
         with pytest.raises(SystemExit):
             predict.run(bad)
+
+
+def test_xcd_tile_order_constants_are_the_kernels():
+    """plan/cdna_model.py's copy of cdna_workgroup_tile's order (its MALL term) uses the kernel's constants."""
+    from fusedgemm.runtime.build import source_root
+
+    text = (source_root() / "hip_src" / "include" / "fusedgemm" / "cdna_gemm.hpp").read_text()
+    assert f"constexpr int kCdnaXcds = {cm.XCD_ORDER_XCDS};" in text
+    assert f"constexpr int kCdnaGroupRows = {cm.XCD_ORDER_GROUP_ROWS};" in text
+
+
+def test_xcd_tile_order_reads_less_from_the_mall():
+    """PREDICTED: the LDS template's plain calls deal tiles per XCD, so an XCD's resident workgroups read fewer
+    distinct A rows and B columns through its L2 than in launch order (grouped calls keep launch order)."""
+    for arch in ARCHES:
+        hw, g = cm.HARDWARE[arch], cm.geometry("cdna_lds_128x128")
+        # (shape, at most this fraction of launch order's bytes): a wide N gains most (launch order's XCD sets span
+        # few rows and every 8th column); a grid of fewer tiles than 8 x an XCD's resident set gains nothing
+        for (m, n, k), most in (((4096, 28672, 4096), 0.6), ((8192, 4096, 14336), 0.85),
+                                ((16384, 16384, 16384), 0.85), ((1024, 6144, 4096), 1.0)):
+            launch = cm._fabric_bytes(hw, g, m, n, k, 2, False)
+            ordered = cm._fabric_bytes(hw, g, m, n, k, 2, True)
+            assert ordered <= most * launch, (arch, m, n, k, ordered, launch)
+            assert ordered >= m * k + n * k  # every byte at least once

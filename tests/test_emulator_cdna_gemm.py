@@ -72,6 +72,27 @@ def test_presets_ragged(arch, kind, seed):
 
 
 @pytest.mark.parametrize("arch", ARCHES)
+def test_xcd_tile_order_covers_every_tile_once(arch, seed):
+    """The LDS template deals its tiles per XCD (cdna_gemm.hpp cdna_workgroup_tile): on a grid of 5 x 3 tiles (more
+    than the 8 XCDs, a partial group of rows, ragged last row and column tiles) every tile is computed exactly once:
+    a missed tile leaves NaN, a tile computed twice by two workgroups is the same value, so the map must also be
+    onto. The model's copy of the order (plan/cdna_model.xcd_order_tile) is the same bijection."""
+    from fusedgemm.plan import cdna_model as cm
+    g = torch.Generator().manual_seed(seed)
+    m, n, k = 300, 624, 256
+    a, w = _operands("fp8", arch, m, n, k, g)
+    store = torch.full((m * n + 64,), float("nan"), dtype=torch.bfloat16)
+    out = store[:m * n].view(m, n)
+    run_gemm_a8(arch, CONFIG, a, fg.preshuffle(w).data, out)
+    _check(out, a.double() @ w.double().T, 8e-3, f"{arch} {m}x{n}x{k}")
+    assert store[m * n:].isnan().all(), "the kernel wrote past the end of the output"
+    gx, gy = -(-n // 128), -(-m // 128)
+    order = [cm.xcd_order_tile(i, gx, gy) for i in range(gx * gy)]
+    assert sorted(order) == [(x, y) for x in range(gx) for y in range(gy)]
+    assert order[:2] == [(0, 0), (0, 2)], "ids 0 and 1 sit on different XCDs: the second starts its own run"
+
+
+@pytest.mark.parametrize("arch", ARCHES)
 def test_expression_epilogue_with_aux_through_the_api(arch, seed):
     """fg.gemm_a8 inside `emulate` with the config forced: a generated (just-in-time) kernel of an expression with
     column and aux operands, fp32 output allocated poisoned (NaN) by the op."""
@@ -138,4 +159,34 @@ def test_deleted_barrier_is_an_lds_race(which, seed):
     a, w = _operands("fp8", arch, m, n, k, g)
     out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
     with pytest.raises(HazardError, match="LDS race"):
+        run_gemm_a8(arch, CONFIG, a, fg.preshuffle(w).data, out, code=code)
+
+
+@pytest.mark.parametrize("which", ["first", "last"])
+def test_gfx950_loads_into_lds_wait_before_the_barrier(which, seed):
+    """gfx950 copies A straight into LDS (buffer_load_dwordx4 ... lds): the bytes land when the load completes, so
+    each wave waits for its loads (vmcnt) before the barrier hands the buffer to the others. Planted bug: that wait
+    taken out of the prologue's or the loop's last barrier; the emulator must report the LDS bytes read before they
+    were written. The unmutated kernel runs clean (the hazard comes from the mutation alone)."""
+    arch = "gfx950"
+    unit, name, _sig, source = codeobjects.gemm_a8_kernel(arch, CONFIG, "fp8", "bf16", "none")
+    obj = CodeObject.build(unit, arch, source)
+    body = loader.function_text(obj.listing, name)
+    assert re.search(r"\tbuffer_load_dwordx4 [^\n]* offen lds\n", body), "A is loaded straight into LDS on gfx950"
+    waited = "\ts_waitcnt vmcnt(0) lgkmcnt(0)\n\ts_barrier\n"
+    assert body.count(waited) == 3, "the prologue's barrier and one per K block of the twice-unrolled loop"
+    unwaited = "\ts_waitcnt lgkmcnt(0)\n\ts_barrier\n"
+    if which == "first":
+        mutated = body.replace(waited, unwaited, 1)
+    else:
+        head, _sep, tail = body.rpartition(waited)
+        mutated = head + unwaited + tail
+    g = torch.Generator().manual_seed(seed)
+    m, n, k = 37, 48, 320
+    a, w = _operands("fp8", arch, m, n, k, g)
+    out = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
+    run_gemm_a8(arch, CONFIG, a, fg.preshuffle(w).data, out, code=CodeObject.from_listing(obj.listing, arch))
+    _check(out, a.double() @ w.double().T, 1e-2, "unmutated")
+    code = CodeObject.from_listing(obj.listing.replace(body, mutated), arch)
+    with pytest.raises(HazardError, match="has not written yet"):
         run_gemm_a8(arch, CONFIG, a, fg.preshuffle(w).data, out, code=code)

@@ -49,7 +49,8 @@ TABLE_HEADER = """\
 # AMD code objects by `python tools/probes/cdna_hot_loop.py --table > pkg/fusedgemm/plan/cdna_hot_loops.txt`;
 # tests/test_cdna_model.py re-reads them where the AMD build runs. Epilogue none (gemm_a8) / acc (matmul_fused);
 # kind fp8block: gemm_a8's block-scaled fp8 with bias + SiLU. Columns: arch kernel kind mfma-mnemonic mfma-count
-# vmem-loads vmem-bytes lds-ops lds-bytes salu valu smem waitcnt barrier branch nop steps vgprs agprs kernel-lds-bytes
+# vmem-loads vmem-bytes lds-loads lds-load-bytes (global -> LDS) lds-ops lds-bytes salu valu smem waitcnt barrier
+# branch nop steps vgprs agprs kernel-lds-bytes
 """
 
 

@@ -198,13 +198,45 @@ FG_DEVICE void cdna_store_groups(const AccT (&acc)[Cfg::kTilesM][Cfg::kTilesN], 
     }
 }
 
+// Which output tile a workgroup of a plain (not grouped) call computes. The dispatcher deals workgroup ids (x
+// fastest) round-robin over the XCDs (MI300X and MI355X: 8, each with its own L2), so in launch order an XCD's
+// resident workgroups would be every 8th tile: few rows of the grid and a column in 8, sharing little through its
+// L2. The XCD's ids are mapped to a run of consecutive tile numbers instead, and tile numbers are laid out
+// kCdnaGroupRows rows of tiles at a time, down the rows first: an XCD's resident set (2 workgroups on each of its
+// 32-38 CUs) is then about an 8 x 8-10 patch of tiles, whose A rows and B columns its L2 reads once (plan/cdna_model.py
+// _fabric_bytes: the same order). A bijection on any grid (a 6-XCD part gets a valid, less compact order); a
+// one-row grid (decode) keeps launch order. Uniform: a few SALU operations per workgroup.
+constexpr int kCdnaXcds = 8;
+constexpr int kCdnaGroupRows = 8;
+template <class Cfg>
+FG_DEVICE void cdna_workgroup_tile(int M, int N, int& m_block, int& n_block) {
+  const int gx = (N + Cfg::kBlockN - 1) / Cfg::kBlockN, gy = (M + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  int tx = static_cast<int>(blockIdx.x), ty = static_cast<int>(blockIdx.y);
+  if (gy > 1) {
+    const int id = ty * gx + tx, total = gx * gy;
+    const int xcd = id % kCdnaXcds, q = total / kCdnaXcds, r = total % kCdnaXcds;
+    const int t = xcd * q + imin(xcd, r) + id / kCdnaXcds;  // XCD xcd's ids: tile numbers in one run
+    const int per_group = kCdnaGroupRows * gx;
+    const int first = t / per_group * kCdnaGroupRows;
+    const int rows = imin(gy - first, kCdnaGroupRows);
+    const int in_group = t % per_group;
+    ty = first + in_group % rows;
+    tx = in_group / rows;
+  }
+  // (readfirstlane: the divisions above run on the VALU, and without it their results stay in VGPRs for the
+  // whole kernel)
+  m_block = __builtin_amdgcn_readfirstlane(ty * Cfg::kBlockM);
+  n_block = __builtin_amdgcn_readfirstlane(tx * Cfg::kBlockN);
+}
+
 // kGrouped: a grouped GEMM's block (portable_gemm_grouped_block_scaled), for the whole-K loop's form (below).
 template <class In, class Epi, class Cfg, bool kGrouped = false>
 FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
                               const u8* __restrict__ b,  // [N, K] preshuffled (16,16) or row-major (kPreshuffledB)
                               int M, int N, int K,       // K in elements of In
                               const typename Epi::Params& ep,
-                              int m_block, int col_base,  // as portable_gemm_direct_tile's
+                              int m_block, int n_block,   // the tile's first row and column
+                              int col_base,               // as portable_gemm_direct_tile's
                               const BlockScaleArgs& bs = BlockScaleArgs{}) {  // Cfg::kBlockScaled only
   using Atom = arch::MmaAtom<In>;
   constexpr bool kPreshuffledB = InTraits<In>::kPreshuffledB;
@@ -231,7 +263,6 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   const int wave_mn = Cfg::kWarpsK == 1 ? warp : warp % kSliceWaves;  // the wave's place in its slice
   const int warp_m = wave_mn / Cfg::kWarpsN;
   const int warp_n = wave_mn % Cfg::kWarpsN;
-  const int n_block = static_cast<int>(blockIdx.x) * Cfg::kBlockN;
   const int m_warp = m_block + warp_m * Cfg::kWarpTileM;
   const int n_warp = n_block + warp_n * Cfg::kWarpTileN;
   const int row_bytes = K * InTraits<In>::kBytes;  // one row of A or of plain B; a multiple of 16
@@ -251,16 +282,29 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
 
   // A's global -> LDS copy: this lane's vectors v = tid + i * kThreads of the stage (row v / kStageChunks, chunk
   // c = v % kStageChunks: chunk c % 8 of the stage's K block c / 8, so a row's kWarpsK blocks are one contiguous run).
+  // Loaded straight into LDS (kDmaA: gfx950), lane l of a wave writes slot base + l, so there v enumerates the
+  // slots instead and the lane loads the chunk the swizzle puts in its slot (a wave's 64 lanes: 8 rows, each
+  // row's 128 bytes in another order; the same cache lines).
+  constexpr bool kDmaA = arch::kLoadsToLdsVec16;
+  static_assert(!kDmaA || kSliceSlots % 64 == 0, "a wave's loads into LDS stay inside one K block");
   u32 a_off[Cfg::kAVecsPerThread];   // byte offset in the window at stage 0
   int a_chunk[Cfg::kAVecsPerThread];
-  int a_slot[Cfg::kAVecsPerThread];  // swizzled LDS slot
+  int a_slot[Cfg::kAVecsPerThread];  // swizzled LDS slot (kDmaA: of the wave's lane 0)
 #pragma unroll
   for (int i = 0; i < Cfg::kAVecsPerThread; ++i) {
     const int v = tid + i * Cfg::kThreads;
-    const int row = v / kStageChunks, chunk = v % kStageChunks;
-    a_off[i] = static_cast<u32>(row * row_bytes + 16 * chunk);
-    a_chunk[i] = chunk;
-    a_slot[i] = (chunk / kChunks) * kSliceSlots + row * kChunks + ((chunk % kChunks) ^ (row % 8));
+    if constexpr (kDmaA) {
+      const int in_block = v % kSliceSlots, row = in_block / kChunks;
+      const int chunk = (v / kSliceSlots) * kChunks + ((in_block % kChunks) ^ (row % 8));
+      a_off[i] = static_cast<u32>(row * row_bytes + 16 * chunk);
+      a_chunk[i] = chunk;
+      a_slot[i] = __builtin_amdgcn_readfirstlane(v - lane);
+    } else {
+      const int row = v / kStageChunks, chunk = v % kStageChunks;
+      a_off[i] = static_cast<u32>(row * row_bytes + 16 * chunk);
+      a_chunk[i] = chunk;
+      a_slot[i] = (chunk / kChunks) * kSliceSlots + row * kChunks + ((chunk % kChunks) ^ (row % 8));
+    }
   }
   // A fragments from LDS: tile tm, step s, lane chunk j -> slot (swizzled); the same for every K block.
   int frag_slot[Cfg::kTilesM][kSteps][Atom::kChunksPerLane];
@@ -285,18 +329,28 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   // compiler may keep it in a VGPR and wrap every load in a waterfall loop): the per-lane offsets stay
   // loop-invariant. In range (chunk < num_chunks, row < rows) the access stays inside the window; a chunk past K
   // gets kBufferOob, unless every stage is whole (Cfg::kWholeKBlocks: no chunk is past K, the offsets go unmasked).
-  auto load_a = [&](int st, Vec16 (&stage)[Cfg::kAVecsPerThread]) {
+  // load_a(st, buf, stage): stage st of A into registers, or (kDmaA) into LDS buffer buf; store_a(buf, stage): the
+  // registers into buf, or (kDmaA) this wave's loads into LDS completed, before the barrier that publishes them.
+  auto load_a = [&](int st, int buf, Vec16 (&stage)[Cfg::kAVecsPerThread]) {
     const u32 k_off = __builtin_amdgcn_readfirstlane(16u * kStageChunks * st);  // uniform: stays an SGPR
     const int rem = __builtin_amdgcn_readfirstlane(num_chunks - st * kStageChunks);  // chunks of it inside K
 #pragma unroll
     for (int i = 0; i < Cfg::kAVecsPerThread; ++i) {
       const bool ok = Cfg::kWholeKBlocks || a_chunk[i] < rem;
-      stage[i] = arch::buffer_load_vec16(rsrc_a, ok ? a_off[i] : arch::kBufferOob, k_off);
+      if constexpr (kDmaA) {
+        arch::buffer_load_vec16_to_lds(rsrc_a, &lds_a[buf][a_slot[i]], ok ? a_off[i] : arch::kBufferOob, k_off);
+      } else {
+        stage[i] = arch::buffer_load_vec16(rsrc_a, ok ? a_off[i] : arch::kBufferOob, k_off);
+      }
     }
   };
   auto store_a = [&](int buf, const Vec16 (&stage)[Cfg::kAVecsPerThread]) {
+    if constexpr (kDmaA) {
+      arch::wait_vmcnt<0>();  // (B's loads of the next stage too: issued with A's, the order is the compiler's)
+    } else {
 #pragma unroll
-    for (int i = 0; i < Cfg::kAVecsPerThread; ++i) lds_a[buf][a_slot[i]] = stage[i];
+      for (int i = 0; i < Cfg::kAVecsPerThread; ++i) lds_a[buf][a_slot[i]] = stage[i];
+    }
   };
   // B of stage st: this wave's K block of it, kb = st * kWarpsK + warp_k.
   auto load_b = [&](int st, Frag (&fb)[kSteps][Cfg::kTilesN]) {
@@ -427,7 +481,7 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   // Two B register sets, alternated by unrolling the K loop twice (register arrays need static indices).
   Frag fb0[kSteps][Cfg::kTilesN], fb1[kSteps][Cfg::kTilesN];
   Vec16 stage[Cfg::kAVecsPerThread];
-  load_a(0, stage);
+  load_a(0, 0, stage);
   load_b(0, fb0);
   store_a(0, stage);
   __syncthreads();
@@ -446,19 +500,19 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
                                     (kGrouped || OutGroupOf<Epi>::value != 0 || Cfg::kWarpsK > 1);
   if constexpr (Cfg::kWholeKBlocks && !kClampedPrefetch) {
     for (; st + 2 < num_stages; st += 2) {
-      load_a(st + 1, stage);
+      load_a(st + 1, 1, stage);
       load_b(st + 1, fb1);
       mma_block(0, fb0, st);
       store_a(1, stage);
       __syncthreads();
-      load_a(st + 2, stage);
+      load_a(st + 2, 0, stage);
       load_b(st + 2, fb0);
       mma_block(1, fb1, st + 1);
       store_a(0, stage);
       __syncthreads();
     }
     if (st + 1 < num_stages) {  // two stages left
-      load_a(st + 1, stage);
+      load_a(st + 1, 1, stage);
       load_b(st + 1, fb1);
       mma_block(0, fb0, st);
       store_a(1, stage);
@@ -472,13 +526,13 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
     const int last = num_stages - 1;
     auto next = [&](int b) { return kClampedPrefetch && b > last ? last : b; };
     for (; st < num_stages; st += 2) {
-      load_a(next(st + 1), stage);
+      load_a(next(st + 1), 1, stage);
       load_b(next(st + 1), fb1);
       mma_block(0, fb0, st);
       store_a(1, stage);
       __syncthreads();
       if (st + 1 >= num_stages) break;
-      load_a(next(st + 2), stage);
+      load_a(next(st + 2), 0, stage);
       load_b(next(st + 2), fb0);
       mma_block(1, fb1, st + 1);
       store_a(0, stage);

@@ -298,7 +298,7 @@ FG_DEVICE void portable_gemm_block(const u8* __restrict__ a, const u8* __restric
                                    const typename Epi::Params& ep, int m_block, int col_base) {
 #if defined(__gfx942__) || defined(__gfx950__)
   if constexpr (IsCdnaLdsGemmConfig<Cfg>::value) {
-    cdna_gemm_tile<In, Epi, Cfg>(a, b, M, N, K, ep, m_block, col_base);
+    cdna_gemm_tile<In, Epi, Cfg>(a, b, M, N, K, ep, m_block, static_cast<int>(blockIdx.x) * Cfg::kBlockN, col_base);
   } else
 #endif
   {
@@ -309,7 +309,16 @@ FG_DEVICE void portable_gemm_block(const u8* __restrict__ a, const u8* __restric
 template <class In, class Epi, class Cfg>
 FG_DEVICE void portable_gemm_tile(const u8* __restrict__ a, const u8* __restrict__ b, int M, int N, int K,
                                   const typename Epi::Params& ep) {
-  portable_gemm_block<In, Epi, Cfg>(a, b, M, N, K, ep, static_cast<int>(blockIdx.y) * Cfg::kBlockM, 0);
+#if defined(__gfx942__) || defined(__gfx950__)
+  if constexpr (IsCdnaLdsGemmConfig<Cfg>::value) {
+    int m_block, n_block;
+    cdna_workgroup_tile<Cfg>(M, N, m_block, n_block);
+    cdna_gemm_tile<In, Epi, Cfg>(a, b, M, N, K, ep, m_block, n_block, 0);
+  } else
+#endif
+  {
+    portable_gemm_block<In, Epi, Cfg>(a, b, M, N, K, ep, static_cast<int>(blockIdx.y) * Cfg::kBlockM, 0);
+  }
 }
 
 // A grouped GEMM's block (gemm_groups.hpp): grid y counts virtual row blocks; B is the G groups' [N, K] weights
@@ -329,14 +338,15 @@ template <class In, class Epi, class Cfg>
 FG_DEVICE void portable_gemm_block_scaled(const u8* __restrict__ a, const u8* __restrict__ b, int M, int N, int K,
                                           const typename Epi::Params& ep, const BlockScaleArgs& bs) {
   static_assert(Cfg::kBlockScaled, "PortableBlockScaled<a portable or CDNA config>");
-  const int m_block = static_cast<int>(blockIdx.y) * Cfg::kBlockM;
 #if defined(__gfx942__) || defined(__gfx950__)
   if constexpr (IsCdnaLdsGemmConfig<Cfg>::value) {
-    cdna_gemm_tile<In, Epi, Cfg>(a, b, M, N, K, ep, m_block, 0, bs);
+    int m_block, n_block;
+    cdna_workgroup_tile<Cfg>(M, N, m_block, n_block);
+    cdna_gemm_tile<In, Epi, Cfg>(a, b, M, N, K, ep, m_block, n_block, 0, bs);
   } else
 #endif
   {
-    portable_gemm_direct_tile<In, Epi, Cfg>(a, b, M, N, K, ep, m_block, 0, bs);
+    portable_gemm_direct_tile<In, Epi, Cfg>(a, b, M, N, K, ep, static_cast<int>(blockIdx.y) * Cfg::kBlockM, 0, bs);
   }
 }
 
@@ -363,7 +373,8 @@ FG_DEVICE void portable_gemm_grouped_block_scaled(const u8* __restrict__ a, cons
   const BlockScaleArgs bs_group = group_block_scales(bs, t.group, N);
 #if defined(__gfx942__) || defined(__gfx950__)
   if constexpr (IsCdnaLdsGemmConfig<Cfg>::value) {
-    cdna_gemm_tile<In, Epi, Cfg, true>(a, b_group, t.m_end, N, K, ep, t.m0, t.group * N, bs_group);
+    const int n_block = static_cast<int>(blockIdx.x) * Cfg::kBlockN;
+    cdna_gemm_tile<In, Epi, Cfg, true>(a, b_group, t.m_end, N, K, ep, t.m0, n_block, t.group * N, bs_group);
   } else
 #endif
   {

@@ -275,26 +275,28 @@ def kernel_of(arch: str, config: str, kind: str, k: int) -> str:
     return config
 
 
-# Table columns: arch, kernel, kind, mfma mnemonic, mfma count, vmem loads, vmem bytes, lds ops, lds bytes, salu,
-# valu, smem, waitcnt, barrier, branch, nop, steps, vgprs, agprs, kernel LDS bytes. Lines starting with # are notes.
+# Table columns: arch, kernel, kind, mfma mnemonic, mfma count, vmem loads, vmem bytes, global -> LDS loads, their
+# bytes, lds ops, lds bytes, salu, valu, smem, waitcnt, barrier, branch, nop, steps, vgprs, agprs, kernel LDS bytes.
+# Lines starting with # are notes.
 def _load_rows(text: str) -> None:
     for line in text.splitlines():
         f = line.split()
         if not f or f[0].startswith("#"):
             continue
         arch, kernel, kind, mnem = f[:4]
-        (n_mfma, loads, lbytes, lds_ops, lds_b, salu, valu, smem, wait, bar, br, nop, steps, vg, ag,
-         lds_k) = map(int, f[4:])
+        (n_mfma, loads, lbytes, lds_loads, lds_load_b, lds_ops, lds_b, salu, valu, smem, wait, bar, br, nop, steps,
+         vg, ag, lds_k) = map(int, f[4:])
         prefetch = loop_shape(arch, config_of(kernel), kind)[1]
-        HOT_LOOPS[(arch, kernel, kind)] = HotLoop(((mnem, n_mfma),), loads, lbytes, 0, 0, lds_ops, lds_b, salu,
-                                                  valu, smem, wait, bar, br, nop, steps, prefetch, vg, ag, lds_k)
+        HOT_LOOPS[(arch, kernel, kind)] = HotLoop(((mnem, n_mfma),), loads, lbytes, lds_loads, lds_load_b, lds_ops,
+                                                  lds_b, salu, valu, smem, wait, bar, br, nop, steps, prefetch, vg,
+                                                  ag, lds_k)
 
 
 def table_row(arch: str, config: str, kind: str, h: HotLoop) -> str:
     (mnem, n), = h.mfma
-    return " ".join(map(str, (arch, config, kind, mnem, n, h.vmem_loads, h.vmem_load_bytes, h.lds_ops, h.lds_bytes,
-                              h.salu, h.valu, h.smem, h.waitcnt, h.barrier, h.branch, h.nop, h.steps, h.vgprs,
-                              h.agprs, h.lds_kernel_bytes)))
+    return " ".join(map(str, (arch, config, kind, mnem, n, h.vmem_loads, h.vmem_load_bytes, h.lds_loads,
+                              h.lds_load_bytes, h.lds_ops, h.lds_bytes, h.salu, h.valu, h.smem, h.waitcnt,
+                              h.barrier, h.branch, h.nop, h.steps, h.vgprs, h.agprs, h.lds_kernel_bytes)))
 
 
 # ---- geometry of a kernel's tile ------------------------------------------------------------------------------
@@ -396,21 +398,68 @@ def occupancy(hw: Hardware, g: Geometry, h: HotLoop) -> int:
     return workgroups_per_cu(hw, g.warps, h.vgprs + h.agprs, h.lds_kernel_bytes)
 
 
-def _fabric_bytes(hw: Hardware, g: Geometry, m: int, n: int, k_bytes: int, conc: int) -> float:
+# cdna_gemm.hpp cdna_workgroup_tile: the tile order of the LDS template's plain calls (XCDs it deals over, rows
+# of tiles in a group); tests/test_cdna_model.py checks the constants against the header.
+XCD_ORDER_XCDS = 8
+XCD_ORDER_GROUP_ROWS = 8
+
+
+def xcd_order_tile(wg_id: int, gx: int, gy: int) -> tuple[int, int]:
+    """The (column, row) tile that workgroup `wg_id` (launch order, x fastest) computes under cdna_workgroup_tile."""
+    if gy == 1:
+        return wg_id % gx, wg_id // gx
+    total = gx * gy
+    xcd = wg_id % XCD_ORDER_XCDS
+    q, r = divmod(total, XCD_ORDER_XCDS)
+    return _group_raster(xcd * q + min(xcd, r) + wg_id // XCD_ORDER_XCDS, gx, gy)
+
+
+def _group_raster(t: int, gx: int, gy: int) -> tuple[int, int]:
+    per_group = XCD_ORDER_GROUP_ROWS * gx
+    first = t // per_group * XCD_ORDER_GROUP_ROWS
+    rows = min(gy - first, XCD_ORDER_GROUP_ROWS)
+    return t % per_group // rows, first + t % per_group % rows
+
+
+def _run_extent(t0: int, t1: int, gx: int, gy: int) -> tuple[int, int]:
+    """Distinct (columns, rows) of tiles that tile numbers t0..t1 cover in the grouped raster."""
+    per_group = XCD_ORDER_GROUP_ROWS * gx
+    rows_seen, cols = 0, []
+    for grp in range(t0 // per_group, t1 // per_group + 1):
+        rows = min(gy - grp * XCD_ORDER_GROUP_ROWS, XCD_ORDER_GROUP_ROWS)
+        a, b = max(t0, grp * per_group) - grp * per_group, min(t1, grp * per_group + per_group - 1) - grp * per_group
+        rows_seen += min(rows, b - a + 1)
+        cols.append((a // rows, b // rows))
+    if len(cols) == 1:
+        return cols[0][1] - cols[0][0] + 1, rows_seen
+    # the first group's part ends at the last column, the last group's starts at column 0; any group between: all
+    return (gx if len(cols) > 2 else min(gx, sum(hi - lo + 1 for lo, hi in cols))), rows_seen
+
+
+def _fabric_bytes(hw: Hardware, g: Geometry, m: int, n: int, k_bytes: int, conc: int, xcd_order: bool) -> float:
     """Bytes the L2s read from the MALL / HBM: workgroup ids are dealt round-robin over the XCDs (id % xcds);
     the workgroups resident together on one XCD share what they read through its L2, so each such set reads its
-    distinct A row blocks and B column blocks once. A set of ids xcd, xcd + 8, ... spans consecutive rows of the
-    grid (x fastest); its distinct columns are as many as its ids, up to the columns that id % 8 == xcd reaches."""
+    distinct A row blocks and B column blocks once. Launch order (xcd_order False: the register-direct template,
+    grouped calls): a set of ids xcd, xcd + 8, ... spans consecutive rows of the grid (x fastest); its distinct
+    columns are as many as its ids, up to the columns that id % 8 == xcd reaches. xcd_order (the LDS template's
+    plain calls, cdna_workgroup_tile): a set is a run of consecutive tile numbers in a raster of 8-row groups."""
     gx, gy = -(-n // g.block_n), -(-m // g.block_m)
+    total_tiles = gx * gy
     per_set = hw.cus_per_xcd * conc
+    ordered = xcd_order and gy > 1 and hw.xcds == XCD_ORDER_XCDS
+    q, r = divmod(total_tiles, hw.xcds)
     total = 0
-    for xcd in range(min(hw.xcds, gx * gy)):
-        count = len(range(xcd, gx * gy, hw.xcds))
+    for xcd in range(min(hw.xcds, total_tiles)):
+        count = len(range(xcd, total_tiles, hw.xcds))
         reach = gx // math.gcd(hw.xcds, gx)
         for s in range(0, count, per_set):
-            first, last = xcd + hw.xcds * s, xcd + hw.xcds * (min(count, s + per_set) - 1)
-            ys = last // gx - first // gx + 1
-            xs = min(min(count, s + per_set) - s, reach)
+            if ordered:
+                t0 = xcd * q + min(xcd, r) + s
+                xs, ys = _run_extent(t0, t0 + min(count, s + per_set) - s - 1, gx, gy)
+            else:
+                first, last = xcd + hw.xcds * s, xcd + hw.xcds * (min(count, s + per_set) - 1)
+                ys = last // gx - first // gx + 1
+                xs = min(min(count, s + per_set) - s, reach)
             total += (min(ys * g.block_m, m) + min(xs * g.block_n, n)) * k_bytes
     return float(total)
 
@@ -418,11 +467,12 @@ def _fabric_bytes(hw: Hardware, g: Geometry, m: int, n: int, k_bytes: int, conc:
 @functools.lru_cache(maxsize=4096)
 def predict(arch: str, kind: str, config: str, m: int, n: int, k: int, *, hot: HotLoop | None = None,
             geom: Geometry | None = None, l1_bytes_clk: float | None = None,
-            from_hbm: bool | None = None, rows_per_block: int | None = None) -> Prediction:
+            from_hbm: bool | None = None, rows_per_block: int | None = None, grouped: bool = False) -> Prediction:
     """PREDICTED time of C[M, N] = A[M, K] . B[N, K]^T on `config` (or a hypothetical kernel: `hot` + `geom`).
     from_hbm: whether the loads wait out HBM latency (default: decode, M <= 64; a grouped call says so itself).
     rows_per_block: the rows of A a workgroup really reads (a grouped call's blocks hold one group's rows, the rest
-    range-checked to zeros without a memory access); default min(M, block rows)."""
+    range-checked to zeros without a memory access); default min(M, block rows). grouped: tiles in launch order
+    (a grouped call's blocks are not reordered per XCD; the LDS template's plain calls are)."""
     hw = HARDWARE[arch]
     if l1_bytes_clk is not None:
         hw = dataclasses.replace(hw, l1_bytes_clk=l1_bytes_clk)
@@ -477,7 +527,8 @@ def predict(arch: str, kind: str, config: str, m: int, n: int, k: int, *, hot: H
     fixed = 2 * lat  # per workgroup: the first loads and the epilogue's stores
     terms = {name: rounds * (iters * c + fixed) / clk for name, c in per_iter.items()}
     once = 2 * m * n + scale_bytes(kind, m, n, k)  # C written once; a block-scaled call's scales read once
-    terms["MALL"] = (_fabric_bytes(hw, g, m, n, k_bytes, conc) + once) / hw.mall_bytes_s
+    xcd_order = geom is None and isinstance(tile_configs.CONFIGS[config], tile_configs.CdnaTile) and not grouped
+    terms["MALL"] = (_fabric_bytes(hw, g, m, n, k_bytes, conc, xcd_order) + once) / hw.mall_bytes_s
     terms["HBM"] = (m * k_bytes + n * k_bytes + once) / hw.hbm_bytes_s
     bound = max(terms, key=terms.get)
     return Prediction(arch, kind, config, m, n, k, terms[bound], bound, tuple((t, terms[t]) for t in TERMS), occ, w)
@@ -494,7 +545,8 @@ def predict_grouped(arch: str, kind: str, config: str, sizes: tuple, n: int, k: 
     if blocks == 0:
         raise ValueError("predict_grouped: every group is empty")
     small = max(sizes) <= 64
-    base = predict(arch, kind, config, blocks * g.block_m, n, k, from_hbm=small, rows_per_block=-(-m // blocks))
+    base = predict(arch, kind, config, blocks * g.block_m, n, k, from_hbm=small, rows_per_block=-(-m // blocks),
+                   grouped=True)
     hw = HARDWARE[arch]
     kb = IN_BYTES[base_kind(kind)]
     tiles = blocks * -(-n // g.block_n)

@@ -51,6 +51,33 @@ FG_DEVICE float buffer_load_f32(const BufferRsrc& rsrc, u32 offset, u32 wave_off
                                                                         static_cast<int>(wave_offset), 0));
 }
 
+// s_waitcnt vmcnt(n), the other counters untouched (gfx9 encoding: vmcnt in bits 3:0 and 15:14, expcnt 6:4,
+// lgkmcnt 11:8). For loads the compiler cannot track: its own waits follow the registers a load writes, and a load
+// into LDS writes none.
+template <int kCount>
+FG_DEVICE void wait_vmcnt() {
+  static_assert(kCount >= 0 && kCount < 64, "vmcnt: 6 bits");
+  __builtin_amdgcn_s_waitcnt((kCount & 15) | ((kCount >> 4) << 14) | 0x0F70);
+}
+
+// Loads from a buffer straight into LDS, 16 bytes a lane (buffer_load_dwordx4 ... lds): gfx950 only. gfx942 has
+// the dword form alone, four instructions (and four M0 writes) where a 16-byte load and a ds_write_b128 do the
+// same, so its kernels keep the copy through registers. Lane l's 16 bytes land at lds_wave + 16 l (lds_wave: the
+// wave's base, uniform; the compiler puts it in M0); addressing and range check as buffer_load_vec16's (zeros past
+// the window). The bytes are written when the load completes, counted in vmcnt: the issuing wave waits
+// (wait_vmcnt) before a barrier hands them to other waves.
+#if defined(__gfx950__)
+constexpr bool kLoadsToLdsVec16 = true;
+FG_DEVICE void buffer_load_vec16_to_lds(const BufferRsrc& rsrc, Vec16* lds_wave, u32 offset, u32 wave_offset) {
+  __builtin_amdgcn_raw_ptr_buffer_load_lds(rsrc.r, (__attribute__((address_space(3))) void*)lds_wave, 16,
+                                           static_cast<int>(offset), static_cast<int>(wave_offset), 0, 0);
+}
+#else
+constexpr bool kLoadsToLdsVec16 = false;
+// Declared, never defined: a call outside `if constexpr (kLoadsToLdsVec16)` fails to link.
+__device__ void buffer_load_vec16_to_lds(const BufferRsrc& rsrc, Vec16* lds_wave, u32 offset, u32 wave_offset);
+#endif
+
 // Lane n's value of each row of 16 lanes, in every lane of that row (DPP row_newbcast:n, CDNA2 and later: one VALU
 // move). n must fold to a constant (an unrolled loop's index): the DPP control is an immediate.
 FG_DEVICE float row_broadcast(int n, float v) {

@@ -21,7 +21,11 @@
 //      A fragments from LDS (ds_read_b128): every A byte leaves global memory once per block instead of once per
 //      wave. LDS layout: row r's chunk c sits in slot r * 8 + (c ^ (r % 8)) (an XOR swizzle): the 16
 //      lanes that read one chunk column of 16 consecutive rows hit 8 distinct 16-byte bank groups per 8 lanes,
-//      so the ds_read_b128s are free of bank conflicts.
+//      so the ds_read_b128s are free of bank conflicts. gfx950 loads A straight into LDS instead
+//      (buffer_load_dwordx4 ... lds, arch/cdna_buffer.hpp): no staging registers and no ds_write; lane l of a
+//      wave writes slot base + l, so each lane loads the chunk the swizzle puts in its slot, and each wave waits
+//      for its loads (vmcnt) before the barrier that publishes them. gfx942 keeps the copy through registers
+//      (its loads into LDS are 4 bytes a lane: four instructions and four M0 writes for one 16-byte load).
 //   B  each wave loads its own kTilesN 16-row blocks of the preshuffled B straight into MFMA operand registers:
 //      the (16,16) layout makes lane l's operand one contiguous 16-byte vector (n % 16 = l % 16, chunk by l / 16).
 //      Plain 16-bit B ([N, K] row-major) goes straight to registers too: lane l's operand of one MFMA step is
@@ -34,9 +38,9 @@
 //      block k's MFMAs run.
 //   Pipeline (one s_barrier per K block):
 //      prologue: load A(0), B(0); write A(0) to LDS[0]; barrier
-//      block k:  issue loads of A(k+1) (registers) and B(k+1) (the other B set);
+//      block k:  issue loads of A(k+1) (registers; gfx950: into LDS[(k+1) % 2]) and B(k+1) (the other B set);
 //                read A(k) fragments from LDS[k % 2], MFMAs with B(k);
-//                write A(k+1) to LDS[(k+1) % 2]; barrier
+//                write A(k+1) to LDS[(k+1) % 2] (gfx950: wait for its loads); barrier
 //      The barrier of block k both publishes A(k+1) and tells every wave that LDS[k % 2] is read (block k+1
 //      writes it). The loads of block k+1 run under block k's LDS reads and MFMAs.
 //   Ragged edges: two buffer descriptors per block (arch/cdna_buffer.hpp) sized to the block's rows of A and of
@@ -47,9 +51,9 @@
 //      (N % 16 == 8) are never stored or passed to the epilogue.
 //   Epilogue: the generated epilogue functor (epilogue.hpp) through the same slot calls as portable_gemm_tile.
 //      A group-quantised output (out_groups.hpp; a group is the block's kBlockN columns: 128, or 256 GEMM columns
-//      of gate / up pairs on cdna_lds_128x256) takes cdna_store_groups: each row's |y| reduced over the 16 lanes
-//      of a tile row, the wave's tiles, then the waves through LDS (the A buffers, free after the K loop's last
-//      barrier), one more barrier.
+//      of gate / up pairs on cdna_lds_128x256) takes cdna_store_groups (cdna_store_groups.hpp): each row's |y|
+//      reduced over the 16 lanes of a tile row, the wave's tiles, then the waves through LDS (the A buffers, free
+//      after the K loop's last barrier), one more barrier.
 //
 // Requirements (checked on the host, as for every gemm_a8 / matmul_fused config): A / B 16-byte aligned;
 // gemm_a8: N % 16 == 0, K % 16 == 0; matmul_fused: N % 8 == 0, K % 8 == 0; and 128 * K * kBytes < 2^31 - 16
@@ -57,6 +61,7 @@
 #pragma once
 #include "arch/select.hpp"
 #include "block_scales.hpp"
+#include "cdna_store_groups.hpp"
 #include "epilogue.hpp"
 #include "gemm_configs.hpp"
 #include "out_groups.hpp"
@@ -116,86 +121,6 @@ template <class Cfg>
 struct IsCdnaLdsGemmConfig<PortableBlockScaled<Cfg>> : IsCdnaLdsGemmConfig<Cfg> {};
 
 #if defined(__gfx942__) || defined(__gfx950__)
-
-// out_group: the epilogue values y of the block's rows, quantised per row over the block's outputs (one group:
-// out_groups.hpp; kBlockN GEMM columns, or kBlockN / 2 outputs of gate / up pairs). red: kWarpsN x kBlockM words of
-// LDS. Every lane of the block calls it (shuffles and a barrier inside); rows >= M and columns >= N take no part in a
-// group's absmax and are not written. A pair's gate (even column) and up (odd, lane ^ kPairLaneXor) meet in the even
-// lane, which owns the output; odd lanes hold zeros.
-template <class Atom, class Epi, class Cfg, class AccT>
-FG_DEVICE void cdna_store_groups(const AccT (&acc)[Cfg::kTilesM][Cfg::kTilesN], const typename Epi::Params& ep,
-                                 int M, int N, int m_block, int n_block, int m_warp, int n_warp, int warp_n,
-                                 int lane, int col_base, u32* red) {
-  constexpr int kPerOut = Epi::kPairs ? 2 : 1;  // GEMM columns per output
-  static_assert(OutGroupOf<Epi>::value * kPerOut == Cfg::kBlockN, "out_group: one group is the block's columns");
-  static_assert(!Epi::kSaves, "out_group: no saved output");
-  static_assert(!Epi::kPairs || Atom::kStoreVec == 1, "pairs: one column per lane");
-  using Q = typename QuantCodesOf<typename Epi::Output>::type;
-  int col[Cfg::kTilesN];
-  bool owner[Cfg::kTilesN];  // the lane computes an output of this tile: column < N (and, for pairs, even)
-  float c[Cfg::kTilesN][kPerOut][Epi::kColValues];
-#pragma unroll
-  for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
-    col[tn] = n_warp + 16 * tn + Atom::acc_col(lane, 0);
-    owner[tn] = col[tn] < N && (kPerOut == 1 || (col[tn] & 1) == 0);
-#pragma unroll
-    for (int h = 0; h < kPerOut; ++h) {
-      if (owner[tn]) {
-        Epi::load_col(ep, col_base + col[tn] + h, c[tn][h]);
-      } else {
-#pragma unroll
-        for (int i = 0; i < Epi::kColValues; ++i) c[tn][h][i] = 0.f;
-      }
-    }
-  }
-  float y[Cfg::kTilesM][Atom::kAccPerLane][Cfg::kTilesN];
-#pragma unroll
-  for (int tm = 0; tm < Cfg::kTilesM; ++tm)
-#pragma unroll
-    for (int e = 0; e < Atom::kAccPerLane; ++e) {
-      const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
-      float r[Epi::kRowValues];
-      if (row < M) {
-        Epi::load_row(ep, row, r);
-      } else {
-#pragma unroll
-        for (int i = 0; i < Epi::kRowValues; ++i) r[i] = 0.f;
-      }
-      u32 key = 0;  // |y| as ordered bits (quant::abs_bits): NaN above +inf
-#pragma unroll
-      for (int tn = 0; tn < Cfg::kTilesN; ++tn) {
-        const float v = Atom::get(acc[tm][tn], e);
-        float saved;  // (a row >= M or a column >= N is never evaluated: its aux operands are out of bounds)
-        const bool in = row < M && owner[tn];
-        if constexpr (Epi::kPairs) {
-          const float up = arch::shfl_xor(v, Atom::kPairLaneXor);  // every lane takes part
-          y[tm][e][tn] = in ? Epi::value(ep, v, up, r, c[tn][0], c[tn][1], row, col[tn] / 2, saved) : 0.f;
-        } else {
-          y[tm][e][tn] = in ? Epi::value(ep, v, r, c[tn][0], row, col[tn], saved) : 0.f;
-        }
-        if (in) key = quant::max_u32(key, quant::abs_bits(y[tm][e][tn]));
-      }
-      key = lanes_max<16>(key);  // the 16 lanes holding this row's columns of the tile
-      if ((lane & 15) == 0) red[warp_n * Cfg::kBlockM + (row - m_block)] = key;
-    }
-  __syncthreads();
-#pragma unroll
-  for (int tm = 0; tm < Cfg::kTilesM; ++tm)
-#pragma unroll
-    for (int e = 0; e < Atom::kAccPerLane; ++e) {
-      const int row = m_warp + 16 * tm + Atom::acc_row(lane, e);
-      u32 key = 0;
-#pragma unroll
-      for (int w = 0; w < Cfg::kWarpsN; ++w) key = quant::max_u32(key, red[w * Cfg::kBlockM + (row - m_block)]);
-      if (row >= M) continue;
-      const float s = quant::row_scale<Q>(bits_to_float(key));
-      const float inv = 1.f / s;  // IEEE division, as quantize_rows
-#pragma unroll
-      for (int tn = 0; tn < Cfg::kTilesN; ++tn)
-        if (owner[tn]) Epi::store_code(ep, row, col[tn] / kPerOut, y[tm][e][tn], inv);
-      if (warp_n == 0 && (lane & 15) == 0) Epi::store_scale(ep, row, n_block / Cfg::kBlockN, s);
-    }
-}
 
 // Which output tile a workgroup of a plain (not grouped) call computes. The dispatcher deals workgroup ids (x
 // fastest) round-robin over the XCDs (MI300X and MI355X: 8, each with its own L2), so in launch order an XCD's

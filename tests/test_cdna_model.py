@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from fusedgemm.plan import cdna, cdna_model as cm, plans
+from fusedgemm.plan import cdna, cdna_model as cm, cdna_xcd_order as xo, plans
 from fusedgemm.runtime import kernels, tile_configs
 
 ARCHES = ("gfx942", "gfx950")
@@ -429,12 +429,13 @@ def test_bench_predict_block_scales_beside_per_channel(capsys):
 
 
 def test_xcd_tile_order_constants_are_the_kernels():
-    """plan/cdna_model.py's copy of cdna_workgroup_tile's order (its MALL term) uses the kernel's constants."""
+    """plan/cdna_xcd_order.py's copy of cdna_workgroup_tile's order (the model's MALL term) uses the kernel's
+    constants."""
     from fusedgemm.runtime.build import source_root
 
     text = (source_root() / "hip_src" / "include" / "fusedgemm" / "cdna_gemm.hpp").read_text()
-    assert f"constexpr int kCdnaXcds = {cm.XCD_ORDER_XCDS};" in text
-    assert f"constexpr int kCdnaGroupRows = {cm.XCD_ORDER_GROUP_ROWS};" in text
+    assert f"constexpr int kCdnaXcds = {xo.XCD_ORDER_XCDS};" in text
+    assert f"constexpr int kCdnaGroupRows = {xo.XCD_ORDER_GROUP_ROWS};" in text
 
 
 def test_xcd_tile_order_reads_less_from_the_mall():
@@ -450,3 +451,20 @@ def test_xcd_tile_order_reads_less_from_the_mall():
             ordered = cm._fabric_bytes(hw, g, m, n, k, 2, True)
             assert ordered <= most * launch, (arch, m, n, k, ordered, launch)
             assert ordered >= m * k + n * k  # every byte at least once
+
+
+def test_xcd_tile_order_is_a_bijection_and_its_run_extents_are_counted():
+    """xcd_order_tile maps the launch ids onto every tile once, on grids of any shape (more or fewer tiles than XCDs,
+    partial row groups); run_extent (the MALL term's count of an XCD set's distinct rows and columns) equals the
+    brute-force count."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(300):
+        gx, gy = rng.randint(1, 30), rng.randint(1, 30)
+        tiles = [xo.xcd_order_tile(i, gx, gy) for i in range(gx * gy)]
+        assert sorted(tiles) == sorted((x, y) for x in range(gx) for y in range(gy)), (gx, gy)
+        t0 = rng.randrange(gx * gy)
+        t1 = rng.randrange(t0, gx * gy)
+        pts = [xo.group_raster(t, gx, gy) for t in range(t0, t1 + 1)]
+        assert xo.run_extent(t0, t1, gx, gy) == (len({x for x, _ in pts}), len({y for _, y in pts})), (gx, gy, t0, t1)

@@ -76,8 +76,8 @@ def test_xcd_tile_order_covers_every_tile_once(arch, seed):
     """The LDS template deals its tiles per XCD (cdna_gemm.hpp cdna_workgroup_tile): on a grid of 5 x 3 tiles (more
     than the 8 XCDs, a partial group of rows, ragged last row and column tiles) every tile is computed exactly once:
     a missed tile leaves NaN, a tile computed twice by two workgroups is the same value, so the map must also be
-    onto. The model's copy of the order (plan/cdna_model.xcd_order_tile) is the same bijection."""
-    from fusedgemm.plan import cdna_model as cm
+    onto. The model's copy of the order (plan/cdna_xcd_order.py) is the same bijection."""
+    from fusedgemm.plan import cdna_xcd_order as xo
     g = torch.Generator().manual_seed(seed)
     m, n, k = 300, 624, 256
     a, w = _operands("fp8", arch, m, n, k, g)
@@ -87,7 +87,7 @@ def test_xcd_tile_order_covers_every_tile_once(arch, seed):
     _check(out, a.double() @ w.double().T, 8e-3, f"{arch} {m}x{n}x{k}")
     assert store[m * n:].isnan().all(), "the kernel wrote past the end of the output"
     gx, gy = -(-n // 128), -(-m // 128)
-    order = [cm.xcd_order_tile(i, gx, gy) for i in range(gx * gy)]
+    order = [xo.xcd_order_tile(i, gx, gy) for i in range(gx * gy)]
     assert sorted(order) == [(x, y) for x in range(gx) for y in range(gy)]
     assert order[:2] == [(0, 0), (0, 2)], "ids 0 and 1 sit on different XCDs: the second starts its own run"
 

@@ -26,6 +26,7 @@ import pathlib
 import re
 
 from ..runtime import tile_configs
+from .cdna_xcd_order import XCD_ORDER_XCDS, run_extent
 
 
 # ---- the chips -----------------------------------------------------------------------------------------------
@@ -398,44 +399,6 @@ def occupancy(hw: Hardware, g: Geometry, h: HotLoop) -> int:
     return workgroups_per_cu(hw, g.warps, h.vgprs + h.agprs, h.lds_kernel_bytes)
 
 
-# cdna_gemm.hpp cdna_workgroup_tile: the tile order of the LDS template's plain calls (XCDs it deals over, rows
-# of tiles in a group); tests/test_cdna_model.py checks the constants against the header.
-XCD_ORDER_XCDS = 8
-XCD_ORDER_GROUP_ROWS = 8
-
-
-def xcd_order_tile(wg_id: int, gx: int, gy: int) -> tuple[int, int]:
-    """The (column, row) tile that workgroup `wg_id` (launch order, x fastest) computes under cdna_workgroup_tile."""
-    if gy == 1:
-        return wg_id % gx, wg_id // gx
-    total = gx * gy
-    xcd = wg_id % XCD_ORDER_XCDS
-    q, r = divmod(total, XCD_ORDER_XCDS)
-    return _group_raster(xcd * q + min(xcd, r) + wg_id // XCD_ORDER_XCDS, gx, gy)
-
-
-def _group_raster(t: int, gx: int, gy: int) -> tuple[int, int]:
-    per_group = XCD_ORDER_GROUP_ROWS * gx
-    first = t // per_group * XCD_ORDER_GROUP_ROWS
-    rows = min(gy - first, XCD_ORDER_GROUP_ROWS)
-    return t % per_group // rows, first + t % per_group % rows
-
-
-def _run_extent(t0: int, t1: int, gx: int, gy: int) -> tuple[int, int]:
-    """Distinct (columns, rows) of tiles that tile numbers t0..t1 cover in the grouped raster."""
-    per_group = XCD_ORDER_GROUP_ROWS * gx
-    rows_seen, cols = 0, []
-    for grp in range(t0 // per_group, t1 // per_group + 1):
-        rows = min(gy - grp * XCD_ORDER_GROUP_ROWS, XCD_ORDER_GROUP_ROWS)
-        a, b = max(t0, grp * per_group) - grp * per_group, min(t1, grp * per_group + per_group - 1) - grp * per_group
-        rows_seen += min(rows, b - a + 1)
-        cols.append((a // rows, b // rows))
-    if len(cols) == 1:
-        return cols[0][1] - cols[0][0] + 1, rows_seen
-    # the first group's part ends at the last column, the last group's starts at column 0; any group between: all
-    return (gx if len(cols) > 2 else min(gx, sum(hi - lo + 1 for lo, hi in cols))), rows_seen
-
-
 def _fabric_bytes(hw: Hardware, g: Geometry, m: int, n: int, k_bytes: int, conc: int, xcd_order: bool) -> float:
     """Bytes the L2s read from the MALL / HBM: workgroup ids are dealt round-robin over the XCDs (id % xcds);
     the workgroups resident together on one XCD share what they read through its L2, so each such set reads its
@@ -455,7 +418,7 @@ def _fabric_bytes(hw: Hardware, g: Geometry, m: int, n: int, k_bytes: int, conc:
         for s in range(0, count, per_set):
             if ordered:
                 t0 = xcd * q + min(xcd, r) + s
-                xs, ys = _run_extent(t0, t0 + min(count, s + per_set) - s - 1, gx, gy)
+                xs, ys = run_extent(t0, t0 + min(count, s + per_set) - s - 1, gx, gy)
             else:
                 first, last = xcd + hw.xcds * s, xcd + hw.xcds * (min(count, s + per_set) - 1)
                 ys = last // gx - first // gx + 1

@@ -34,6 +34,8 @@ FAMILIES = {
         parse("silu(scalar(alpha) * acc + scalar(beta) * aux(c))"), {"c": "f16"}), {}),
     "matmul_bf16_alpha_beta_c": ("cdna_lds_128x128", "bf16", "bf16", EpilogueSpec.of(
         parse("silu(scalar(alpha) * acc + scalar(beta) * aux(c))"), {"c": "bf16"}), {}),
+    "matmul_tf32_alpha_beta_c": ("cdna_lds_128x128", "tf32", "fp32", EpilogueSpec.of(
+        parse("silu(scalar(alpha) * acc + scalar(beta) * aux(c))"), {"c": "f32"}), {}),
     "grouped_bf16": ("cdna_lds_128x128", "bf16", "bf16", EpilogueSpec.of(parse("silu(acc)"), {}),
                      {"grouped": True}),
     "grouped_int8": ("cdna_lds_128x128", "int8", "fp32", EpilogueSpec.of(parse("acc"), {}), {"grouped": True}),
@@ -53,6 +55,8 @@ FAMILIES = {
         parse("silu(acc * n_vec(s)) + aux(res)"), {"s": "f32", "res": "bf16"}), {}),
     "split_k_matmul_bf16": ("cdna_lds_32x32_k8", "bf16", "bf16",
                             EpilogueSpec.of(parse("silu(acc + n_vec(bias))"), {"bias": "bf16"}), {}),
+    "split_k_matmul_tf32": ("cdna_lds_64x32_k4", "tf32", "fp32",
+                            EpilogueSpec.of(parse("silu(acc + n_vec(bias))"), {"bias": "f32"}), {}),
     "split_k_grouped_bf16": ("cdna_lds_32x32_k8", "bf16", "bf16", EpilogueSpec.of(parse("silu(acc)"), {}),
                              {"grouped": True}),
     "split_k_pairs_swiglu8": ("cdna_lds_32x32_k8", "fp8", "bf16", SWIGLU_8, {}),

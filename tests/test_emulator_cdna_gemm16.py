@@ -1,6 +1,6 @@
 """The LDS-staged, pipelined CDNA GEMM (hip_src/include/fusedgemm/cdna_gemm.hpp, config cdna_lds_128x128) for
-matmul_fused's 16-bit kinds in the AMD emulator: bf16 and fp16 with a plain row-major B [N, K] (A through the
-double-buffered swizzled LDS tile, B straight to registers), the real gfx942 and gfx950 code objects reached
+matmul_fused's kinds in the AMD emulator: bf16, fp16 and tf32 (fp32 inputs) with a plain row-major B [N, K] (A
+through the double-buffered swizzled LDS tile, B straight to registers), the real gfx942 and gfx950 code objects reached
 through the public API with the config forced, ragged M / N / K (rows past M, rows of B past N -- N % 16 == 8 --
 and K chunks past K through the buffer descriptors' range check; K a multiple of 8, not of the 64-element K
 block) and whole K blocks, the bias + SiLU preset, alpha / beta / c, an expression epilogue with column and aux
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow  # builds code objects (cached between runs)
 
 CONFIG = "cdna_lds_128x128"
 ARCHES = ("gfx942", "gfx950")
-DTYPES = (torch.bfloat16, torch.float16)
+DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # float32: precision="tf32" (gfx942 xf32, gfx950 exact fp32)
 # (M, N, K), K in elements (64 per 128-byte K block): two row tiles, the second of 3 rows, and a partial column tile
 # (144 = 128 + 16), K of 3 blocks + one chunk (4 blocks: the twice-unrolled loop runs both halves); a tile straddling
 # N (40 = 2.5 tiles), K of 1 block + 1 chunk; one row, N = 24, K of one chunk; a second column block of 8 rows of B
@@ -46,21 +46,23 @@ def _check(out, ref, tol, what):
     assert err < tol, f"{what}: relative error {err:.2e}"
 
 
-def _launched_cdna(dev, what, k):
+def _launched_cdna(dev, what, k, dtype=torch.bfloat16):
     """One launch of the config's kernel: the whole-K-block one (no K-edge test) exactly where K fills whole
-    64-element K blocks."""
+    128-byte K blocks (64 16-bit or 32 fp32 elements)."""
     assert len(dev.launches) == 1, what
     name = dev.launches[0][0]
     assert name.startswith("fg_matmul_") and name.endswith(CONFIG), name
-    assert name.endswith("_whole_k_" + CONFIG) == (k % 64 == 0), f"{what}: {name}"
+    per_block = 128 // torch.tensor([], dtype=dtype).element_size()
+    assert name.endswith("_whole_k_" + CONFIG) == (k % per_block == 0), f"{what}: {name}"
 
 
 @pytest.mark.parametrize("arch", ARCHES)
-@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=["bf16", "fp16", "tf32"])
 def test_ragged_bias_silu_and_alpha_beta_c(arch, dtype, seed):
     """Every shape: the bias + SiLU preset (even rows of SHAPES) or alpha * AB + beta * c with SiLU (odd ones),
     into a given output that sits in front of a poisoned tail that must stay untouched."""
     g = torch.Generator().manual_seed(seed)
+    kw = {"precision": "tf32"} if dtype == torch.float32 else {}
     for i, (m, n, k) in enumerate(SHAPES):
         x, w = torch.randn(m, k, generator=g).to(dtype), (torch.randn(n, k, generator=g) / 4).to(dtype)
         store = torch.full((m * n + 64,), float("nan"), dtype=dtype)
@@ -69,14 +71,14 @@ def test_ragged_bias_silu_and_alpha_beta_c(arch, dtype, seed):
         if i % 2 == 0:
             bias = torch.randn(n, generator=g).to(dtype)
             with forced_config(CONFIG), emulate(arch) as dev:
-                fg.matmul_fused(x, w, bias, activation="silu", out=out)
+                fg.matmul_fused(x, w, bias, activation="silu", out=out, **kw)
             ref = F.silu(x.double() @ w.double().T + bias.double())
         else:
             c = torch.randn(m, n, generator=g).to(dtype)
             with forced_config(CONFIG), emulate(arch) as dev:
-                fg.matmul_fused(x, w, alpha=0.5, beta=2.0, c=c, activation="silu", out=out)
+                fg.matmul_fused(x, w, alpha=0.5, beta=2.0, c=c, activation="silu", out=out, **kw)
             ref = F.silu(0.5 * (x.double() @ w.double().T) + 2.0 * c.double())
-        _launched_cdna(dev, what, k)
+        _launched_cdna(dev, what, k, dtype)
         _check(out, ref, 8e-3, what)
         assert store[m * n:].isnan().all(), f"{what}: the kernel wrote past the end of the output"
 

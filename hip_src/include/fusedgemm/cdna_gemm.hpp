@@ -1,14 +1,14 @@
 // cdna_gemm_tile: C[M, N] = epilogue(A[M, K] . B[N, K]^T) on AMD CDNA3 / CDNA4 (gfx942, gfx950) for gemm_a8's
-// 8-bit kinds (fp8, int8; B PRESHUFFLED in the (16,16) layout of portable_gemm.hpp) and matmul_fused's 16-bit kinds
-// (bf16, fp16; B a PLAIN row-major [N, K] matrix, addressed as A is). The kernel structure of the
+// 8-bit kinds (fp8, int8; B PRESHUFFLED in the (16,16) layout of portable_gemm.hpp) and matmul_fused's kinds
+// (bf16, fp16, tf32; B a PLAIN row-major [N, K] matrix, addressed as A is). The kernel structure of the
 // fast public AMD GEMMs (FlyDSL's preshuffle GEMM, hipBLASLt / CK): A is staged through LDS, B goes from global
 // memory straight to registers, and the K loop is software-pipelined.
 //
 // Block: kWarpsM x kWarpsN waves, each owning kTilesM x kTilesN 16x16 MFMA tiles (cdna_lds_128x128: 1 x 4 waves of
 // 128 x 32, so every wave reads all of A's K block from LDS and B's columns are split between the waves: each byte
 // of A and of B leaves global memory once per block). K advances in blocks of kBlockKBytes = 128 bytes (8 chunks of
-// 16 bytes: 128 8-bit or 64 16-bit elements; 2 MFMA K steps of the gfx942 atoms and of gfx950's int8 / bf16 /
-// fp16, 1 of gfx950's fp8 16x16x128).
+// 16 bytes: 128 8-bit, 64 16-bit or 32 fp32 elements; 2 MFMA K steps of the gfx942 atoms and of gfx950's int8 /
+// bf16 / fp16 / fp32, 1 of gfx950's fp8 16x16x128).
 // kWarpsK > 1 (the decode tiles, cdna_lds_<M>x<N>_k<S>): S slices of the block's waves split K inside the block. A
 // stage of the pipeline is then S consecutive K blocks, slice s computing block s of every stage (its own B, A from
 // the stage's LDS copy, which the whole block loads as one contiguous run of S x 128 bytes per row), and the partial
@@ -28,10 +28,10 @@
 //      (its loads into LDS are 4 bytes a lane: four instructions and four M0 writes for one 16-byte load).
 //   B  each wave loads its own kTilesN 16-row blocks of the preshuffled B straight into MFMA operand registers:
 //      the (16,16) layout makes lane l's operand one contiguous 16-byte vector (n % 16 = l % 16, chunk by l / 16).
-//      Plain 16-bit B ([N, K] row-major) goes straight to registers too: lane l's operand of one MFMA step is
-//      the 16-byte chunk l / 16 of row l % 16, one contiguous vector; a wave's load instruction covers 16 rows x
-//      64 contiguous bytes and the K block's other step the other 64 bytes of the same 128-byte lines, issued
-//      back to back. Staging B through LDS would buy no reuse (1 x 4 waves: each B column belongs to one wave, so
+//      Plain B ([N, K] row-major, 16- or 32-bit) goes straight to registers too: lane l's operand of one MFMA
+//      step is the 16-byte chunk l / 16 of row l % 16, one contiguous vector; a wave's load instruction covers 16
+//      rows x 64 contiguous bytes and the K block's other step the other 64 bytes of the same 128-byte lines,
+//      issued back to back. Staging B through LDS would buy no reuse (1 x 4 waves: each B column belongs to one wave, so
 //      B leaves global memory once per block either way) and would add a 16-byte LDS write and read per B byte
 //      per MFMA fragment on top of A's, in the LDS pipe that A's fragment reads already load most.
 //      Two register sets alternate (the loop is unrolled by two), so K block k + 1's B is in flight while K
@@ -57,7 +57,7 @@
 //
 // Requirements (checked on the host, as for every gemm_a8 / matmul_fused config): A / B 16-byte aligned;
 // gemm_a8: N % 16 == 0, K % 16 == 0; matmul_fused: N % 8 == 0, K % 8 == 0; and 128 * K * kBytes < 2^31 - 16
-// bytes (the descriptors' windows: K < 16M 8-bit or 8M 16-bit elements).
+// bytes (the descriptors' windows: K < 16M 8-bit, 8M 16-bit or 4M fp32 elements).
 #pragma once
 #include "arch/select.hpp"
 #include "block_scales.hpp"
@@ -164,8 +164,8 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
                               const BlockScaleArgs& bs = BlockScaleArgs{}) {  // Cfg::kBlockScaled only
   using Atom = arch::MmaAtom<In>;
   constexpr bool kPreshuffledB = InTraits<In>::kPreshuffledB;
-  static_assert((kPreshuffledB && InTraits<In>::kBytes == 1) || (!kPreshuffledB && InTraits<In>::kBytes == 2),
-                "cdna_gemm_tile: the 8-bit kinds (preshuffled B) and the 16-bit kinds (plain B)");
+  static_assert((kPreshuffledB && InTraits<In>::kBytes == 1) || (!kPreshuffledB && InTraits<In>::kBytes >= 2),
+                "cdna_gemm_tile: the 8-bit kinds (preshuffled B) and the 16- / 32-bit kinds (plain B)");
   static_assert(Atom::kRowsPerLane == 1 && Atom::kWarpSize == 64, "CDNA MFMA atoms: wave64, one row per lane");
   static_assert(kPreshuffledB || Atom::kStoreVec == 1, "plain B masks columns >= N lane by lane");
   using Frag = typename Atom::Frag;

@@ -3,19 +3,19 @@ kernel template's tile configs, chosen per shape by the paper model of plan/cdna
 the datasheets and each kernel's compiled hot loop, not yet measured on any AMD GPU.
 
 The configs: portable_16x16_k8 and portable_64x16_k8 (register-direct decode tiles: K split 8 ways over the block's
-waves, partial sums reduced through LDS), portable_128x128 (8 waves of 64 x 32, register-direct) and, for the 8-bit
-kinds and bf16 / fp16, the LDS-staged template (cdna_gemm.hpp: A through double-buffered LDS, B -- preshuffled 8-bit or
-plain 16-bit [N, K] -- to registers, the K loop pipelined one 128-byte K block deep): cdna_lds_128x128 (4 waves of
+waves, partial sums reduced through LDS), portable_128x128 (8 waves of 64 x 32, register-direct) and, for every
+kind, the LDS-staged template (cdna_gemm.hpp: A through double-buffered LDS, B -- preshuffled 8-bit or plain
+[N, K] -- to registers, the K loop pipelined one 128-byte K block deep): cdna_lds_128x128 (4 waves of
 128 x 32) and its tiles with K split inside the block, cdna_lds_64x32_k4 (4 K slices of 2 waves),
 cdna_lds_32x32_k8 (8 slices) and cdna_lds_64x64_k2 (2 slices of 4 waves). No CDNA template has cluster split-K, so
 the split factor is always 1. The choice is the config with the least predicted time (ties: the order of CONFIGS),
 cached per (arch, kind, M, N, K).
 
-What the model chooses on the LLM grid (python -m fusedgemm.bench predict): for fp8 / int8 / bf16 / fp16 the LDS
-split-K tiles up to M = 64 (the register-direct 16 x 16 tile on two gfx950 fp8 rows, where it is predicted faster),
-mostly cdna_lds_64x64_k2 at M = 256, cdna_lds_128x128 from M = 1024 (1024^3 and gfx942's qkv / moe_dn at M = 1024:
-cdna_lds_64x64_k2); tf32 stays on the
-register-direct template (the split-K tiles up to M = 256, portable_128x128 above).
+What the model chooses on the LLM grid (python -m fusedgemm.bench predict): for every kind the LDS split-K tiles up
+to M = 64 (the register-direct 16 x 16 tile on two gfx950 fp8 rows, where it is predicted faster), mostly
+cdna_lds_64x64_k2 at M = 256, cdna_lds_128x128 from M = 1024 (1024^3 and gfx942's qkv / moe_dn at M = 1024:
+cdna_lds_64x64_k2); gfx950's tf32 (exact fp32 MFMAs, MFMA-bound from small M) keeps the register-direct tiles on
+some rows where they tie or win.
 """
 from __future__ import annotations
 

@@ -68,8 +68,8 @@ class PortableTile(_Mfma16Grid):
 class CdnaTile(_Mfma16Grid):
     """CdnaLdsGemmConfig (cdna_gemm.hpp, gfx942 / gfx950 only): warps_m x warps_n waves, each owning tiles_m x
     tiles_n 16 x 16 MFMA tiles; A staged through two LDS buffers of block_k_bytes per row, the preshuffled B
-    straight to registers (plain 16-bit B too: its loads are as coalesced, and no other wave reads its columns),
-    the K loop pipelined one K block deep. The 8-bit kinds (gemm_a8) and bf16 / fp16 (matmul_fused, B [N, K]).
+    straight to registers (plain B too: its loads are as coalesced, and no other wave reads its columns), the K
+    loop pipelined one K block deep. The 8-bit kinds (gemm_a8) and bf16 / fp16 / tf32 (matmul_fused, B [N, K]).
     warps_k > 1: K split inside the block, slice s of the waves taking K block s of every pipeline stage of warps_k
     blocks, partial tiles summed through LDS (decode)."""
     warps_m: int
@@ -77,7 +77,7 @@ class CdnaTile(_Mfma16Grid):
     tiles_m: int
     tiles_n: int
     block_k_bytes: int = 128  # K per LDS stage, in bytes (8 chunks of 16: the swizzle's width)
-    in_kinds: tuple[str, ...] = (*EIGHT_BIT, "bf16", "fp16")
+    in_kinds: tuple[str, ...] = EVERY_KIND
     presets: bool = True  # gemm_a8's preset kernels ahead of time (False: generated kernels only)
     warps_k: int = 1
 

@@ -32,9 +32,9 @@
 //      Plain B ([N, K] row-major, 16- or 32-bit) goes straight to registers too: lane l's operand of one MFMA
 //      step is the 16-byte chunk l / 16 of row l % 16, one contiguous vector; a wave's load instruction covers 16
 //      rows x 64 contiguous bytes and the K block's other step the other 64 bytes of the same 128-byte lines,
-//      issued back to back. Staging B through LDS would buy no reuse (1 x 4 waves: each B column belongs to one wave, so
-//      B leaves global memory once per block either way) and would add a 16-byte LDS write and read per B byte
-//      per MFMA fragment on top of A's, in the LDS pipe that A's fragment reads already load most.
+//      issued back to back. Staging B through LDS would buy no reuse (1 x 4 waves: each B column belongs to one
+//      wave, so B leaves global memory once per block either way) and would add a 16-byte LDS write and read per B
+//      byte per MFMA fragment on top of A's, in the LDS pipe that A's fragment reads already load most.
 //      Two register sets alternate (the loop is unrolled by two), so K block k + 1's B is in flight while K
 //      block k's MFMAs run.
 //   Pipeline (one s_barrier per K block):

@@ -98,7 +98,7 @@ def test_the_tile_config_header_is_generated_from_the_one_table(tmp_path):
     assert set(tile_configs.FORMER_NAMES.values()) <= set(tile_configs.CONFIGS)
     assert set(tile_configs.CONFIGS) - set(tile_configs.FORMER_NAMES.values()) == {
         "cdna_lds_128x128", "cdna_lds_128x256", "cdna_lds_64x256", "cdna_lds_64x32_k4", "cdna_lds_32x32_k8",
-        "cdna_lds_64x64_k2"}
+        "cdna_lds_64x64_k2", "cdna_lds_64x128"}
 
 
 def test_config_names_say_what_the_config_is():
@@ -374,11 +374,20 @@ def test_cdna_unit_is_amd_only():
     assert kernels.gemm_signature("cdna_gemm", PRESET_SPEC) == PORTABLE_GEMM_SIG
 
 
+def _a_copy_into_lds(arch: str, body: str) -> bool:
+    """A's copy into LDS: gfx950 by 16-byte buffer loads straight into LDS (no ds_write_b128 in the K loop's copy),
+    gfx942 by registers and ds_write_b128 (arch/cdna_buffer.hpp kLoadsToLdsVec16)."""
+    if arch == "gfx950":
+        return bool(re.search(r"buffer_load_dwordx4 v\d+, s\[\d+:\d+\], s\d+ offen lds", body))
+    return "ds_write_b128" in body and not re.search(r"offen lds\b", body)
+
+
 @pytest.mark.slow
 def test_cdna_kernels_layout_isa_and_registers(built_cdna):
     """Every preset kernel of the unit: in the code object with the packed layout; MFMAs of the kind; no scratch or
     spills; the pipeline's instructions (16-byte buffer loads with the descriptor's range check, A through LDS by
-    ds_write_b128 / ds_read_b128, barriers); LDS = the two A buffers; registers for two workgroups per CU."""
+    ds_write_b128 -- gfx950: loads straight into LDS -- and ds_read_b128, barriers); LDS = the two A buffers;
+    registers for two workgroups per CU."""
     from fusedgemm.runtime import tile_configs
 
     arch, d, spec = built_cdna
@@ -401,10 +410,10 @@ def test_cdna_kernels_layout_isa_and_registers(built_cdna):
         body = bodies[name]
         assert re.search(EXPECTED_MMA[(arch, kind)], body), f"{name}: no {EXPECTED_MMA[(arch, kind)]}"
         assert "scratch_" not in body and "buffer_store" not in body, name
-        assert re.search(r"buffer_load_dwordx4 v\[\d+:\d+\], v\d+, s\[\d+:\d+\], 0 offen", body), name
+        assert re.search(r"buffer_load_dwordx4 v\[\d+:\d+\], v\d+, s\[\d+:\d+\], (0|s\d+) offen", body), name
         # the operands' 16-byte loads all go through the range-checked buffers (the epilogue's loads are narrower)
         assert "global_load_dwordx4" not in body, f"{name}: operand loads outside the range-checked buffers"
-        assert "ds_write_b128" in body and "ds_read_b128" in body and "s_barrier" in body, name
+        assert _a_copy_into_lds(arch, body) and "ds_read_b128" in body and "s_barrier" in body, name
 
 
 # matmul_fused's 16-bit kinds on the CDNA template (plain B [N, K] straight to registers): generated kernels of the
@@ -421,8 +430,9 @@ CDNA16_EPIS = {"bias_silu": ("silu(acc + n_vec(bias))", {"bias": "bf16"}),
 @pytest.mark.parametrize("arch", CDNA_ARCHES)
 def test_cdna_matmul16_kernels_layout_isa_and_registers(arch, kind, epi):
     """The generated matmul_fused kernels of cdna_lds_128x128: kernarg metadata = the packing; no scratch or spills;
-    the kind's MFMAs; A and B by 16-byte range-checked buffer loads only, A through LDS (ds_write_b128 / ds_read_b128,
-    barriers); LDS = the two A buffers; registers <= 256 (two waves per SIMD)."""
+    the kind's MFMAs; A and B by 16-byte range-checked buffer loads only, A through LDS (ds_write_b128 -- gfx950:
+    loads straight into LDS -- and ds_read_b128, barriers); LDS = the two A buffers; registers <= 256 (two waves per
+    SIMD)."""
     from fusedgemm.epilogue import parse
     from fusedgemm.epilogue.codegen import EpilogueSpec
     from fusedgemm.runtime import tile_configs
@@ -446,4 +456,4 @@ def test_cdna_matmul16_kernels_layout_isa_and_registers(arch, kind, epi):
     assert "scratch_" not in body and "buffer_store" not in body
     assert len(re.findall(r"buffer_load_dwordx4 v\[\d+:\d+\], v\d+, s\[\d+:\d+\], 0 offen", body)) >= 2
     assert "global_load_dwordx4" not in body, "operand loads outside the range-checked buffers"
-    assert "ds_write_b128" in body and "ds_read_b128" in body and "s_barrier" in body
+    assert _a_copy_into_lds(arch, body) and "ds_read_b128" in body and "s_barrier" in body

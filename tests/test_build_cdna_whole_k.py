@@ -68,6 +68,13 @@ FAMILIES = {
         parse("silu(scalar(alpha) * acc + scalar(beta) * aux(c))"), {"c": "f16"}), {}),
     "split_k_block_scaled_64x64": ("cdna_lds_64x64_k2", "fp8", "bf16", EpilogueSpec.of(parse("silu(acc)"), {}),
                                    {"block_scaled": True}),
+    # the 64-row twin of cdna_lds_128x128 (M around 1024)
+    "rows64_matmul_bf16_alpha_beta_c": ("cdna_lds_64x128", "bf16", "bf16", EpilogueSpec.of(
+        parse("silu(scalar(alpha) * acc + scalar(beta) * aux(c))"), {"c": "bf16"}), {}),
+    "rows64_block_scaled": ("cdna_lds_64x128", "fp8", "bf16", EpilogueSpec.of(parse("silu(acc)"), {}),
+                            {"block_scaled": True}),
+    "rows64_grouped_block_scaled": ("cdna_lds_64x128", "fp8", "bf16", EpilogueSpec.of(parse("silu(acc)"), {}),
+                                    {"block_scaled": True, "grouped": True}),
 }
 CASES = [(arch, family) for arch in ARCHES for family in FAMILIES]
 # VGPR + AGPR per lane: two 4-wave workgroups per CU (cdna_lds_128x128, what the plan's model assumes); the 8-wave
@@ -75,7 +82,7 @@ CASES = [(arch, family) for arch in ARCHES for family in FAMILIES]
 # workgroup per CU)
 # block; the split-K decode tiles' 8 / 16 waves (one workgroup of 64 KB LDS per CU): 2 / 4 waves per SIMD
 BUDGET = {"cdna_lds_128x128": 256, "cdna_lds_128x256": 256, "cdna_lds_64x256": 512, "cdna_lds_64x32_k4": 256,
-          "cdna_lds_32x32_k8": 128, "cdna_lds_64x64_k2": 256}
+          "cdna_lds_32x32_k8": 128, "cdna_lds_64x64_k2": 256, "cdna_lds_64x128": 256}
 BLOCK_SCALED_BUDGET = 512
 # (arch, family) whose whole-K kernel holds fewer workgroups per CU than the kernel for any K (none since gfx950 loads A
 # straight into LDS: the 16-wave grouped bf16 decode tile's whole-K kernel took 65 VGPRs against 63 before)

@@ -50,8 +50,10 @@ def _check(out, ref, tol, what):
 
 @pytest.mark.parametrize("arch", ARCHES)
 @pytest.mark.parametrize("kind", ["fp8", "int8"])
-def test_presets_ragged(arch, kind, seed):
-    """bias_silu (bias, both scales) and none on every shape, the shipped (ahead-of-time) kernels; the output sits in
+@pytest.mark.parametrize("config", [CONFIG, "cdna_lds_64x128"])
+def test_presets_ragged(arch, kind, config, seed):
+    """bias_silu (bias, both scales) and none on every shape, the shipped (ahead-of-time) kernels of the 128 x 128
+    block and of its 64-row twin (cdna_lds_64x128: the same 4 waves along N, 64 rows each); the output sits in
     front of a poisoned tail that must stay untouched."""
     g = torch.Generator().manual_seed(seed)
     for i, (m, n, k) in enumerate(SHAPES):
@@ -63,7 +65,7 @@ def test_presets_ragged(arch, kind, seed):
         bias = torch.randn(n, generator=g).to(out_dtype) if bias_on else None
         sa = torch.rand(m, generator=g) + 0.5
         sb = torch.rand(n, generator=g) * (0.01 if kind == "int8" else 0.5) + 0.001
-        run_gemm_a8(arch, CONFIG, a, fg.preshuffle(w).data, out, act=act, bias=bias, scale_a=sa, scale_b=sb)
+        run_gemm_a8(arch, config, a, fg.preshuffle(w).data, out, act=act, bias=bias, scale_a=sa, scale_b=sb)
         epi = "bias_silu" if bias_on else "none"
         ref = gemm_a8_reference(a, w, bias, scale_a=sa, scale_b=sb, epilogue=epi, out_dtype=torch.float64,
                                 unrounded=True)

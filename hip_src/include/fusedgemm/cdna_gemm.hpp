@@ -416,12 +416,13 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   int st = 0;
   // The grouped and group-quantised block-scaled whole-K kernels keep the loop for any K, their prefetch's stage
   // index clamped to the last stage (a redundant load in place of one past K): with the loop and tail above they
-  // took 256 VGPRs + 9-13 AGPRs (one wave per SIMD, where this form keeps two). So do the split-K decode tiles'
-  // block-scaled whole-K kernels: with the loop and tail the compiler folded a tail stage into the loop (three
-  // stages an iteration, branches inside). The plain block-scaled kernel keeps
-  // the loop and tail: clamped, its loop has 9-18 more VALU and 6-8 more SALU, and its registers fit either way.
+  // took 256 VGPRs + 9-13 AGPRs (one wave per SIMD, where this form keeps two). So do the block-scaled whole-K
+  // kernels of the blocks of 64 rows or fewer (the split-K decode tiles, cdna_lds_64x128): with the loop and tail
+  // the compiler folded a tail stage into the loop (three stages an iteration, branches inside). The plain
+  // 128-row block-scaled kernel keeps the loop and tail: clamped, its loop has 9-18 more VALU and 6-8 more SALU,
+  // and its registers fit either way.
   constexpr bool kClampedPrefetch = Cfg::kWholeKBlocks && Cfg::kBlockScaled &&
-                                    (kGrouped || OutGroupOf<Epi>::value != 0 || Cfg::kWarpsK > 1);
+                                    (kGrouped || OutGroupOf<Epi>::value != 0 || Cfg::kBlockM < 128);
   if constexpr (Cfg::kWholeKBlocks && !kClampedPrefetch) {
     for (; st + 2 < num_stages; st += 2) {
       load_a(st + 1, 1, stage);

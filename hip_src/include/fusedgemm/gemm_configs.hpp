@@ -107,6 +107,16 @@ struct CdnaLds64x64K2Shape {  // cdna_lds_64x64_k2
 };
 using ConfigCdnaLds64x64K2 = CdnaLdsGemmConfig<CdnaLds64x64K2Shape>;
 
+struct CdnaLds64x128Shape {  // cdna_lds_64x128
+  static constexpr int kWarpsM = 1;
+  static constexpr int kWarpsN = 4;
+  static constexpr int kWarpsK = 1;
+  static constexpr int kTilesM = 4;
+  static constexpr int kTilesN = 2;
+  static constexpr int kBlockKBytes = 128;
+};
+using ConfigCdnaLds64x128 = CdnaLdsGemmConfig<CdnaLds64x128Shape>;
+
 struct Tile64x128Shape {  // tile_64x128
   static constexpr int kBlockM = 64;
   static constexpr int kBlockN = 128;
@@ -314,7 +324,8 @@ using ConfigF32x3_128x128 = SplitTf32<WgmmaConfig<F32x3_128x128Shape>>;
   X(cdna_lds_128x128, fg::ConfigCdnaLds128x128) \
   X(cdna_lds_64x32_k4, fg::ConfigCdnaLds64x32K4) \
   X(cdna_lds_32x32_k8, fg::ConfigCdnaLds32x32K8) \
-  X(cdna_lds_64x64_k2, fg::ConfigCdnaLds64x64K2)
+  X(cdna_lds_64x64_k2, fg::ConfigCdnaLds64x64K2) \
+  X(cdna_lds_64x128, fg::ConfigCdnaLds64x128)
 
 #define FG_SM90_GEMM_A8_CONFIGS(X) \
   X(tile_64x128, fg::ConfigTile64x128) \

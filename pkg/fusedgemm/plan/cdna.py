@@ -27,9 +27,10 @@ from . import cdna_model
 # Ties (rows where several configs reach the same bound, e.g. the HBM floor) go to the first: the LDS-staged template
 # before the register-direct one, whose redundant per-wave loads make it the more sensitive to the least certain
 # input of the model (the L1 rate); smaller row blocks first (a decode row that 128 x 128 tiles would also stream at
-# the HBM floor takes a split-K tile, with more K blocks in flight).
-CONFIGS = ("cdna_lds_32x32_k8", "cdna_lds_64x32_k4", "cdna_lds_64x64_k2", "cdna_lds_128x128", "portable_16x16_k8",
-           "portable_64x16_k8", "portable_128x128")
+# the HBM floor takes a split-K tile, with more K blocks in flight), but for cdna_lds_64x128 after cdna_lds_128x128:
+# where both are MFMA-bound alike (large M on gfx942), the 128-row block reads half the B bytes per output.
+CONFIGS = ("cdna_lds_32x32_k8", "cdna_lds_64x32_k4", "cdna_lds_64x64_k2", "cdna_lds_128x128", "cdna_lds_64x128",
+           "portable_16x16_k8", "portable_64x16_k8", "portable_128x128")
 DEFAULT_ARCH = "gfx942"
 
 

@@ -142,6 +142,9 @@ CONFIGS: dict[str, PortableTile | CdnaTile | Sm90Tile] = {
     # M around 256: 4 waves of 64 x 16 along N x 2 K slices; a quarter of the 64 x 32 tiles' L2 bytes per output,
     # twice as many blocks as 128 x 128 tiles would have (which wait out their load latency at M = 256); 32 KB of LDS
     "cdna_lds_64x64_k2": CdnaTile(1, 4, 4, 1, warps_k=2),
+    # M around 1024 (and gate / up at 256): cdna_lds_128x128's 4 waves along N with 64 rows each, so twice as many
+    # blocks: 128 x 128 tiles of a 1024-row call are fewer than 2 a CU there (one wave a SIMD, waiting out its loads)
+    "cdna_lds_64x128": CdnaTile(1, 4, 4, 2),
     # M <= 64: two CTAs per SM, 4 x 24 KB stages in flight each
     "tile_64x128": Sm90Tile(64, 4, min_blocks_per_sm=2),
     # 6 x 32 KB stages; two accumulator chains, so a K block's MMAs never wait in the tensor core for the previous

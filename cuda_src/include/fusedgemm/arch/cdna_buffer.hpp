@@ -63,9 +63,10 @@ FG_DEVICE void wait_vmcnt() {
 // Loads from a buffer straight into LDS, 16 bytes a lane (buffer_load_dwordx4 ... lds): gfx950 only. gfx942 has
 // the dword form alone, four instructions (and four M0 writes) where a 16-byte load and a ds_write_b128 do the
 // same, so its kernels keep the copy through registers. Lane l's 16 bytes land at lds_wave + 16 l (lds_wave: the
-// wave's base, uniform; the compiler puts it in M0); addressing and range check as buffer_load_vec16's (zeros past
-// the window). The bytes are written when the load completes, counted in vmcnt: the issuing wave waits
-// (wait_vmcnt) before a barrier hands them to other waves.
+// wave's base, uniform; the compiler puts it in M0); addressing and range check as buffer_load_vec16's: past the
+// window the zeros the range check returns are what lands in LDS (the ISA's out-of-range rule, and the emulator's;
+// the first thing to confirm on hardware for the ragged-K tests). The bytes are written when the load completes,
+// counted in vmcnt: the issuing wave waits (wait_vmcnt) before a barrier hands them to other waves.
 #if defined(__gfx950__)
 constexpr bool kLoadsToLdsVec16 = true;
 FG_DEVICE void buffer_load_vec16_to_lds(const BufferRsrc& rsrc, Vec16* lds_wave, u32 offset, u32 wave_offset) {

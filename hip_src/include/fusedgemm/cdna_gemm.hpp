@@ -127,16 +127,18 @@ struct IsCdnaLdsGemmConfig<PortableBlockScaled<Cfg>> : IsCdnaLdsGemmConfig<Cfg> 
 // resident workgroups would be every 8th tile: few rows of the grid and a column in 8, sharing little through its
 // L2. The XCD's ids are mapped to a run of consecutive tile numbers instead, and tile numbers are laid out
 // kCdnaGroupRows rows of tiles at a time, down the rows first: an XCD's resident set (2 workgroups on each of its
-// 32-38 CUs) is then about an 8 x 8-10 patch of tiles, whose A rows and B columns its L2 reads once (plan/cdna_model.py
-// _fabric_bytes: the same order). A bijection on any grid (a 6-XCD part gets a valid, less compact order); a
-// one-row grid (decode) keeps launch order. Uniform: a few SALU operations per workgroup.
+// 32-38 CUs) is then about an 8 x 8-10 patch of tiles, whose A rows and B columns its L2 reads once
+// (plan/cdna_xcd_order.py: the same order, for the model). A bijection on any grid (a 6-XCD part gets a valid, less
+// compact order). Uniform, but two divisions by run-time values (about a hundred instructions before the first
+// load): the split-K tiles (decode, M around 256: A is a few rows that every block shares, B streamed once in any
+// order) and one-row grids keep launch order at no cost.
 constexpr int kCdnaXcds = 8;
 constexpr int kCdnaGroupRows = 8;
 template <class Cfg>
 FG_DEVICE void cdna_workgroup_tile(int M, int N, int& m_block, int& n_block) {
   const int gx = (N + Cfg::kBlockN - 1) / Cfg::kBlockN, gy = (M + Cfg::kBlockM - 1) / Cfg::kBlockM;
   int tx = static_cast<int>(blockIdx.x), ty = static_cast<int>(blockIdx.y);
-  if (gy > 1) {
+  if (Cfg::kWarpsK == 1 && gy > 1) {
     const int id = ty * gx + tx, total = gx * gy;
     const int xcd = id % kCdnaXcds, q = total / kCdnaXcds, r = total % kCdnaXcds;
     const int t = xcd * q + imin(xcd, r) + id / kCdnaXcds;  // XCD xcd's ids: tile numbers in one run

@@ -405,7 +405,8 @@ def _fabric_bytes(hw: Hardware, g: Geometry, m: int, n: int, k_bytes: int, conc:
     distinct A row blocks and B column blocks once. Launch order (xcd_order False: the register-direct template,
     grouped calls): a set of ids xcd, xcd + 8, ... spans consecutive rows of the grid (x fastest); its distinct
     columns are as many as its ids, up to the columns that id % 8 == xcd reaches. xcd_order (the LDS template's
-    plain calls, cdna_workgroup_tile): a set is a run of consecutive tile numbers in a raster of 8-row groups."""
+    plain calls on its tiles without split-K, cdna_workgroup_tile): a set is a run of consecutive tile numbers in a
+    raster of 8-row groups."""
     gx, gy = -(-n // g.block_n), -(-m // g.block_m)
     total_tiles = gx * gy
     per_set = hw.cus_per_xcd * conc
@@ -435,7 +436,8 @@ def predict(arch: str, kind: str, config: str, m: int, n: int, k: int, *, hot: H
     from_hbm: whether the loads wait out HBM latency (default: decode, M <= 64; a grouped call says so itself).
     rows_per_block: the rows of A a workgroup really reads (a grouped call's blocks hold one group's rows, the rest
     range-checked to zeros without a memory access); default min(M, block rows). grouped: tiles in launch order
-    (a grouped call's blocks are not reordered per XCD; the LDS template's plain calls are)."""
+    (a grouped call's blocks are not reordered per XCD; the LDS template's plain calls on tiles without split-K
+    are)."""
     hw = HARDWARE[arch]
     if l1_bytes_clk is not None:
         hw = dataclasses.replace(hw, l1_bytes_clk=l1_bytes_clk)
@@ -490,7 +492,8 @@ def predict(arch: str, kind: str, config: str, m: int, n: int, k: int, *, hot: H
     fixed = 2 * lat  # per workgroup: the first loads and the epilogue's stores
     terms = {name: rounds * (iters * c + fixed) / clk for name, c in per_iter.items()}
     once = 2 * m * n + scale_bytes(kind, m, n, k)  # C written once; a block-scaled call's scales read once
-    xcd_order = geom is None and isinstance(tile_configs.CONFIGS[config], tile_configs.CdnaTile) and not grouped
+    t = tile_configs.CONFIGS.get(config)
+    xcd_order = geom is None and isinstance(t, tile_configs.CdnaTile) and t.warps_k == 1 and not grouped
     terms["MALL"] = (_fabric_bytes(hw, g, m, n, k_bytes, conc, xcd_order) + once) / hw.mall_bytes_s
     terms["HBM"] = (m * k_bytes + n * k_bytes + once) / hw.hbm_bytes_s
     bound = max(terms, key=terms.get)

@@ -212,6 +212,9 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
   // Loaded straight into LDS (kDmaA: gfx950), lane l of a wave writes slot base + l, so there v enumerates the
   // slots instead and the lane loads the chunk the swizzle puts in its slot (a wave's 64 lanes: 8 rows, each
   // row's 128 bytes in another order; the same cache lines).
+  // The swizzle: row r's chunk c of a K block sits in slot r * 8 + swizzled(r, c); XOR is its own inverse, so
+  // swizzled(r, s) is also the chunk that slot column s holds.
+  auto swizzled = [](int row, int chunk) { return chunk ^ (row % 8); };
   constexpr bool kDmaA = arch::kLoadsToLdsVec16;
   static_assert(!kDmaA || kSliceSlots % 64 == 0, "a wave's loads into LDS stay inside one K block");
   u32 a_off[Cfg::kAVecsPerThread];   // byte offset in the window at stage 0
@@ -222,7 +225,7 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
     const int v = tid + i * Cfg::kThreads;
     if constexpr (kDmaA) {
       const int in_block = v % kSliceSlots, row = in_block / kChunks;
-      const int chunk = (v / kSliceSlots) * kChunks + ((in_block % kChunks) ^ (row % 8));
+      const int chunk = (v / kSliceSlots) * kChunks + swizzled(row, in_block % kChunks);
       a_off[i] = static_cast<u32>(row * row_bytes + 16 * chunk);
       a_chunk[i] = chunk;
       a_slot[i] = __builtin_amdgcn_readfirstlane(v - lane);
@@ -230,7 +233,7 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
       const int row = v / kStageChunks, chunk = v % kStageChunks;
       a_off[i] = static_cast<u32>(row * row_bytes + 16 * chunk);
       a_chunk[i] = chunk;
-      a_slot[i] = (chunk / kChunks) * kSliceSlots + row * kChunks + ((chunk % kChunks) ^ (row % 8));
+      a_slot[i] = (chunk / kChunks) * kSliceSlots + row * kChunks + swizzled(row, chunk % kChunks);
     }
   }
   // A fragments from LDS: tile tm, step s, lane chunk j -> slot (swizzled); the same for every K block.
@@ -243,7 +246,7 @@ FG_DEVICE void cdna_gemm_tile(const u8* __restrict__ a,  // [M, K] row-major
       for (int j = 0; j < Atom::kChunksPerLane; ++j) {
         const int row = warp_m * Cfg::kWarpTileM + 16 * tm + Atom::lane_row(lane, 0);
         const int chunk = s * Atom::kChunksPerStep + Atom::lane_chunk(lane, j);
-        frag_slot[tm][s][j] = warp_k * kSliceSlots + row * kChunks + (chunk ^ (row % 8));
+        frag_slot[tm][s][j] = warp_k * kSliceSlots + row * kChunks + swizzled(row, chunk);
       }
   // B: preshuffled, the lane's vector of 16-row block tn, chunk c sits at b_base + tn * 16 * K + 256 * c; plain,
   // row (tile tn, lane_row) at b_base + tn * 16 * row_bytes, its chunk c 16 * c further.

@@ -6,16 +6,16 @@ The configs: portable_16x16_k8 and portable_64x16_k8 (register-direct decode til
 waves, partial sums reduced through LDS), portable_128x128 (8 waves of 64 x 32, register-direct) and, for every
 kind, the LDS-staged template (cdna_gemm.hpp: A through double-buffered LDS, B -- preshuffled 8-bit or plain
 [N, K] -- to registers, the K loop pipelined one 128-byte K block deep): cdna_lds_128x128 (4 waves of
-128 x 32) and its tiles with K split inside the block, cdna_lds_64x32_k4 (4 K slices of 2 waves),
-cdna_lds_32x32_k8 (8 slices) and cdna_lds_64x64_k2 (2 slices of 4 waves). No CDNA template has cluster split-K, so
-the split factor is always 1. The choice is the config with the least predicted time (ties: the order of CONFIGS),
+128 x 32), its 64-row twin cdna_lds_64x128, and its tiles with K split inside the block, cdna_lds_64x32_k4 (4 K
+slices of 2 waves), cdna_lds_32x32_k8 (8 slices) and cdna_lds_64x64_k2 (2 slices of 4 waves). No CDNA template has
+cluster split-K, so the split factor is always 1. The choice is the config with the least predicted time (ties: the order of CONFIGS),
 cached per (arch, kind, M, N, K).
 
 What the model chooses on the LLM grid (python -m fusedgemm.bench predict): for every kind the LDS split-K tiles up
 to M = 64 (the register-direct 16 x 16 tile on two gfx950 fp8 rows, where it is predicted faster), mostly
-cdna_lds_64x64_k2 at M = 256, cdna_lds_128x128 from M = 1024 (1024^3 and gfx942's qkv / moe_dn at M = 1024:
-cdna_lds_64x64_k2); gfx950's tf32 (exact fp32 MFMAs, MFMA-bound from small M) keeps the register-direct tiles on
-some rows where they tie or win.
+cdna_lds_64x64_k2 at M = 256, cdna_lds_128x128 from M = 4096 and on gfx950 mostly from M = 1024 (gfx942 at
+M = 1024 and sq2048: mostly cdna_lds_64x128; 1024^3: cdna_lds_64x64_k2); gfx950's tf32 (exact fp32 MFMAs,
+MFMA-bound from small M) keeps the register-direct tiles on some rows where they tie or win.
 """
 from __future__ import annotations
 

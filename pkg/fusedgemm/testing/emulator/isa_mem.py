@@ -109,6 +109,16 @@ def _retire_rows(w, di, rows, lanes, d16=None, sign=False, nbytes=4):
     return retire
 
 
+def _access_size(size: str, dwords: str | None) -> tuple[int, int, bool]:
+    """A global / buffer access's size from its mnemonic: (registers, bytes, sign-extended) -- dword[xN]: N registers
+    of 4 bytes; a byte or short form: one register (_LOAD_KIND)."""
+    if size.startswith("dword"):
+        n = int(dwords or 1)
+        return n, 4 * n, False
+    nbytes, sign = _LOAD_KIND[size]
+    return 1, nbytes, sign
+
+
 def _global_address(ins, vaddr, saddr, offset):
     """-> addr(w, lanes): a global_* instruction's per-lane addresses (64-bit vaddr with saddr `off`, else the SGPR
     pair's base plus the 32-bit vaddr), plus the instruction offset."""
@@ -144,12 +154,7 @@ def compile_global(ins, ctx):
         return _compile_global_atomic(ins, ctx, atomic, mods, offset)
     kind, size = m.group(1), m.group(2)
     d16 = ("hi" if m.group(5) else "lo") if m.group(4) else None
-    if size.startswith("dword"):
-        n = int(m.group(3) or 1)
-        nbytes, sign = 4 * n, False
-    else:
-        nbytes, sign = _LOAD_KIND[size]
-        n = 1
+    n, nbytes, sign = _access_size(size, m.group(3))
     if kind == "load":
         d, vaddr, saddr = ops
     else:
@@ -421,12 +426,7 @@ def compile_buffer(ins, ctx):
     mods = parse_mods(ins)
     need(set(mods) <= {"offen", "idxen", "offset", "sc0", "sc1", "nt", "glc", "slc"}, ins, f"modifiers {sorted(mods)}")
     kind, size = m.group(1), m.group(2)
-    if size.startswith("dword"):
-        n = int(m.group(3) or 1)
-        nbytes, sign = 4 * n, False
-    else:
-        nbytes, sign = _LOAD_KIND[size]
-        n = 1
+    n, nbytes, sign = _access_size(size, m.group(3))
     d, vaddr, srsrc, soff = ins.operands
     di = vreg(d, ins, n if nbytes >= 4 else 1)
     what = f"{ctx.kernel}: {ins.text}"
